@@ -1,0 +1,42 @@
+# One command per intent. `make help` lists them.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PY_PARTS := server/pyproject.toml $(wildcard clients/python/pyproject.toml)
+
+.PHONY: help serve test test-server check queue-bench conformance conformance-vectors
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
+
+$(STAMP): $(PY_PARTS)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e 'server[test]'
+	@if [ -f clients/python/pyproject.toml ]; then $(BIN)/pip install -q -e 'clients/python[test]'; fi
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+serve: $(STAMP) ## set up .venv and serve on 127.0.0.1:8080 with ./data.fenec
+	$(BIN)/fenec-server --file ./data.fenec --http 127.0.0.1:8080
+
+test: $(STAMP) ## set up .venv and run every test of every part whose toolchain is present
+	$(BIN)/python scripts/test_all.py
+
+test-server: $(STAMP) ## the server's tests only
+	$(BIN)/python -m pytest server/tests
+
+check: $(STAMP) ## lint and types (ruff, mypy)
+	$(BIN)/ruff check server scripts
+	$(BIN)/mypy server/src/fenecdb_server
+
+queue-bench: $(STAMP) ## the job-queue benchmarks (bench/README.md has the measured table)
+	$(BIN)/python bench/queue_bench.py
+
+conformance: $(STAMP) ## the shared suite: every present SDK's vectors and worker scenarios against a live server
+	$(BIN)/python conformance/run.py
+
+conformance-vectors: $(STAMP) ## only the builder vectors of every present SDK, on $$FENEC_VECTORS
+	$(BIN)/python conformance/run.py --vectors-only

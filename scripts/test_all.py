@@ -1,0 +1,85 @@
+"""Run every test of every part whose toolchain is present; `make test` calls this.
+
+A part is a folder with a test entry point. A part whose toolchain is missing, or that
+holds only its README so far, prints a loud `SKIP <part>: <reason>` line and is counted
+as skipped, never as passed. The last line is `parts: N passed, M failed, K skipped`,
+and the exit status is non-zero when any part failed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = ROOT / ".venv" / "bin"
+
+# part name, folder, the commands its toolchain needs, how to run it
+CLIENTS = [
+    ("js", "clients/js", ["node", "npm"]),
+    ("go", "clients/go", ["go"]),
+    ("kotlin", "clients/kotlin", ["mvn", "java"]),
+    ("dotnet", "clients/dotnet", ["dotnet"]),
+    ("swift", "clients/swift", ["swift"]),
+    ("dart", "clients/dart", ["dart"]),
+]
+
+
+def run(name: str, cmd: list[str], cwd: Path = ROOT) -> bool:
+    print(f"\n=== {name}: {' '.join(cmd)}", flush=True)
+    started = time.monotonic()
+    env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    code = subprocess.call(cmd, cwd=cwd, env=env)
+    print(f"=== {name}: {'ok' if code == 0 else f'FAILED (exit {code})'} in {time.monotonic() - started:.1f} s",
+          flush=True)
+    return code == 0
+
+
+def main() -> int:
+    passed: list[str] = []
+    failed: list[str] = []
+    skipped: list[str] = []
+
+    def record(name: str, ok: bool) -> None:
+        (passed if ok else failed).append(name)
+
+    def skip(name: str, why: str) -> None:
+        print(f"SKIP {name}: {why}", flush=True)
+        skipped.append(name)
+
+    python = str(VENV_BIN / "python")
+    record("server", run("server", [python, "-m", "pytest", "server/tests"]))
+
+    if (ROOT / "clients/python/pyproject.toml").exists():
+        record("python", run("python", [python, "-m", "pytest", "clients/python/tests"]))
+    else:
+        skip("python", "clients/python holds only its README so far")
+
+    for name, folder, tools in CLIENTS:
+        script = ROOT / folder / "test.sh"
+        missing = [t for t in tools if shutil.which(t) is None]
+        if missing:
+            skip(name, f"no '{missing[0]}' on PATH")
+        elif not script.exists():
+            skip(name, f"{folder} holds only its README so far")
+        else:
+            record(name, run(name, ["bash", str(script)], cwd=ROOT / folder))
+
+    driver = ROOT / "conformance" / "run.py"
+    if driver.exists():
+        record("conformance", run("conformance", [python, str(driver)]))
+    else:
+        skip("conformance", "the suite is not built yet (conformance/ holds only its README)")
+
+    for name in failed:
+        print(f"FAILED {name}")
+    print(f"parts: {len(passed)} passed, {len(failed)} failed, {len(skipped)} skipped", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
