@@ -1,0 +1,109 @@
+"""Compaction: replace the file by its snapshot plus the records written since (server.md §2).
+
+    engine, under its write lock:   mark = log.compaction_start()   (file end at the snapshot)
+                                    snapshot = <serialize the live data>
+    engine, no lock:                log.compaction_finish(snapshot, mark) -> run() below
+
+    1. Create `<path>.compact`: file header + the snapshot record.        (no lock)
+    2. Copy the live file's bytes from the mark to its current end, again
+       while more than 1 MiB arrived meanwhile (appends go on).            (no lock)
+    3. fsync the side file.                                                (no lock)
+    4. Take the log's lock (appends wait): copy the last few records,
+       fsync again if any, wait out a group-commit fsync in flight,
+       rename the side file over the file, switch appends to it.           (log lock, briefly)
+    5. fsync the directory, so the rename survives a power loss.
+
+A crash before the rename leaves the old file whole (plus a side file that the next open
+removes); the rename is atomic; after it the new file is whole because it was fsynced first.
+A failure before the rename leaves the live log untouched (the error is raised, the side file
+removed); a failed directory fsync after it marks the log failed, like any failed fsync.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from ..errors import FenecError
+from .format import file_header, record_header
+
+if TYPE_CHECKING:
+    from .files import OsFiles
+    from .log import Log
+
+_COPY_CHUNK = 1 << 20
+_CATCH_UP = 1 << 20  # copy outside the lock until less than this is left
+
+
+def _write_all(files: OsFiles, fd: int, buffers: list[bytes], offset: int) -> int:
+    data = b"".join(buffers)
+    done = 0
+    while done < len(data):
+        n = files.writev(fd, [data[done:]], offset + done)
+        if n <= 0:
+            raise OSError(0, "the disk accepted no more bytes")
+        done += n
+    return done
+
+
+def _copy(files: OsFiles, src: int, dst: int, start: int, end: int, at: int) -> int:
+    copied = 0
+    while start + copied < end:
+        chunk = files.read(src, min(_COPY_CHUNK, end - start - copied), start + copied)
+        if not chunk:
+            raise OSError(0, f"the data file ended at {start + copied}, before {end}")
+        _write_all(files, dst, [chunk], at + copied)
+        copied += len(chunk)
+    return copied
+
+
+def run(lg: Log, snapshot: bytes, mark: tuple[int, int]) -> dict[str, int]:
+    files = lg.files
+    mark_end, mark_records = mark
+    before = lg._end
+    try:
+        head = record_header(snapshot, snapshot=True)
+    except ValueError as error:
+        raise FenecError("io", f"compaction failed: {error}") from None
+    side = files.create(lg.side_path)
+    swapped = False
+    try:
+        pos = _write_all(files, side, [file_header(), head, snapshot], 0)
+        snapshot_end = pos
+        copied = mark_end
+        for _ in range(4):
+            end = lg._end  # every byte below it is already written
+            if end - copied < _CATCH_UP:
+                break
+            pos += _copy(files, lg._fd, side, copied, end, pos)
+            copied = end
+        files.fsync(side)
+        with lg._lock:
+            locked = time.perf_counter()
+            end = lg._end
+            if end > copied:
+                pos += _copy(files, lg._fd, side, copied, end, pos)
+                files.fsync(side)
+            with lg._cond:
+                while lg._syncing:
+                    lg._cond.wait()
+                files.lock(side)
+                files.rename(lg.side_path, lg.path)
+                swapped = True
+                lg._swap(side, pos, snapshot_end, lg._records - mark_records)
+            try:
+                files.fsync_dir(lg.path)
+            except OSError as error:
+                raise lg._fail(f"fsync of the directory after compaction failed: {error}") from error
+            held = time.perf_counter() - locked
+    except Exception as error:
+        if not swapped:
+            try:
+                files.close(side)
+                files.remove(lg.side_path)
+            except OSError:
+                pass
+            if isinstance(error, OSError):
+                raise FenecError("io", f"compaction failed, the data file is unchanged: {error}") from error
+        raise
+    return {"bytes_before": before, "bytes_after": pos, "lock_us": int(held * 1e6)}

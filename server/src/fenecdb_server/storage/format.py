@@ -1,0 +1,115 @@
+"""The bytes of the data file: encoding a record, and reading a whole file back.
+
+The format, its validity rule and the recovery algorithm are documented at the top of
+`log.py`; this module is their code, kept free of any file or thread so that it can be
+fuzzed on plain bytes (`scan` raises nothing but `CorruptLog`).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass, field
+
+from .failure import CorruptLog
+
+MAGIC = b"FENECLOG"
+VERSION = 1
+FILE_HEADER = struct.Struct("<8sII")  # magic, version, crc32 of the 12 bytes before it
+FILE_HEADER_SIZE = FILE_HEADER.size  # 16
+RECORD_HEADER_SIZE = 12
+SNAPSHOT_BIT = 0x8000_0000
+MAX_PAYLOAD = SNAPSHOT_BIT - 1  # 31 bits of length: 2 GiB - 1
+
+_HEAD8 = struct.Struct("<II")  # size word, payload crc
+_U32 = struct.Struct("<I")
+_HEAD12 = struct.Struct("<III")  # size word, payload crc, header crc
+
+
+def file_header() -> bytes:
+    start = MAGIC + _U32.pack(VERSION)
+    return start + _U32.pack(zlib.crc32(start))
+
+
+def record_header(payload: bytes, snapshot: bool = False) -> bytes:
+    """The 12 bytes written before `payload`. Raises ValueError past `MAX_PAYLOAD`."""
+    n = len(payload)
+    if n > MAX_PAYLOAD:
+        raise ValueError(f"a record of {n} bytes is over the {MAX_PAYLOAD}-byte limit")
+    head8 = _HEAD8.pack(n | SNAPSHOT_BIT if snapshot else n, zlib.crc32(payload))
+    return head8 + _U32.pack(zlib.crc32(head8))
+
+
+@dataclass
+class Scan:
+    """What a file holds: its snapshot, its records, where its valid part ends."""
+
+    snapshot: bytes | None = None
+    records: list[bytes] = field(default_factory=list)
+    end: int = 0  # offset just past the last valid record (the file is cut here)
+    snapshot_end: int = 0  # offset just past the snapshot (or the file header)
+    torn: str | None = None  # why the bytes after `end` are a torn tail, if there are any
+
+
+def _all_zero(data: bytes | memoryview, start: int) -> bool:
+    rest = bytes(data[start:])
+    return not rest.strip(b"\x00")
+
+
+def scan(data: bytes) -> Scan:
+    """Read a whole file image by the recovery algorithm of `log.py`.
+
+    An empty image, or one that is a prefix of the file header (a crash while the file was
+    being created), reads as an empty log with `end` 0: the caller writes a fresh header.
+    """
+    size = len(data)
+    if size < FILE_HEADER_SIZE:
+        if file_header().startswith(bytes(data)):
+            return Scan(end=0, torn="a file header cut short" if size else None)
+        raise CorruptLog(0, "not a FenecDB data file (no file header)")
+    magic, version, crc = FILE_HEADER.unpack_from(data, 0)
+    if magic != MAGIC:
+        raise CorruptLog(0, "not a FenecDB data file (bad magic)")
+    if zlib.crc32(data[:12]) != crc:
+        raise CorruptLog(0, "the file header fails its check")
+    if version != VERSION:
+        raise CorruptLog(0, f"format version {version} is not supported (this server reads {VERSION})")
+
+    out = Scan(end=FILE_HEADER_SIZE, snapshot_end=FILE_HEADER_SIZE)
+    records = out.records
+    view = memoryview(data)
+    unpack = _HEAD12.unpack_from
+    crc32 = zlib.crc32
+    pos = FILE_HEADER_SIZE
+    while pos < size:
+        if size - pos < RECORD_HEADER_SIZE:
+            out.torn = "a record header cut short"
+            break
+        word, pcrc, hcrc = unpack(data, pos)
+        if crc32(view[pos : pos + 8]) != hcrc:
+            if _all_zero(view, pos + RECORD_HEADER_SIZE):
+                out.torn = "a record header that fails its check, with only zeros after it"
+                break
+            raise CorruptLog(pos, "a record header fails its check and data follows it")
+        n = word & MAX_PAYLOAD
+        start = pos + RECORD_HEADER_SIZE
+        end = start + n
+        if end > size:
+            out.torn = f"a record of {n} bytes cut short at {size - start}"
+            break
+        payload = view[start:end]
+        if crc32(payload) != pcrc:
+            if _all_zero(view, end):
+                out.torn = "a last record whose payload fails its check"
+                break
+            raise CorruptLog(pos, "a record's payload fails its check and data follows it")
+        if word & SNAPSHOT_BIT:
+            if pos != FILE_HEADER_SIZE:
+                raise CorruptLog(pos, "a snapshot record after the first record")
+            out.snapshot = payload.tobytes()
+            out.snapshot_end = end
+        else:
+            records.append(payload.tobytes())
+        pos = end
+    out.end = pos
+    return out

@@ -1,0 +1,336 @@
+"""The data file: an append-only log of checksummed records (server.md §2–§4).
+
+The storage layer holds opaque payloads: the engine serializes each write statement or block
+(with its Idempotency-Key answer) to one payload, and each compaction's image to a snapshot
+payload. This module frames, checksums, appends, syncs, recovers and compacts them.
+
+File format (all integers little-endian)
+----------------------------------------
+
+    file header, 16 bytes, at offset 0
+      0   8  magic       b"FENECLOG"
+      8   4  version     1
+      12  4  header_crc  CRC-32 (zlib) of bytes 0..12
+
+    then records, back to back, to the end of the file; each is
+      0   4  size_word   bits 0..30: payload length n (< 2 GiB);
+                         bit 31: 1 = a snapshot record, 0 = a write record
+      4   4  data_crc    CRC-32 of the n payload bytes
+      8   4  head_crc    CRC-32 of bytes 0..8 of this record (size_word and data_crc)
+      12  n  payload     opaque bytes from the engine
+
+    A snapshot record may only be the first record of a file (compaction writes it there);
+    every write record after it applies on top of it, in file order.
+
+Validity rule. A record is valid when its 12 header bytes are all in the file and head_crc
+matches them, its n payload bytes are all in the file, and data_crc matches them. The header
+carries its own check so that a damaged length is caught before it is believed: a flipped
+length can never pass for "a record cut short by the end of the file".
+
+Recovery (`Log.open`, code in `format.scan`). Check the file header (an empty file, or one
+holding only a prefix of the header, is a crash during creation: it is rewritten). Then read
+records from offset 16 while they are valid. At the first invalid record, at offset P:
+
+    1. fewer than 12 bytes are left                        -> torn tail
+    2. the header's check fails: torn tail if every byte after those 12 is zero (a header
+       that was being written, or unwritten blocks after a power loss), else CORRUPT at P
+    3. the header is valid and the payload runs past the end of the file -> torn tail
+    4. the payload's check fails: torn tail if every byte after the record is zero,
+       else CORRUPT at P
+
+A torn tail is cut off the file (truncate to P, fsync) and logged on the "fenecdb.storage"
+logger, so the next append does not land after garbage. CORRUPT refuses to open: `CorruptLog`
+names the offset P, and nothing is dropped. A damaged *last* record with nothing after it is
+indistinguishable from a torn write and is cut like one; damage anywhere before it is caught.
+
+Appends and durability: `append` writes the framed record to the OS file at once (one
+pwritev) and returns a ticket, the record's number since open; `wait_durable(ticket)`
+applies the `--sync` policy (group commit and the syncer are described in `sync.py`). A
+failed write or fsync marks the log failed: that call and every later append raise
+`StorageFailed`, and a failed fsync is never retried.
+
+Compaction (`compaction.py`): a side file `<path>.compact` gets a file header, the snapshot
+record and a copy of every record appended since the snapshot's mark; it is fsynced, renamed
+over the file and the directory fsynced. Until the rename the old file is whole; after it the
+new one is. A side file found at open is the remnant of an interrupted compaction: removed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from ..errors import FenecError
+from . import compaction
+from .failure import CorruptLog, StorageFailed
+from .files import OsFiles
+from .format import FILE_HEADER_SIZE, RECORD_HEADER_SIZE, file_header, record_header, scan
+from .sync import Policy, Syncer, parse_policy
+
+log = logging.getLogger("fenecdb.storage")
+
+_READ_CHUNK = 1 << 24
+
+
+def _why(error: BaseException) -> str:
+    if isinstance(error, OSError) and error.strerror:
+        return f"{error.strerror} (errno {error.errno})"
+    return str(error) or type(error).__name__
+
+
+class Log:
+    """One data file. `append` is called under the engine's write lock; everything else not."""
+
+    def __init__(self, path: str | os.PathLike[str], *, sync: object = 250, files: OsFiles | None = None) -> None:
+        self.path = os.fspath(path)
+        self.side_path = self.path + ".compact"
+        self.policy: Policy = parse_policy(sync)
+        self.files = files if files is not None else OsFiles()
+        self._fd = -1
+        self._end = 0  # bytes in the file: the next record goes here
+        self._snapshot_end = 0
+        self._records = 0  # write records in the file after its snapshot
+        self._lock = threading.Lock()  # the log's own lock: appends vs. compaction's swap
+        self._cond = threading.Condition()  # group commit: _syncing, _durable, _failed
+        self._appended = 0  # records appended since open; a ticket is one of these
+        self._durable = 0  # records appended since open that an fsync has covered
+        self._syncing = False
+        self._failure: str | None = None
+        self._closed = False
+        self._compacting = False
+        self._syncer: Syncer | None = None
+        self.fsyncs = 0  # fsyncs of the live file since open
+
+    # -- open -------------------------------------------------------------------------------
+
+    def open(self) -> tuple[bytes | None, list[bytes]]:
+        """Open or create the file; return (snapshot payload or None, write payloads in order)."""
+        files = self.files
+        if files.exists(self.side_path):
+            log.warning("removing %s: the remnant of an interrupted compaction", self.side_path)
+            files.remove(self.side_path)
+        created = not files.exists(self.path)
+        fd = files.open(self.path)
+        try:
+            try:
+                files.lock(fd)
+            except OSError:
+                raise FenecError("io", f"{self.path} is in use by another process") from None
+            size = files.size(fd)
+            data = self._read_all(fd, size)
+            found = scan(data)
+            del data
+            if found.end == 0:  # new, or a creation cut short
+                files.truncate(fd, 0)
+                files.writev(fd, [file_header()], 0)
+                files.fsync(fd)
+                if created or size:
+                    files.fsync_dir(self.path)
+                found.end = found.snapshot_end = FILE_HEADER_SIZE
+            elif found.end < size:
+                files.truncate(fd, found.end)
+                files.fsync(fd)
+                log.warning(
+                    "%s: cut a torn tail of %d bytes at offset %d (%s): a record cut short by a crash",
+                    self.path, size - found.end, found.end, found.torn,
+                )
+        except BaseException:
+            files.close(fd)
+            raise
+        self._fd = fd
+        self._end = found.end
+        self._snapshot_end = found.snapshot_end
+        self._records = len(found.records)
+        if isinstance(self.policy, int):
+            self._syncer = Syncer(self.policy, lambda: self.dirty, self._sync_background)
+        return found.snapshot, found.records
+
+    def _read_all(self, fd: int, size: int) -> bytes:
+        parts = []
+        offset = 0
+        while offset < size:
+            chunk = self.files.read(fd, min(_READ_CHUNK, size - offset), offset)
+            if not chunk:
+                break
+            parts.append(chunk)
+            offset += len(chunk)
+        return b"".join(parts)
+
+    # -- append and sync ---------------------------------------------------------------------
+
+    def append(self, payload: bytes) -> int:
+        """Frame and write one record; return its ticket. Raises StorageFailed."""
+        head = record_header(payload)
+        with self._lock:
+            if self._failure is not None:
+                raise StorageFailed(f"writes are refused after a storage error: {self._failure}")
+            if self._closed:
+                raise StorageFailed("writes are refused: the data file is closed")
+            want = len(head) + len(payload)
+            offset = self._end
+            try:
+                done = self.files.writev(self._fd, [head, payload], offset)
+                while done < want:  # a short write: finish it, or fail on the next call
+                    rest = (head + payload)[done:]
+                    n = self.files.writev(self._fd, [rest], offset + done)
+                    if n <= 0:
+                        raise OSError(0, "the disk accepted no more bytes")
+                    done += n
+            except OSError as error:
+                raise self._fail(f"could not write the log: {_why(error)}") from error
+            self._end = offset + want
+            self._records += 1
+            self._appended += 1
+            return self._appended
+
+    def _fail(self, why: str) -> StorageFailed:
+        with self._cond:
+            if self._failure is None:
+                self._failure = why
+                log.error("sync error: %s; every later write is refused until restart", why)
+            self._cond.notify_all()
+        return StorageFailed(f"the disk refused a write ({why}); every later write is refused until restart")
+
+    @property
+    def failed(self) -> bool:
+        """True once the disk refused a write or an fsync."""
+        return self._failure is not None
+
+    @property
+    def dirty(self) -> bool:
+        """Some appended record is not yet covered by an fsync."""
+        return self._appended > self._durable
+
+    def wait_durable(self, ticket: int) -> None:
+        """Return once `ticket` is as durable as the policy promises (see `sync.py`)."""
+        if self.policy != "always":
+            return
+        self._sync_upto(ticket)
+
+    def _sync_upto(self, ticket: int) -> None:
+        cond = self._cond
+        with cond:
+            while self._durable < ticket:
+                if self._failure is not None:
+                    raise StorageFailed(f"writes are refused after a storage error: {self._failure}")
+                if self._syncing:
+                    cond.wait()
+                    continue
+                self._lead_sync()
+
+    def _lead_sync(self) -> None:
+        """One group-commit fsync; called holding `_cond`, releases it around the fsync."""
+        self._syncing = True
+        target = self._appended  # every record counted here is already in the OS file
+        fd = self._fd
+        self._cond.release()
+        error: OSError | None = None
+        try:
+            self.files.fsync(fd)
+        except OSError as e:
+            error = e
+        finally:
+            self._cond.acquire()
+            self._syncing = False
+        if error is not None:
+            why = f"fsync failed: {_why(error)}"
+            if self._failure is None:
+                self._failure = why  # never retried: the OS may have dropped the dirty pages
+                log.error("sync error: %s; every later write is refused until restart", why)
+            self._cond.notify_all()
+            raise StorageFailed(f"the disk refused a write ({why}); every later write is refused until restart")
+        self.fsyncs += 1
+        if target > self._durable:
+            self._durable = target
+        self._cond.notify_all()
+
+    def _sync_background(self) -> None:
+        try:
+            self._sync_upto(self._appended)
+        except StorageFailed:
+            pass  # already logged and recorded by the leader step
+
+    def sync(self) -> bool:
+        """fsync now if anything is dirty (shutdown, tests); return whether it was dirty."""
+        if not self.dirty or self._failure is not None:
+            return False
+        self._sync_upto(self._appended)
+        return True
+
+    # -- compaction ------------------------------------------------------------------------
+
+    def compaction_start(self) -> tuple[int, int]:
+        """Under the engine's write lock: the position the snapshot being taken stands at."""
+        with self._lock:
+            if self._compacting:
+                raise FenecError("conflict", "a compaction is already running", status=409)
+            if self._failure is not None:
+                raise StorageFailed(f"compaction refused after a storage error: {self._failure}")
+            self._compacting = True
+            return (self._end, self._records)
+
+    def compaction_cancel(self) -> None:
+        """Forget a `compaction_start` whose snapshot could not be made."""
+        with self._lock:
+            self._compacting = False
+
+    def compaction_finish(self, snapshot: bytes, mark: tuple[int, int]) -> dict[str, int]:
+        """Write the side file, swap it in; return sizes and the time the log lock was held."""
+        try:
+            return compaction.run(self, snapshot, mark)
+        finally:
+            with self._lock:
+                self._compacting = False
+
+    # -- the rest ----------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, object]:
+        return {
+            "file_bytes": self._end,
+            "records": self._records,
+            "bytes_since_snapshot": self._end - self._snapshot_end,
+            "snapshot_bytes": self._snapshot_end - FILE_HEADER_SIZE - (RECORD_HEADER_SIZE if self._snapshot_end > FILE_HEADER_SIZE else 0),
+            "fsyncs": self.fsyncs,
+            "failed": self.failed,
+        }
+
+    def close(self) -> bool:
+        """Stop the syncer, fsync if dirty (and not failed), close. Return whether it was dirty."""
+        if self._syncer is not None:
+            self._syncer.stop()
+            self._syncer = None
+        with self._lock:
+            if self._closed or self._fd < 0:
+                return False
+            self._closed = True
+            with self._cond:
+                while self._syncing:
+                    self._cond.wait()
+            dirty = self.dirty
+            try:
+                if dirty and self._failure is None:
+                    with self._cond:
+                        self._lead_sync()
+            except StorageFailed:
+                pass  # logged by the leader step; the caller sees `failed`
+            finally:
+                self.files.close(self._fd)
+                self._fd = -1
+            return dirty
+
+    def __repr__(self) -> str:
+        return f"Log({self.path!r}, sync={self.policy!r}, bytes={self._end})"
+
+    # compaction.py reads and swaps these under `_lock` and `_cond`
+    def _swap(self, fd: int, end: int, snapshot_end: int, records: int) -> None:
+        old = self._fd
+        self._fd = fd
+        self._end = end
+        self._snapshot_end = snapshot_end
+        self._records = records
+        self._durable = self._appended  # the new file was fsynced holding every record
+        self.files.close(old)
+
+
+__all__ = ["Log", "CorruptLog", "StorageFailed"]

@@ -1,0 +1,76 @@
+"""The `--sync` policies and the periodic syncer.
+
+    policy    append() hands the bytes to the OS    durable when
+    always    yes, under the engine's write lock    wait_durable() returns: an fsync that
+                                                    started after the append has completed
+    <ms>      yes                                   the syncer's next fsync, <= ms later
+    off       yes                                   close() (or whenever the OS writes back)
+
+Because every policy hands the bytes to the OS inside `append`, a process kill (not a power
+loss) loses nothing acknowledged under any policy; the policies differ only in what a power
+loss or OS crash may take (server.md §3).
+
+Group commit (`Log.wait_durable` under `always`): the fsync runs with no lock held. The first
+waiter whose record is not yet durable becomes the leader: it notes how many records have
+been appended so far, fsyncs, and marks all of those durable; waiters that arrive meanwhile
+sleep, and the next leader's fsync covers all of them at once. N concurrent writers thus
+share one fsync instead of queueing for N.
+
+The periodic syncer wakes every <ms>; when nothing is dirty it does nothing at all (reads two
+counters, takes no lock); otherwise it runs the same leader step as a waiter would.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+Policy = str | int  # "always" | "off" | milliseconds
+
+
+def parse_policy(sync: object) -> Policy:
+    """`always`/`on`, `off`/`none`, or a positive number of milliseconds (int or digits)."""
+    if isinstance(sync, str):
+        word = sync.strip().lower()
+        if word in ("always", "on"):
+            return "always"
+        if word in ("off", "none"):
+            return "off"
+        if word.isdigit():
+            sync = int(word)
+    if isinstance(sync, int) and not isinstance(sync, bool) and sync > 0:
+        return sync
+    raise ValueError("--sync expects off, always or <ms>")
+
+
+def describe(policy: Policy) -> str:
+    """The start-up line's words for a policy (server.md §4)."""
+    if policy == "always":
+        return "every write"
+    if policy == "off":
+        return "on shutdown"
+    return f"{policy} ms"
+
+
+class Syncer:
+    """A daemon thread calling `sync()` every `interval_ms` while `dirty()` is true."""
+
+    def __init__(self, interval_ms: int, dirty: Callable[[], bool], sync: Callable[[], None]) -> None:
+        self._interval = interval_ms / 1000
+        self._dirty = dirty
+        self._sync = sync
+        self._stop = threading.Event()
+        self.rounds = 0  # wake-ups that found something dirty
+        self._thread = threading.Thread(target=self._run, name="fenecdb-syncer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            if self._dirty():
+                self.rounds += 1
+                self._sync()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
