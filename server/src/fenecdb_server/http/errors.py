@@ -1,0 +1,89 @@
+"""Every refusal the HTTP layer answers, declared in one place.
+
+The engine raises `FenecError` with a kind; this module is the only place a kind becomes an
+HTTP status and an `{"error": ...}` body (`http.md` §6). Refusals that belong to the wire
+itself (a chunked body, a header block over the ceiling, an unknown route, ...) are built
+here too, so every error string the server can write is in this file.
+
+    kind      status    kind      status
+    query     400       unmet     412
+    type      400       toolarge  413
+    auth      401       conflict  422
+    denied    403       io        500
+    notfound  404       (other)   500
+    exists    409
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..errors import STATUS, FenecError
+
+BODY_CEILING = 64 * 1024 * 1024
+HEAD_CEILING = 64 * 1024
+
+# Messages of the wire-level refusals (the statuses are those of `http.md` §6).
+QUERY_REQUIRED = "`query` is required"
+QUERY_NOT_TEXT = "`query` must be text"
+NOT_AN_OBJECT = "the body must be a JSON object"
+NOT_UTF8 = "the body is not UTF-8"
+EMPTY_BATCH = "empty batch"
+WAIT_NOT_MS = "Fenec-Wait is milliseconds"
+IDEM_SIZE = "an Idempotency-Key is 1 to 255 bytes"
+CHUNKED = "a chunked body is not accepted: send Content-Length"
+BAD_LENGTH = "Content-Length is not a number"
+TOO_MANY = "too many connections"
+NO_TOKEN = "invalid or missing token"
+READ_ONLY = "the server is in read-only mode"
+INTERNAL = "internal fault"
+
+
+def status_of(error: FenecError) -> int:
+    """The status of an engine refusal: its kind's, unless the engine named another."""
+    status = error.status
+    if status is None:
+        status = STATUS.get(error.kind, 500)
+    return status
+
+
+def body(message: str, **extra: object) -> bytes:
+    doc: dict[str, object] = {"error": message}
+    doc.update(extra)
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def answer(error: FenecError, *, batch: bool = False) -> tuple[int, bytes]:
+    """(status, body) for an engine refusal; a `/batch` refusal that names a statement adds
+    `completed` and `at` (http.md §4)."""
+    if batch and error.at is not None:
+        return status_of(error), body(error.message, completed=0, at=error.at)
+    return status_of(error), body(error.message)
+
+
+def too_large(size: int) -> bytes:
+    return body(f"the body is {size} bytes, the ceiling is {BODY_CEILING}")
+
+
+def head_too_large() -> bytes:
+    return body(f"the header block is over {HEAD_CEILING} bytes")
+
+
+def no_route(method: str, path: str) -> bytes:
+    return body(f"no route: {method} {path}")
+
+
+def not_implemented(method: str) -> bytes:
+    return body(f"method {method} is not supported")
+
+
+def malformed(why: str) -> bytes:
+    return body(f"malformed request: {why}")
+
+
+def bad_json(why: str) -> bytes:
+    return body(f"the body is not JSON: {why}")
+
+
+def batch_line(k: int, why: str, at: int) -> bytes:
+    return body(f"batch line {k}: {why}", completed=0, at=at)

@@ -1,0 +1,207 @@
+"""Held claims (waits.py) against a small fake engine, in process: the fairness contract's rules
+that need a controlled clock and exact counts of looks and runs."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+import pytest
+
+from fenecdb_server.errors import FenecError
+from fenecdb_server.http.app import App, Config
+
+import httpx
+
+
+class Hold:
+    def __init__(self, db: FakeDB, key: Any, held: bool) -> None:
+        self.db = db
+        self.line_key = key
+        self.held = held
+        self.collections = frozenset({"jobs"})
+
+    def look(self) -> bool:
+        self.db.looks += 1
+        return any(j["run_at"] is not None and j["run_at"] <= self.db.now() for j in self.db.jobs.values())
+
+    def next_moment(self) -> int | None:
+        now = self.db.now()
+        ahead = [j["run_at"] for j in self.db.jobs.values() if j["run_at"] is not None and j["run_at"] > now]
+        return min(ahead) if ahead else None
+
+
+class Result:
+    def __init__(self, answers: list[Any], seq: int, wrote: bool, taken: int) -> None:
+        self.answers = answers
+        self.seq = seq
+        self.wrote = wrote
+        self.taken = taken
+        self.replayed = None
+
+
+class FakeDB:
+    """Statements: `put <delay_ms>`, `claim` (params [owner, n]), `get`, `bad`."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[int, dict[str, Any]] = {}
+        self.ids = itertools.count(1)
+        self.seq = 0
+        self.listeners: list[Any] = []
+        self.offset = 0
+        self.looks = 0
+        self.runs = 0
+
+    def now(self) -> int:
+        import time
+
+        return int(time.time() * 1000) + self.offset
+
+    def listen(self, cb: Any) -> None:
+        self.listeners.append(cb)
+
+    def prepare_hold(self, statements: list[tuple[str, Any]]) -> Hold:
+        texts = [t for t, _ in statements]
+        if any(t.startswith("put") for t in texts):
+            raise FenecError("query", "a held request writes otherwise: put")
+        return Hold(self, "claim", any(t == "claim" for t in texts))
+
+    def execute(self, statements: list[tuple[str, Any]], *, block: bool = False, idempotency: Any = None,
+                render: Any = None) -> Result:
+        answers: list[Any] = []
+        wrote = False
+        taken = 0
+        for text, params in statements:
+            if text.startswith("put"):
+                delay = int(text.split()[1]) if " " in text else 0
+                for _ in range(params[0] if params else 1):
+                    i = next(self.ids)
+                    self.jobs[i] = {"id": i, "run_at": self.now() + delay, "owner": None}
+                wrote = True
+                answers.append({"affected": params[0] if params else 1})
+            elif text == "claim":
+                self.runs += 1
+                owner, n = params
+                rows = []
+                for j in sorted(self.jobs.values(), key=lambda j: (j["run_at"] or 0, j["id"])):
+                    if len(rows) == n:
+                        break
+                    if j["run_at"] is not None and j["run_at"] <= self.now():
+                        j["owner"] = owner
+                        j["run_at"] = self.now() + 30000
+                        rows.append({"id": j["id"], "owner": owner})
+                taken += len(rows)
+                wrote = wrote or bool(rows)
+                answers.append({"rows": rows} if block else rows)
+            elif text == "get":
+                rows = [dict(j) for j in self.jobs.values()]
+                answers.append({"rows": rows} if block else rows)
+            else:
+                raise FenecError("query", f"position 1: unknown statement {text!r}", at=0 if block else None)
+        if wrote:
+            self.seq += 1
+            for cb in self.listeners:
+                cb(frozenset({"jobs"}), self.seq)
+        return Result(answers, self.seq, wrote, taken)
+
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def fake() -> FakeDB:
+    return FakeDB()
+
+
+def client(app: App) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t")
+
+
+def claim(owner: str, n: int = 1) -> dict[str, Any]:
+    return {"query": "claim", "params": [owner, n]}
+
+
+async def test_put_wakes_held_claim_and_fifo(fake: FakeDB) -> None:
+    app = App(fake, Config(version="t"))
+    async with client(app) as c:
+        waiters = [asyncio.create_task(c.post("/query", json=claim(f"w{i}"), headers={"Fenec-Wait": "5000"}))
+                   for i in range(3)]
+        for _ in range(50):
+            await asyncio.sleep(0.01)
+            if app.waits and app.waits.held == 3:
+                break
+        assert app.waits is not None and app.waits.held == 3
+        runs_before = fake.runs
+        r = await c.post("/query", json={"query": "put", "params": [2]})
+        assert r.status_code == 200
+        done, pending = await asyncio.wait(waiters, timeout=2, return_when=asyncio.ALL_COMPLETED)
+        # two jobs: the two longest-waiting workers get them, in order; the third stays held
+        assert len(done) == 2
+        got = {t.result().json()[0]["owner"]: t.result().json()[0]["id"] for t in done}
+        assert got == {"w0": 1, "w1": 2}
+        # one look for the write and one after each hand-off; runs only when a row was there
+        assert fake.runs - runs_before == 2
+        assert app.waits.held == 1
+        app.shutdown()
+        rest = await asyncio.wait_for(pending.pop(), 2)
+        assert rest.status_code == 200 and rest.json() == []
+
+
+async def test_delayed_job_wakes_at_its_time_not_before(fake: FakeDB) -> None:
+    app = App(fake, Config(version="t"))
+    async with client(app) as c:
+        await c.post("/query", json={"query": "put 300", "params": [1]})
+        due = fake.jobs[1]["run_at"]
+        r = await c.post("/query", json=claim("w"), headers={"Fenec-Wait": "3000"})
+        answered = fake.now()
+        assert r.json() == [{"id": 1, "owner": "w"}]
+        assert answered >= due
+        assert answered - due < 100
+
+
+async def test_deadline_answers_last_run(fake: FakeDB) -> None:
+    app = App(fake, Config(version="t"))
+    async with client(app) as c:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        r = await c.post("/query", json=claim("w"), headers={"Fenec-Wait": "200"})
+        assert r.status_code == 200 and r.json() == []
+        assert 0.19 <= loop.time() - t0 < 1.0
+        assert app.waits is not None and app.waits.held == 0 and not app.waits.lines
+
+
+async def test_look_throttle_one_look_per_ms(fake: FakeDB) -> None:
+    app = App(fake, Config(version="t"))
+    async with client(app) as c:
+        waiter = asyncio.create_task(c.post("/query", json=claim("w"), headers={"Fenec-Wait": "2000"}))
+        while not (app.waits and app.waits.held):
+            await asyncio.sleep(0.005)
+        looks = fake.looks
+        # 20 writes of delayed jobs inside a few ms: far fewer than 20 looks
+        for _ in range(20):
+            await c.post("/query", json={"query": "put 60000", "params": [1]})
+        await asyncio.sleep(0.05)
+        assert fake.looks - looks < 20
+        assert fake.looks - looks >= 1
+        app.shutdown()
+        assert (await waiter).json() == []
+
+
+async def test_put_with_wait_refused_and_reads_not_held(fake: FakeDB) -> None:
+    app = App(fake, Config(version="t"))
+    async with client(app) as c:
+        r = await c.post("/query", json={"query": "put", "params": [1]}, headers={"Fenec-Wait": "1000"})
+        assert r.status_code == 400 and "writes otherwise" in r.json()["error"]
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        r = await c.post("/query", json={"query": "get"}, headers={"Fenec-Wait": "1000"})
+        assert r.status_code == 200 and loop.time() - t0 < 0.5
+        for bad in ("soon", "-1", "1.5", ""):
+            r = await c.post("/query", json=claim("w"), headers={"Fenec-Wait": bad})
+            assert r.status_code == 400 and r.json() == {"error": "Fenec-Wait is milliseconds"}
