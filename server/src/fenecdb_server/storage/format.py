@@ -51,9 +51,27 @@ class Scan:
     torn: str | None = None  # why the bytes after `end` are a torn tail, if there are any
 
 
-def _all_zero(data: bytes | memoryview, start: int) -> bool:
-    rest = bytes(data[start:])
-    return not rest.strip(b"\x00")
+def valid_record_at(data: bytes, view: memoryview, q: int) -> bool:
+    """Whether a whole valid record (both checks pass) starts at offset `q`."""
+    if len(data) - q < RECORD_HEADER_SIZE:
+        return False
+    word, pcrc, hcrc = _HEAD12.unpack_from(data, q)
+    if zlib.crc32(view[q : q + 8]) != hcrc:
+        return False
+    end = q + RECORD_HEADER_SIZE + (word & MAX_PAYLOAD)
+    return end <= len(data) and zlib.crc32(view[q + RECORD_HEADER_SIZE : end]) == pcrc
+
+
+def _valid_record_from(data: bytes, view: memoryview, start: int) -> int | None:
+    """The first offset >= `start` where a valid record starts, or None.
+
+    Only run once, at the first invalid record: over a torn tail this is the size of the
+    writes in flight at the crash; over real corruption the next record is found quickly.
+    """
+    for q in range(start, len(data) - RECORD_HEADER_SIZE + 1):
+        if valid_record_at(data, view, q):
+            return q
+    return None
 
 
 def scan(data: bytes) -> Scan:
@@ -87,10 +105,11 @@ def scan(data: bytes) -> Scan:
             break
         word, pcrc, hcrc = unpack(data, pos)
         if crc32(view[pos : pos + 8]) != hcrc:
-            if _all_zero(view, pos + RECORD_HEADER_SIZE):
-                out.torn = "a record header that fails its check, with only zeros after it"
+            later = _valid_record_from(data, view, pos + 1)
+            if later is None:
+                out.torn = "a record header that fails its check, with no valid record after it"
                 break
-            raise CorruptLog(pos, "a record header fails its check and data follows it")
+            raise CorruptLog(pos, f"a record header fails its check, and a valid record follows at {later}")
         n = word & MAX_PAYLOAD
         start = pos + RECORD_HEADER_SIZE
         end = start + n
@@ -99,10 +118,11 @@ def scan(data: bytes) -> Scan:
             break
         payload = view[start:end]
         if crc32(payload) != pcrc:
-            if _all_zero(view, end):
-                out.torn = "a last record whose payload fails its check"
+            later = _valid_record_from(data, view, end)
+            if later is None:
+                out.torn = "a record whose payload fails its check, with no valid record after it"
                 break
-            raise CorruptLog(pos, "a record's payload fails its check and data follows it")
+            raise CorruptLog(pos, f"a record's payload fails its check, and a valid record follows at {later}")
         if word & SNAPSHOT_BIT:
             if pos != FILE_HEADER_SIZE:
                 raise CorruptLog(pos, "a snapshot record after the first record")

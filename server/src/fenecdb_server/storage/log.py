@@ -31,17 +31,21 @@ Recovery (`Log.open`, code in `format.scan`). Check the file header (an empty fi
 holding only a prefix of the header, is a crash during creation: it is rewritten). Then read
 records from offset 16 while they are valid. At the first invalid record, at offset P:
 
-    1. fewer than 12 bytes are left                        -> torn tail
-    2. the header's check fails: torn tail if every byte after those 12 is zero (a header
-       that was being written, or unwritten blocks after a power loss), else CORRUPT at P
-    3. the header is valid and the payload runs past the end of the file -> torn tail
-    4. the payload's check fails: torn tail if every byte after the record is zero,
-       else CORRUPT at P
+    1. fewer than 12 bytes are left                                    -> torn tail
+    2. the header is valid and the payload runs past the end of the file -> torn tail
+    3. a check fails (header or payload): look for a valid record starting at any later
+       offset (after the claimed end when the header is valid, else from P + 1).
+       None found -> torn tail: only the remains of the writes in flight at the crash
+       (a half-written header, zeros of never-written blocks, a payload cut by a power
+       loss) follow P. One found -> CORRUPT at P: a valid record would be dropped.
 
 A torn tail is cut off the file (truncate to P, fsync) and logged on the "fenecdb.storage"
 logger, so the next append does not land after garbage. CORRUPT refuses to open: `CorruptLog`
-names the offset P, and nothing is dropped. A damaged *last* record with nothing after it is
-indistinguishable from a torn write and is cut like one; damage anywhere before it is caught.
+names the offset P, and nothing is dropped. A damaged *last* record is indistinguishable from
+a torn write and is cut like one; damage to any record with a valid record after it is caught.
+(After a power loss under `--sync <ms>` or `off`, the OS may have written a later block of the
+unsynced tail but not an earlier one; that also reads as CORRUPT, on purpose: the file is
+refused rather than a valid record silently dropped.)
 
 Appends and durability: `append` writes the framed record to the OS file at once (one
 pwritev) and returns a ticket, the record's number since open; `wait_durable(ticket)`

@@ -1,0 +1,111 @@
+"""Compaction: the file becomes its snapshot plus every record written since the mark, while
+writes go on; the swap holds the log's lock only briefly."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+from fenecdb_server.errors import FenecError
+from fenecdb_server.storage import Log
+from fenecdb_server.storage.files import FaultyFiles
+
+
+def reopen(path: str) -> tuple[bytes | None, list[bytes]]:
+    lg = Log(path, sync="off")
+    try:
+        return lg.open()
+    finally:
+        lg.close()
+
+
+def test_compaction_keeps_the_snapshot_and_the_records_after_the_mark(tmp_path) -> None:
+    path = str(tmp_path / "db.fenec")
+    lg = Log(path, sync="always")
+    lg.open()
+    for i in range(200):
+        lg.append(b"job %d claimed again and again" % (i % 5))
+    mark = lg.compaction_start()
+    lg.append(b"after the mark")
+    before = os.path.getsize(path)
+    result = lg.compaction_finish(b"five live jobs", mark)
+    assert result["bytes_before"] == before
+    assert result["bytes_after"] == os.path.getsize(path) < before // 10
+    lg.wait_durable(lg.append(b"after the swap"))
+    stats = lg.stats()
+    assert stats["records"] == 2 and stats["file_bytes"] == os.path.getsize(path)
+    lg.close()
+    assert reopen(path) == (b"five live jobs", [b"after the mark", b"after the swap"])
+
+
+def test_a_second_compaction_replaces_the_first_snapshot(tmp_path) -> None:
+    path = str(tmp_path / "db.fenec")
+    lg = Log(path, sync="off")
+    lg.open()
+    lg.append(b"a")
+    lg.compaction_finish(b"S1", lg.compaction_start())
+    lg.append(b"b")
+    lg.compaction_finish(b"S2", lg.compaction_start())
+    lg.append(b"c")
+    lg.close()
+    assert reopen(path) == (b"S2", [b"c"])
+
+
+def test_only_one_compaction_at_a_time(tmp_path) -> None:
+    lg = Log(str(tmp_path / "db.fenec"), sync="off")
+    lg.open()
+    mark = lg.compaction_start()
+    with pytest.raises(FenecError, match="already running"):
+        lg.compaction_start()
+    lg.compaction_cancel()
+    lg.compaction_finish(b"S", lg.compaction_start())
+    assert mark is not None
+    lg.close()
+
+
+def test_writes_during_a_compaction_all_survive_in_order(tmp_path) -> None:
+    # more than the 1 MiB catch-up threshold arrives while the side file is written
+    path = str(tmp_path / "db.fenec")
+    files = FaultyFiles()
+    lg = Log(path, sync="always", files=files)
+    lg.open()
+    for i in range(100):
+        lg.append(b"old %d" % i)
+    write_lock = threading.Lock()
+    with write_lock:
+        mark = lg.compaction_start()
+    stop = threading.Event()
+    written: list[bytes] = []
+
+    def writer() -> None:
+        i = 0
+        while not stop.is_set() or i < 50:
+            payload = b"new %06d " % i + b"x" * 2000
+            with write_lock:
+                ticket = lg.append(payload)
+                written.append(payload)
+            lg.wait_durable(ticket)
+            i += 1
+
+    t = threading.Thread(target=writer)
+    t.start()
+    while len(written) < 600:  # about 1.2 MB after the mark before the side file starts
+        threading.Event().wait(0.001)
+    result = lg.compaction_finish(b"the snapshot", mark)
+    stop.set()
+    t.join()
+    lg.close()
+    snapshot, records = reopen(path)
+    assert snapshot == b"the snapshot"
+    assert records == written
+    assert result["lock_us"] < 1_000_000
+
+
+def test_a_leftover_side_file_is_removed_at_open(tmp_path) -> None:
+    path = str(tmp_path / "db.fenec")
+    reopen(path)
+    with open(path + ".compact", "wb") as f:
+        f.write(b"half a compaction")
+    assert reopen(path) == (None, [])
+    assert not os.path.exists(path + ".compact")
