@@ -1,0 +1,488 @@
+package fenecdb
+
+// The client: transport, token, timeout, waiting, cancellation and idempotency (clients.md §1, §3.3, §3.8).
+//
+// Every call sends exactly one POST /query (or POST /batch) with its body whole and a Content-Length.
+// A call is bounded by the caller's ctx and by the client timeout; on a client made by Wait the timeout
+// is extended by the wait it sends, so a held claim is never cut short by the client's own timeout.
+// Cancelling ctx abandons the request and closes its connection, which gives a held claim up at the
+// server. Copies made by Wait and IdempotencyKey share the connections and the seq of their parent.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Client talks to one FenecDB server. It is safe for concurrent use.
+type Client struct {
+	base    string
+	token   string
+	timeout time.Duration
+	hc      *http.Client
+	seq     *atomic.Int64
+
+	wait    time.Duration
+	hasWait bool
+	key     string
+	hasKey  bool
+	err     *QueryError // a refused Wait or IdempotencyKey, returned by every call of this copy
+}
+
+// Option configures New.
+type Option func(*Client)
+
+// WithToken sends Authorization: Bearer <token> on every request.
+func WithToken(token string) Option { return func(c *Client) { c.token = token } }
+
+// WithTimeout bounds each request (30 s by default; 0 for none). A held request gets its wait on top.
+func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
+
+// WithHTTPClient sends through hc instead of the package's own client. Leave hc.Timeout at 0: a held
+// claim outlasts a fixed timeout, and this client bounds each request itself.
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+var defaultHTTP = &http.Client{Transport: &http.Transport{
+	Proxy:               nil, // a database client speaks to its server, not through an environment proxy
+	MaxIdleConnsPerHost: 64,
+	IdleConnTimeout:     50 * time.Second, // under the server's 60 s idle close, so no request meets a closed socket
+}}
+
+// New makes a client of the server at url, such as "http://127.0.0.1:8080". A trailing / is ignored.
+func New(url string, opts ...Option) *Client {
+	c := &Client{base: strings.TrimRight(url, "/"), timeout: 30 * time.Second, hc: defaultHTTP, seq: new(atomic.Int64)}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.hc == nil {
+		c.hc = defaultHTTP
+	}
+	return c
+}
+
+// Seq is the highest change counter (Fenec-Seq) this client and its copies have seen.
+func (c *Client) Seq() int64 { return c.seq.Load() }
+
+// Wait is a copy whose requests carry Fenec-Wait: <d in ms>, so a claim that would take nothing is held
+// at the server until it can take something, or for at most d (the server caps it at 30 s). Each of its
+// requests is bounded by the client timeout plus d, under the caller's ctx. A negative d is refused
+// before sending.
+func (c *Client) Wait(d time.Duration) *Client {
+	n := *c
+	n.wait, n.hasWait = d, true
+	if d < 0 && n.err == nil {
+		n.err = refuse("wait is a duration from 0 (got %s)", d)
+	}
+	return &n
+}
+
+// IdempotencyKey is a copy whose writes carry Idempotency-Key: key. A retry of the same request with the
+// same key is answered what the first answered (Result.Replayed), and runs nothing.
+func (c *Client) IdempotencyKey(key string) *Client {
+	n := *c
+	n.key, n.hasKey = key, true
+	if key == "" && n.err == nil {
+		n.err = refuse("an idempotency key is a text, not empty")
+	}
+	return &n
+}
+
+// From starts a query on collection, bound to this client.
+func (c *Client) From(collection string) *Query {
+	q := From(collection)
+	q.db = c
+	return q
+}
+
+// Result is what a write answers.
+type Result struct {
+	Affected int64  // rows written; len(Rows) when the write answered rows
+	Rows     []Row  // the rows of a write with Returning (an empty slice when it took none)
+	Message  string // the answer of a schema statement
+	Seq      int64  // Fenec-Seq of the answer (0 when the server sent none)
+	Replayed bool   // the stored answer of an earlier request under the same Idempotency-Key
+}
+
+// Statement is one statement of a batch.
+type Statement struct {
+	Text   string
+	Params []any
+}
+
+// Stmt makes a batch statement.
+func Stmt(text string, params ...any) Statement { return Statement{Text: text, Params: params} }
+
+// BatchItem is the answer of one statement of a batch: Rows for a read (or a returning), else Affected,
+// or Message for a schema statement.
+type BatchItem struct {
+	Affected int64
+	Message  string
+	Rows     []Row
+}
+
+// BatchResult is what a batch answers.
+type BatchResult struct {
+	OK       int
+	Results  []BatchItem
+	Seq      int64
+	Replayed bool
+}
+
+// answer is one HTTP answer that succeeded.
+type answer struct {
+	body     []byte
+	seq      int64
+	replayed bool
+}
+
+func encodeBody(text string, params []any) ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteString(`{"query":`)
+	t, _ := marshalNoEscape(text)
+	b.Write(t)
+	b.WriteString(`,"params":`)
+	if params == nil {
+		params = []any{}
+	}
+	if err := encodeValue(&b, params); err != nil {
+		return nil, err
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// send posts one body and reads the answer; a status of 400 or more is an *Error.
+func (c *Client) send(ctx context.Context, path, contentType string, body []byte) (answer, error) {
+	if c.err != nil {
+		return answer{}, c.err
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if c.timeout > 0 {
+		limit := c.timeout
+		if c.hasWait {
+			limit += c.wait
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, limit)
+		defer cancel()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(body))
+	if err != nil {
+		return answer{}, fmt.Errorf("fenecdb: %w", err)
+	}
+	req.Header.Set("Content-Type", contentType)
+	req.Header.Set("Accept", "application/json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if c.hasKey {
+		req.Header.Set("Idempotency-Key", c.key)
+	}
+	if c.hasWait {
+		req.Header.Set("Fenec-Wait", strconv.FormatInt(c.wait.Milliseconds(), 10))
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return answer{}, fmt.Errorf("fenecdb: POST %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return answer{}, fmt.Errorf("fenecdb: POST %s: reading the answer: %w", path, err)
+	}
+	if resp.StatusCode >= 400 {
+		return answer{}, serverError(resp.StatusCode, data)
+	}
+	a := answer{body: data, replayed: strings.EqualFold(resp.Header.Get("Idempotent-Replayed"), "true")}
+	if s := resp.Header.Get("Fenec-Seq"); s != "" {
+		if n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64); err == nil {
+			a.seq = n
+			for {
+				old := c.seq.Load()
+				if n <= old || c.seq.CompareAndSwap(old, n) {
+					break
+				}
+			}
+		}
+	}
+	return a, nil
+}
+
+func serverError(status int, body []byte) *Error {
+	e := &Error{Status: status, Code: CodeOf(status), At: -1}
+	var parsed struct {
+		Error     *string `json:"error"`
+		At        *int    `json:"at"`
+		Completed *int    `json:"completed"`
+	}
+	if json.Unmarshal(body, &parsed) == nil && parsed.Error != nil {
+		e.Message = *parsed.Error
+		if parsed.At != nil {
+			e.At = *parsed.At
+		}
+		if parsed.Completed != nil {
+			e.Completed = *parsed.Completed
+		}
+	} else {
+		e.Message = strings.TrimSpace(string(body))
+		if e.Message == "" {
+			e.Message = http.StatusText(status)
+		}
+	}
+	return e
+}
+
+// run sends one statement to /query.
+func (c *Client) run(ctx context.Context, text string, params []any) (answer, error) {
+	body, err := encodeBody(text, params)
+	if err != nil {
+		return answer{}, err
+	}
+	return c.send(ctx, "/query", "application/json", body)
+}
+
+// Query runs one statement of text and answers its rows (nil for an answer that is not rows).
+func (c *Client) Query(ctx context.Context, text string, params ...any) ([]Row, error) {
+	a, err := c.run(ctx, text, params)
+	if err != nil {
+		return nil, err
+	}
+	v, err := decodeAnswer(a.body)
+	if err != nil {
+		return nil, err
+	}
+	rows, _ := toRows(v)
+	return rows, nil
+}
+
+// Exec runs one statement of text and answers what it wrote.
+func (c *Client) Exec(ctx context.Context, text string, params ...any) (Result, error) {
+	a, err := c.run(ctx, text, params)
+	if err != nil {
+		return Result{}, err
+	}
+	return toResult(a)
+}
+
+func toResult(a answer) (Result, error) {
+	res := Result{Seq: a.seq, Replayed: a.replayed}
+	v, err := decodeAnswer(a.body)
+	if err != nil {
+		return res, err
+	}
+	if rows, ok := toRows(v); ok {
+		res.Rows, res.Affected = rows, int64(len(rows))
+		return res, nil
+	}
+	if m, ok := v.(map[string]any); ok {
+		res.Affected, _ = m["affected"].(int64)
+		res.Message, _ = m["message"].(string)
+		return res, nil
+	}
+	return res, fmt.Errorf("fenecdb: an answer of an unknown shape: %.200s", a.body)
+}
+
+func toRows(v any) ([]Row, bool) {
+	list, ok := v.([]any)
+	if !ok {
+		return nil, false
+	}
+	rows := make([]Row, 0, len(list))
+	for _, e := range list {
+		m, _ := e.(map[string]any)
+		rows = append(rows, Row(m))
+	}
+	return rows, true
+}
+
+// Batch runs statements as one all-or-nothing block (POST /batch). A statement that fails puts back
+// every one before it; the *Error then has At, the index of that statement.
+func (c *Client) Batch(ctx context.Context, statements ...Statement) (BatchResult, error) {
+	var body bytes.Buffer
+	for _, s := range statements {
+		line, err := encodeBody(s.Text, s.Params)
+		if err != nil {
+			return BatchResult{}, err
+		}
+		body.Write(line)
+		body.WriteByte('\n')
+	}
+	a, err := c.send(ctx, "/batch", "application/x-ndjson", body.Bytes())
+	if err != nil {
+		return BatchResult{}, err
+	}
+	res := BatchResult{Seq: a.seq, Replayed: a.replayed}
+	v, err := decodeAnswer(a.body)
+	if err != nil {
+		return res, err
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return res, fmt.Errorf("fenecdb: a batch answer of an unknown shape: %.200s", a.body)
+	}
+	okCount, _ := m["ok"].(int64)
+	res.OK = int(okCount)
+	items, _ := m["results"].([]any)
+	for _, it := range items {
+		im, _ := it.(map[string]any)
+		var item BatchItem
+		item.Affected, _ = im["affected"].(int64)
+		item.Message, _ = im["message"].(string)
+		if rows, ok := toRows(im["rows"]); ok {
+			item.Rows, item.Affected = rows, int64(len(rows))
+		}
+		res.Results = append(res.Results, item)
+	}
+	return res, nil
+}
+
+// ---- endpoints of the builder
+
+func (q *Query) client() (*Client, error) {
+	if q.db == nil {
+		return nil, refuse("this query has no client: start it with db.From to send it")
+	}
+	return q.db, nil
+}
+
+func (q *Query) sendRead(ctx context.Context, first, count bool) (answer, error) {
+	text, params, err := q.readText(first, count)
+	if err != nil {
+		return answer{}, err
+	}
+	db, err := q.client()
+	if err != nil {
+		return answer{}, err
+	}
+	return db.run(ctx, text, params)
+}
+
+// Rows sends the read and answers its rows.
+func (q *Query) Rows(ctx context.Context) ([]Row, error) {
+	a, err := q.sendRead(ctx, false, false)
+	if err != nil {
+		return nil, err
+	}
+	v, err := decodeAnswer(a.body)
+	if err != nil {
+		return nil, err
+	}
+	rows, _ := toRows(v)
+	return rows, nil
+}
+
+// First sends the read with limit 1 (a read require kept) and answers its row, or nil.
+func (q *Query) First(ctx context.Context) (Row, error) {
+	a, err := q.sendRead(ctx, true, false)
+	if err != nil {
+		return nil, err
+	}
+	v, err := decodeAnswer(a.body)
+	if err != nil {
+		return nil, err
+	}
+	rows, _ := toRows(v)
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	return rows[0], nil
+}
+
+// Count sends the read with count and answers the number.
+func (q *Query) Count(ctx context.Context) (int64, error) {
+	a, err := q.sendRead(ctx, false, true)
+	if err != nil {
+		return 0, err
+	}
+	v, err := decodeAnswer(a.body)
+	if err != nil {
+		return 0, err
+	}
+	rows, _ := toRows(v)
+	if len(rows) != 1 {
+		return 0, fmt.Errorf("fenecdb: a count answered %.200s", a.body)
+	}
+	n, ok := rows[0]["count"].(int64)
+	if !ok {
+		return 0, fmt.Errorf("fenecdb: a count answered %.200s", a.body)
+	}
+	return n, nil
+}
+
+// RowsAs sends the read of q and decodes its rows into T, by their json names.
+func RowsAs[T any](ctx context.Context, q *Query) ([]T, error) {
+	a, err := q.sendRead(ctx, false, false)
+	if err != nil {
+		return nil, err
+	}
+	var out []T
+	if err := json.Unmarshal(a.body, &out); err != nil {
+		return nil, fmt.Errorf("fenecdb: decoding rows into %T: %w", out, err)
+	}
+	return out, nil
+}
+
+// Insert puts one document or several: Insert(ctx, doc), Insert(ctx, d1, d2, Require(2)), or a slice of
+// documents. No document at all sends nothing and answers 0.
+func (q *Query) Insert(ctx context.Context, docsAndOptions ...any) (Result, error) {
+	if q.err == nil {
+		if docs, _ := splitArgs(docsAndOptions); len(docs) == 0 || (len(docs) == 1 && isEmptyList(docs[0])) {
+			if err := q.writeChecks("insert"); err != nil {
+				return Result{}, err
+			}
+			return Result{}, nil
+		}
+	}
+	text, params, _, err := q.insertText(docsAndOptions)
+	if err != nil {
+		return Result{}, err
+	}
+	return q.sendWrite(ctx, text, params)
+}
+
+func isEmptyList(v any) bool {
+	if _, isDoc := v.(Doc); isDoc {
+		return false
+	}
+	list, ok := listOf(v)
+	return ok && len(list) == 0
+}
+
+// Update sets patch on the rows the chain picks. Options: All, Require, Returning.
+func (q *Query) Update(ctx context.Context, patch any, opts ...WriteOption) (Result, error) {
+	text, params, err := q.updateText(patch, collectOptions(opts))
+	if err != nil {
+		return Result{}, err
+	}
+	return q.sendWrite(ctx, text, params)
+}
+
+// Delete deletes the rows the chain picks. Options: All, Require, Returning (a pop).
+func (q *Query) Delete(ctx context.Context, opts ...WriteOption) (Result, error) {
+	text, params, err := q.deleteText(collectOptions(opts))
+	if err != nil {
+		return Result{}, err
+	}
+	return q.sendWrite(ctx, text, params)
+}
+
+func (q *Query) sendWrite(ctx context.Context, text string, params []any) (Result, error) {
+	db, err := q.client()
+	if err != nil {
+		return Result{}, err
+	}
+	a, err := db.run(ctx, text, params)
+	if err != nil {
+		return Result{}, err
+	}
+	return toResult(a)
+}

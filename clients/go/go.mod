@@ -1,0 +1,3 @@
+module fenecdb.dev/go/fenecdb
+
+go 1.22
