@@ -14,4 +14,4 @@ export type { Computed } from './values.js';
 export { FenecError } from './errors.js';
 export type { FenecCode, FenecErrorDetails } from './errors.js';
 export { Worker, Job } from './worker.js';
-export type { FailOptions, WorkerOptions } from './worker.js';
+export type { ClaimOptions, WorkerOptions } from './worker.js';

@@ -1,0 +1,34 @@
+// The conformance run of the JS SDK (conformance.md A.7, B.6, C.1): the vectors runner, then the
+// scenario runner, then exactly one summary line `js: N passed, M failed`. Exit 0 exactly when M is 0.
+//
+//   FENEC_VECTORS    a vectors file (default: the project's conformance/builder.json)
+//   FENEC_SCENARIOS  a scenarios file (default: the project's conformance/worker-scenarios.json)
+//   FENEC_ONLY       run only the cases and scenarios whose name holds this text
+//   FENEC_URL, FENEC_TOKEN, FENEC_REQUIRE_SERVER=1   the live server of Part B
+import { resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { runVectors } from './vectors.mjs';
+import { runScenarios } from './scenarios.mjs';
+
+// The repository root, from this file's place (clients/js/test/conformance), never from the cwd.
+const ROOT = fileURLToPath(new URL('../../../../', import.meta.url));
+// The project's own file covers every rule of R1–R22 (A.9); fewer cases than this means it was cut.
+const PROJECT_MIN_CASES = 200;
+
+const env = process.env;
+const pick = (name, fallback) => (env[name] ? resolve(process.cwd(), env[name]) : fallback);
+const vectors = pick('FENEC_VECTORS', resolve(ROOT, 'conformance/builder.json'));
+const scenarios = pick('FENEC_SCENARIOS', resolve(ROOT, 'conformance/worker-scenarios.json'));
+const only = env.FENEC_ONLY || undefined;
+
+const v = await runVectors(vectors, { only, minCases: env.FENEC_VECTORS ? 1 : PROJECT_MIN_CASES });
+const s = await runScenarios(scenarios, {
+  url: env.FENEC_URL || undefined,
+  token: env.FENEC_TOKEN || undefined,
+  only,
+  requireServer: env.FENEC_REQUIRE_SERVER === '1',
+});
+const passed = v.passed + s.passed;
+const failed = v.failed + s.failed;
+console.log(`js: ${passed} passed, ${failed} failed`);
+process.exitCode = failed === 0 ? 0 : 1;

@@ -1,0 +1,50 @@
+// Starts a real fenec-server for the live tests: in memory, on a free loopback port, read from its
+// `listening on: http://<addr>` line; stopped with SIGTERM.
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
+export const SERVER = `${ROOT}.venv/bin/fenec-server`;
+
+/** Why the live tests cannot run here, or undefined when they can. */
+export function liveSkipReason() {
+  if (!existsSync(SERVER)) return 'no fenec-server in the repository venv (.venv/bin/fenec-server)';
+  return undefined;
+}
+
+export async function startServer(extraArgs = []) {
+  const child = spawn(SERVER, ['--http', '127.0.0.1:0', ...extraArgs], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  const url = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`fenec-server did not say where it listens in 20 s:\n${log}`)), 20000);
+    child.stderr.setEncoding('utf8');
+    child.stderr.on('data', (chunk) => {
+      log += chunk;
+      const m = /listening on: (http:\/\/\S+)/.exec(log);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1].replace(/\/+$/, ''));
+      }
+    });
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`fenec-server exited with ${code} before listening:\n${log}`));
+    });
+  });
+  child.stderr.on('data', () => {}); // keep draining
+  return {
+    url,
+    log: () => log,
+    stop: () =>
+      new Promise((resolve) => {
+        if (child.exitCode !== null) return resolve(child.exitCode);
+        const kill = setTimeout(() => child.kill('SIGKILL'), 5000);
+        child.once('exit', (code) => {
+          clearTimeout(kill);
+          resolve(code);
+        });
+        child.kill('SIGTERM');
+      }),
+  };
+}
