@@ -1,0 +1,61 @@
+"""Shared helpers for the server's tests: a clock the test moves, and a full dump of a database.
+
+The clock starts where the spec's examples start (`fenecql.md` conventions: 2026-05-03T09:20:00Z,
+epoch ms 1777800000000) and moves only when a test says so, so `now()` answers are exact.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+SPEC_EPOCH_MS = 1777800000000
+
+
+class TestClock:
+    """A callable clock for `Database(clock=...)`: epoch milliseconds, moved by hand."""
+
+    __test__ = False  # not a test class, whatever its name says
+
+    def __init__(self, start_ms: int = SPEC_EPOCH_MS) -> None:
+        self._ms = start_ms
+        self._lock = threading.Lock()
+
+    def __call__(self) -> int:
+        with self._lock:
+            return self._ms
+
+    def advance(self, ms: int) -> None:
+        with self._lock:
+            self._ms += ms
+
+    def set(self, ms: int) -> None:
+        with self._lock:
+            self._ms = ms
+
+
+def dump(db) -> dict:
+    """Every collection's rows (expired ones included) and the database's counters, for before/after checks."""
+    stats = db.stats()
+    names = sorted(stats.get("collections", stats) if isinstance(stats.get("collections"), dict) else
+                   [k for k, v in stats.items() if isinstance(v, dict)])
+    out: dict = {}
+    for name in names:
+        rows = db.query(f"get {name} order id")
+        out[name] = rows
+    return {"rows": out, "stats": stats}
+
+
+@pytest.fixture
+def clock() -> TestClock:
+    return TestClock()
+
+
+@pytest.fixture
+def db(clock):
+    from fenecdb_server import Database
+
+    database = Database(clock=clock)
+    yield database
+    database.close()
