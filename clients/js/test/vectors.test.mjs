@@ -4,6 +4,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { fileURLToPath } from 'node:url';
 import { runVectors } from './conformance/vectors.mjs';
+import { existsSync } from 'node:fs';
+import path from 'node:path';
 
 const data = (name) => fileURLToPath(new URL(`./testdata/${name}`, import.meta.url));
 
@@ -52,4 +54,22 @@ test('a file that is missing, not JSON or empty fails', async () => {
 test('a file with fewer cases than the minimum fails', async () => {
   const r = await runVectors(data('vectors-sample.json'), { minCases: 100, log: () => {} });
   assert.equal(r.failed, 1);
+});
+
+// The project's own vectors (conformance/builder.json) run in the SDK's normal test command too
+// (conformance.md A.7), from the file named by FENEC_VECTORS when it is set.
+const project = fileURLToPath(new URL('../../../conformance/builder.json', import.meta.url));
+const file = process.env.FENEC_VECTORS ? path.resolve(process.cwd(), process.env.FENEC_VECTORS) : project;
+const present = existsSync(file);
+if (!present) console.log(`# skip: no vectors file at ${file} yet`);
+test(`every case of ${path.basename(file)} passes`, { skip: present ? false : `no vectors file at ${file}` }, async () => {
+  const lines = [];
+  const r = await runVectors(file, {
+    only: process.env.FENEC_ONLY || undefined,
+    minCases: process.env.FENEC_VECTORS ? 1 : 200,
+    log: (l) => lines.push(l),
+  });
+  assert.deepEqual(lines.filter((l) => l.startsWith('FAIL')), []);
+  assert.equal(r.failed, 0);
+  assert.ok(r.passed > 0);
 });
