@@ -1,0 +1,626 @@
+"""`Database`: the engine and its data file behind one object, safe from many threads.
+
+    text -> ql.parse (cached) -> engine.prepare (cached per schema version) -> engine.execute
+         -> one record appended to the storage log -> listeners told -> fsync outside the lock
+
+Invariants (the server README lists them too):
+* One writer. Every write statement or block runs under the exclusive lock; reads, and the
+  looks of held claims, share the read lock. So two claims never pick the same row.
+* A write is one atomic record: a block's writes, schema changes and Idempotency-Key answer
+  are appended as one checksummed record, or the block is put back in memory and nothing is.
+* fsync runs outside the write lock (group commit in the storage layer).
+* A storage error stops writes: the record is put back, that request is answered 500, and
+  every later write is refused (500) until restart; reads go on.
+* Limits raise errors; nothing is ever truncated.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from . import values as V
+from .engine.collection import Collection
+from .engine.execute import (
+    Block,
+    decode_row,
+    encode_row,
+    max_param,
+    run_create,
+    run_create_index,
+    run_del,
+    run_drop,
+    run_get,
+    run_put,
+    run_set,
+)
+from .engine.holds import Hold, make_hold
+from .engine.prepare import Prepared, prepare
+from .engine.rwlock import RWLock
+from .errors import FenecError
+from .plan.compile import Env
+from .plan.schema import FieldInfo, Schema
+from .ql import ast as A
+from .ql.parser import parse
+
+log = logging.getLogger("fenecdb.database")
+
+PARSE_CACHE = 4096
+SWEEP_GRACE_MS = 60_000
+
+
+@dataclass(frozen=True, slots=True)
+class Idem:
+    """An Idempotency-Key as the engine stores it (http.md §9)."""
+
+    key: str  # already namespaced by the caller
+    request_hash: bytes
+    ttl_ms: int
+    keep_empty: bool = True  # False for held claims: keep the key only once the run took rows
+
+
+class Result:
+    __slots__ = ("answers", "seq", "wrote", "taken", "replayed")
+
+    def __init__(self, answers: list, seq: int, wrote: bool, taken: int, replayed: tuple[int, bytes] | None) -> None:
+        self.answers = answers
+        self.seq = seq
+        self.wrote = wrote
+        self.taken = taken
+        self.replayed = replayed
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Database:
+    """A FenecDB database: in memory when `path` is None, else the data file at `path`."""
+
+    def __init__(self, path: str | None = None, *, sync: str | int = 250,
+                 clock: Callable[[], int] | None = None, files: Any = None) -> None:
+        self._clock = clock or _wall_ms
+        self.collections: dict[str, Collection] = {}
+        self._lock = RWLock()
+        self._parsed: OrderedDict[str, list[A.Statement]] = OrderedDict()
+        self._parsed_mutex = threading.Lock()
+        self._prepared: dict[tuple[str, int], Prepared] = {}
+        self._version = 0
+        self.seq = 0
+        self._listeners: list[Callable[[frozenset[str], int], None]] = []
+        self._idem: dict[str, tuple[bytes, int, bytes, int, int]] = {}
+        self._read_only = False
+        self._closed = False
+        self._failed: str | None = None
+        self.path = path
+        self._log: Any = None
+        if path is not None:
+            from .storage import Log
+
+            self._log = Log(path, sync=sync, files=files) if files is not None else Log(path, sync=sync)
+            snapshot, records = self._log.open()
+            if snapshot is not None:
+                self._load_snapshot(snapshot)
+            for rec in records:
+                self._replay(rec)
+
+    # ---------------------------------------------------------------- engine hooks used by execute
+
+    def collection(self, name: str) -> Collection:
+        c = self.collections.get(name)
+        if c is None:
+            raise FenecError("notfound", f"no collection `{name}`")
+        return c
+
+    def add_collection(self, coll: Collection) -> None:
+        self.collections[coll.name] = coll
+        self.schema_changed()
+
+    def remove_collection(self, name: str) -> None:
+        self.collections.pop(name, None)
+        self.schema_changed()
+
+    def schema_changed(self) -> None:
+        self._version += 1
+        self._prepared.clear()
+
+    # ---------------------------------------------------------------- public surface
+
+    def now(self) -> int:
+        return int(self._clock())
+
+    def set_read_only(self, flag: bool) -> None:
+        self._read_only = bool(flag)
+
+    def listen(self, callback: Callable[[frozenset[str], int], None]) -> None:
+        self._listeners.append(callback)
+
+    def unlisten(self, callback: Callable[[frozenset[str], int], None]) -> None:
+        if callback in self._listeners:
+            self._listeners.remove(callback)
+
+    def query(self, text: str, params: Any = None) -> Any:
+        return self.execute([(text, params)], block=False).answers[0]
+
+    def batch(self, statements: Iterable[tuple[str, Any]]) -> list:
+        stmts = list(statements)
+        if not stmts:
+            raise FenecError("query", "empty batch")
+        res = self.execute(stmts, block=True)
+        return [wrap(a) for a in res.answers]
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._lock.acquire_write()
+        try:
+            self._closed = True
+            if self._log is not None:
+                self._log.close()
+        finally:
+            self._lock.release_write()
+
+    # ---------------------------------------------------------------- parsing and preparing
+
+    def parse(self, text: str) -> list[A.Statement]:
+        if not isinstance(text, str):
+            raise FenecError("query", "`query` must be text")
+        got = self._parsed.get(text)
+        if got is not None:
+            return got
+        stmts = parse(text)
+        with self._parsed_mutex:
+            self._parsed[text] = stmts
+            if len(self._parsed) > PARSE_CACHE:
+                self._parsed.popitem(last=False)
+        return stmts
+
+    def _prepare(self, text: str, i: int, stmt: A.Statement) -> Prepared:
+        key = (text, i)
+        p = self._prepared.get(key)
+        if p is None:
+            p = prepare(stmt, {n: c.schema for n, c in self.collections.items()})
+            if len(self._prepared) > PARSE_CACHE:
+                self._prepared.clear()
+            self._prepared[key] = p
+        return p
+
+    def _statements(self, statements: list[tuple[str, Any]], block: bool) -> list[tuple[str, A.Statement, list]]:
+        out = []
+        for i, (text, params) in enumerate(statements):
+            try:
+                stmts = self.parse(text)
+                if len(stmts) != 1:
+                    raise FenecError("query", "one statement at a time here: send several as a batch")
+                stmt = stmts[0]
+                params = _params(params)
+                need = max_param(stmt)
+                if need > len(params):
+                    raise FenecError("query", f"parameter ${need} is not bound")
+            except FenecError as e:
+                if block:
+                    e.at = i
+                raise
+            out.append((text, stmt, params))
+        return out
+
+    # ---------------------------------------------------------------- running
+
+    def execute(self, statements: list[tuple[str, Any]], *, block: bool = False,
+                idempotency: Idem | None = None,
+                render: Callable[[list], tuple[int, bytes]] | None = None) -> Result:
+        if not block and len(statements) != 1:
+            raise FenecError("query", "one statement at a time here: send several as a batch")
+        parsed = self._statements(statements, block)
+        writes = any(s.writes for _, s, _ in parsed)
+        if writes and self._read_only:
+            err = FenecError("denied", "the server is in read-only mode")
+            if block:
+                err.at = next(i for i, (_, s, _) in enumerate(parsed) if s.writes)
+            raise err
+        if self._closed:
+            raise FenecError("io", "the database is closed", status=503)
+        if not writes:
+            self._lock.acquire_read()
+            try:
+                answers = self._run_reads(parsed, block)
+                return Result(answers, self.seq, False, 0, None)
+            finally:
+                self._lock.release_read()
+        if self._failed is not None:
+            raise FenecError("io", f"writes are refused since the disk failed: {self._failed}")
+        ticket = None
+        self._lock.acquire_write()
+        try:
+            if idempotency is not None:
+                stored = self._idem.get(idempotency.key)
+                if stored is not None and stored[3] + stored[4] > self.now():
+                    if stored[0] != idempotency.request_hash:
+                        raise FenecError("conflict", "this Idempotency-Key came with another request: a key is for one")
+                    return Result([], self.seq, False, 0, (stored[1], stored[2]))
+            blk = Block(self)
+            answers, taken = self._run_block(parsed, block, blk)
+            keep_key = idempotency is not None and (taken > 0 or idempotency.keep_empty)
+            if blk.ops or keep_key:
+                if keep_key:
+                    assert idempotency is not None
+                    status, body = render(answers) if render is not None else (200, _json_bytes(answers))
+                    at = self.now()
+                    entry = (idempotency.request_hash, status, body, at, idempotency.ttl_ms)
+                    blk.ops.append(("k", idempotency.key, entry))
+                    old = self._idem.get(idempotency.key)
+                    self._idem[idempotency.key] = entry
+                    blk.schema_undo.append(_restore_idem(self._idem, idempotency.key, old))
+                if blk.writes:
+                    self.seq += blk.writes
+                else:
+                    self.seq += 1
+                if self._log is not None:
+                    try:
+                        ticket = self._log.append(self._encode(blk.ops))
+                    except FenecError as e:
+                        blk.rollback()
+                        self.seq -= blk.writes or 1
+                        self._failed = e.message
+                        raise
+                touched = frozenset(blk.touched)
+                for cb in self._listeners:
+                    cb(touched, self.seq)
+            result = Result(answers, self.seq, True, taken, None)
+        finally:
+            self._lock.release_write()
+        if ticket is not None:
+            try:
+                self._log.wait_durable(ticket)
+            except FenecError as e:
+                self._failed = e.message
+                raise
+        return result
+
+    def _run_reads(self, parsed: list, block: bool) -> list:
+        answers = []
+        for i, (text, stmt, params) in enumerate(parsed):
+            env = Env(params, V.Ts(self.now()))
+            try:
+                p = self._prepare(text, 0, stmt)
+                answers.append(run_get(self, p, env))
+            except FenecError as e:
+                if block:
+                    e.at = i
+                    if e.kind == "unmet" and not e.message.startswith("unmet: "):
+                        e.message = "unmet: " + e.message
+                        e.args = (e.message,)
+                raise
+            except RecursionError:
+                raise _at(FenecError("query", "expression too deep"), i if block else None) from None
+        return answers
+
+    def _run_block(self, parsed: list, block: bool, blk: Block) -> tuple[list, int]:
+        answers = []
+        taken = 0
+        for i, (text, stmt, params) in enumerate(parsed):
+            env = Env(params, V.Ts(self.now()))
+            try:
+                t = type(stmt)
+                if t is A.Set:
+                    ans = run_set(self, self._prepare(text, 0, stmt), env, blk)
+                    taken += len(ans) if type(ans) is list else ans["affected"]
+                elif t is A.Del:
+                    ans = run_del(self, self._prepare(text, 0, stmt), env, blk)
+                    taken += len(ans) if type(ans) is list else ans["affected"]
+                elif t is A.Get:
+                    ans = run_get(self, self._prepare(text, 0, stmt), env)
+                elif t is A.Put:
+                    ans = run_put(self, self._prepare(text, 0, stmt), env, blk)
+                elif t is A.CreateCollection:
+                    ans = run_create(self, stmt, blk)
+                elif t is A.DropCollection:
+                    ans = run_drop(self, stmt, blk)
+                elif t is A.CreateIndex:
+                    ans = run_create_index(self, stmt, blk)
+                else:
+                    raise FenecError("query", f"cannot run {t.__name__}")
+            except FenecError as e:
+                blk.rollback()
+                if block:
+                    e.at = i
+                    if e.kind == "unmet" and not e.message.startswith("unmet: "):
+                        e.message = "unmet: " + e.message
+                        e.args = (e.message,)
+                raise
+            except RecursionError:
+                blk.rollback()
+                raise _at(FenecError("query", "expression too deep"), i if block else None) from None
+            except (IndexError, KeyError, TypeError, ValueError, OverflowError, ZeroDivisionError) as e:
+                # A fault in the engine must never leave a half-applied block behind.
+                blk.rollback()
+                log.exception("internal error running %r", text[:200])
+                raise _at(FenecError("io", f"internal error: {type(e).__name__}", status=500),
+                          i if block else None) from None
+            answers.append(ans)
+        return answers, taken
+
+    # ---------------------------------------------------------------- held claims
+
+    def prepare_hold(self, statements: list[tuple[str, Any]]) -> Hold:
+        parsed = self._statements(statements, block=len(statements) > 1)
+        return make_hold(self, parsed)
+
+    def look(self, fn: Callable[[], Any]) -> Any:
+        """Run fn under the shared read lock (a held claim's look)."""
+        self._lock.acquire_read()
+        try:
+            return fn()
+        finally:
+            self._lock.release_read()
+
+    # ---------------------------------------------------------------- the log
+
+    def _encode(self, ops: list) -> bytes:
+        out = []
+        for op in ops:
+            kind = op[0]
+            if kind == "p":
+                coll = self.collections.get(op[1])
+                schema = coll.schema if coll is not None else None
+                out.append(["p", op[1], op[2], encode_row(schema, op[3])])
+            elif kind == "k":
+                h, status, body, at, ttl = op[2]
+                out.append(["k", op[1], h.hex(), status, body.decode("utf-8", "surrogateescape"), at, ttl])
+            else:
+                out.append(list(op))
+        return json.dumps({"s": self.seq, "o": out}, separators=(",", ":"), ensure_ascii=False).encode()
+
+    def _replay(self, payload: bytes) -> None:
+        rec = json.loads(payload)
+        for op in rec["o"]:
+            kind = op[0]
+            if kind == "p":
+                coll = self.collections[op[1]]
+                row = decode_row(coll.schema, op[2], op[3])
+                old = coll.rows.get(op[2])
+                if old is None:
+                    coll.insert(row, None)
+                else:
+                    coll.replace(old, row, None)
+            elif kind == "d":
+                coll = self.collections[op[1]]
+                old = coll.rows.get(op[2])
+                if old is not None:
+                    coll.delete(old, None)
+            elif kind == "c":
+                self.add_collection(Collection(Schema.from_json(op[2])))
+            elif kind == "x":
+                self.remove_collection(op[1])
+            elif kind == "i":
+                coll = self.collections[op[1]]
+                target, idx_kind, ttl = op[2], op[3], op[4]
+                if "." in target:
+                    coll.schema.indexes[target] = idx_kind
+                else:
+                    f = coll.schema.fields[target]
+                    coll.schema.fields[target] = FieldInfo(f.name, f.type, f.required, idx_kind, ttl)
+                coll.build_index(target, idx_kind)
+                self.schema_changed()
+            elif kind == "k":
+                self._idem[op[1]] = (bytes.fromhex(op[2]), op[3], op[4].encode("utf-8", "surrogateescape"), op[5], op[6])
+            elif kind == "K":
+                self._idem.pop(op[1], None)
+            elif kind == "n":
+                self.collections[op[1]].next_id = max(self.collections[op[1]].next_id, op[2])
+        self.seq = rec["s"]
+
+    def _snapshot_state(self) -> dict:
+        """Under the write lock: a consistent copy (rows are immutable, so a shallow one)."""
+        return {
+            "s": self.seq,
+            "colls": [(c.schema.to_json(), c.next_id, dict(c.rows)) for c in self.collections.values()],
+            "idem": dict(self._idem),
+        }
+
+    def _encode_snapshot(self, state: dict) -> bytes:
+        colls = []
+        for schema_json, next_id, rows in state["colls"]:
+            schema = Schema.from_json(schema_json)
+            colls.append({"schema": schema_json, "next": next_id,
+                          "rows": [[rid, encode_row(schema, r)] for rid, r in sorted(rows.items())]})
+        idem = [[k, h.hex(), st, b.decode("utf-8", "surrogateescape"), at, ttl]
+                for k, (h, st, b, at, ttl) in state["idem"].items()]
+        return json.dumps({"s": state["s"], "colls": colls, "idem": idem}, separators=(",", ":"),
+                          ensure_ascii=False).encode()
+
+    def _load_snapshot(self, payload: bytes) -> None:
+        snap = json.loads(payload)
+        for c in snap["colls"]:
+            coll = Collection(Schema.from_json(c["schema"]))
+            for rid, data in c["rows"]:
+                coll.insert(decode_row(coll.schema, rid, data), None)
+            coll.next_id = max(coll.next_id, c["next"])
+            self.collections[coll.name] = coll
+        for k, h, st, b, at, ttl in snap["idem"]:
+            self._idem[k] = (bytes.fromhex(h), st, b.encode("utf-8", "surrogateescape"), at, ttl)
+        self.seq = snap["s"]
+        self.schema_changed()
+
+    def compact(self) -> dict:
+        """Write a snapshot beside the file and swap it in (storage does the safe rename)."""
+        if self._log is None:
+            return {}
+        self._lock.acquire_write()
+        try:
+            # Put next ids of collections whose top rows were deleted into the snapshot too.
+            mark = self._log.compaction_start()
+            state = self._snapshot_state()
+        finally:
+            self._lock.release_write()
+        try:
+            payload = self._encode_snapshot(state)
+            return self._log.compaction_finish(payload, mark)
+        except BaseException:
+            try:
+                self._log.compaction_cancel()
+            except Exception:
+                pass
+            raise
+
+    def sweep(self) -> int:
+        """Delete rows more than a minute past their @ttl, and Idempotency-Keys past theirs."""
+        now = self.now()
+        doomed: list[tuple[Collection, dict]] = []
+        self._lock.acquire_read()
+        try:
+            for coll in self.collections.values():
+                ttl = coll.schema.ttl_field
+                if ttl is None:
+                    continue
+                idx = coll.index(ttl.name)
+                for rid in idx.walk(None, True, now - ttl.ttl_ms - SWEEP_GRACE_MS, True, False, False):
+                    doomed.append((coll, coll.rows[rid]))
+            old_keys = [k for k, e in self._idem.items() if e[3] + e[4] <= now]
+        finally:
+            self._lock.release_read()
+        if not doomed and not old_keys:
+            return 0
+        ticket = None
+        self._lock.acquire_write()
+        try:
+            if self._failed is not None:
+                return 0
+            blk = Block(self)
+            n = 0
+            for coll, row in doomed:
+                cur = coll.rows.get(row["id"])
+                if cur is row:
+                    blk.touch(coll)
+                    coll.delete(row, blk.undo)
+                    blk.ops.append(("d", coll.name, row["id"]))
+                    n += 1
+            for k in old_keys:
+                e = self._idem.get(k)
+                if e is not None and e[3] + e[4] <= now:
+                    del self._idem[k]
+                    blk.ops.append(("K", k))
+            if blk.ops:
+                self.seq += 1
+                if self._log is not None:
+                    try:
+                        ticket = self._log.append(self._encode(blk.ops))
+                    except FenecError as e:
+                        blk.rollback()
+                        self.seq -= 1
+                        self._failed = e.message
+                        return 0
+                for cb in self._listeners:
+                    cb(frozenset(blk.touched), self.seq)
+        finally:
+            self._lock.release_write()
+        if ticket is not None:
+            self._log.wait_durable(ticket)
+        return n
+
+    # ---------------------------------------------------------------- introspection
+
+    def schemas(self) -> list[dict]:
+        self._lock.acquire_read()
+        try:
+            return [c.schema.to_json() for c in self.collections.values()]
+        finally:
+            self._lock.release_read()
+
+    @property
+    def failed(self) -> str | None:
+        return self._failed
+
+    def storage_stats(self) -> dict:
+        return self._log.stats() if self._log is not None else {}
+
+    def stats(self) -> dict:
+        """Documents per collection, and for a queue (a `run_at` timestamp field) how many jobs
+        are ready, leased (ahead, with an owner), delayed (ahead, no owner) and dead (no run_at),
+        with the age of the oldest ready one in ms."""
+        now = self.now()
+        out: dict[str, Any] = {"collections": {}, "seq": self.seq}
+        self._lock.acquire_read()
+        try:
+            for name, coll in self.collections.items():
+                st: dict[str, Any] = {"documents": len(coll.rows)}
+                f = coll.schema.fields.get("run_at")
+                if f is not None and f.type == "timestamp":
+                    st.update(_queue_stats(coll, now))
+                out["collections"][name] = st
+        finally:
+            self._lock.release_read()
+        out.update({"storage": self.storage_stats(), "failed": self._failed is not None})
+        return out
+
+
+def _queue_stats(coll: Collection, now: int) -> dict:
+    ready = leased = delayed = dead = 0
+    oldest = None
+    has_owner = "owner" in coll.schema.fields
+    idx = coll.index("run_at")
+    if idx is not None and hasattr(idx, "count"):
+        ready = idx.count(None, True, now, True)
+        dead = len(idx.nulls)
+        oldest_v = idx.min_value()
+        if ready and oldest_v is not None:
+            oldest = now - int(oldest_v)
+        ahead_ids = idx.walk(now, False, None, True, False, False)
+        for rid in ahead_ids:
+            if has_owner and coll.rows[rid].get("owner") is not None:
+                leased += 1
+            else:
+                delayed += 1
+    else:
+        for row in coll.rows.values():
+            v = row.get("run_at")
+            if v is None:
+                dead += 1
+            elif v <= now:
+                ready += 1
+                if oldest is None or now - v > oldest:
+                    oldest = now - v
+            elif has_owner and row.get("owner") is not None:
+                leased += 1
+            else:
+                delayed += 1
+    return {"ready": ready, "leased": leased, "delayed": delayed, "dead": dead, "oldest_ready_ms": oldest}
+
+
+def _params(params: Any) -> list:
+    if params is None:
+        return []
+    if isinstance(params, (list, tuple)):
+        return list(params)
+    return [params]
+
+
+def _at(e: FenecError, at: int | None) -> FenecError:
+    e.at = at
+    return e
+
+
+def _restore_idem(store: dict, key: str, old: Any) -> Callable[[], None]:
+    def undo() -> None:
+        if old is None:
+            store.pop(key, None)
+        else:
+            store[key] = old
+    return undo
+
+
+def _json_bytes(answers: list) -> bytes:
+    return json.dumps(answers, separators=(",", ":")).encode()
+
+
+def wrap(answer: Any) -> dict:
+    """A statement's answer in a block's `results` form (http.md §4)."""
+    if isinstance(answer, list):
+        return {"rows": answer}
+    return answer

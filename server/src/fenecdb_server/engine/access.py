@@ -1,0 +1,325 @@
+"""Reading the rows a statement picks: the run-time half of the planner (fenecql.md §14).
+
+`pick` answers exactly what the naive evaluation answers — live rows in ascending id, those
+the filter keeps, sorted stably by the order keys (ties by ascending id), then offset and
+limit — but reads as few rows as it can:
+
+1. an equality on `id`, `@hash` or `@unique` is a lookup;
+2. `order f limit N` over an `@sorted` field walks the index in order, a range on the same
+   field starting and ending the walk, and stops at the page; a walk that has not filled its
+   page within an eighth of the collection gives up and reads the matches instead (rule 4);
+3. a range on another `@sorted` field that holds at most a few thousand rows is read and
+   sorted instead of walking (rule 5: the smaller set wins); a range over more than half the
+   collection is scanned;
+4. `order distance(f, p) limit N` over `@geo` walks cells nearest first; radius and box
+   filters read the cells covering them;
+5. otherwise a scan in id order, stopping at offset + limit when there is no order.
+
+Every row an index yields is still tested against the whole filter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .. import values as V
+from ..plan.compile import Env
+from ..plan.planner import Access, RangeTerm
+from .collection import Collection
+from .geo_index import GiveUp
+
+SMALL_RANGE = 4096
+
+
+class Query:
+    """A compiled read: the filter (expiry folded in), the access terms, order and page."""
+
+    __slots__ = ("filter", "access", "order", "limit", "offset")
+
+    def __init__(self, filt: Callable[[dict, Env], Any] | None, access: Access,
+                 order: list[tuple[Callable, bool]], limit: int | None, offset: int) -> None:
+        self.filter = filt
+        self.access = access
+        self.order = order
+        self.limit = limit
+        self.offset = offset
+
+
+class _Empty(Exception):
+    """A bound made the range empty (a null bound, or lo above hi)."""
+
+
+def _bound_value(coll: Collection, target: str, v: Any) -> tuple[bool, Any]:
+    """Make a bound comparable with the index's keys: (usable, value). Null empties the range."""
+    if v is None:
+        raise _Empty()
+    if "." in target:
+        if type(v) is V.Ts:
+            return False, None
+        return True, V.sort_key(v)
+    if target == "id":
+        return False, None
+    ftype = coll.schema.fields[target].type
+    t = type(v)
+    if ftype in ("int", "float", "timestamp"):
+        if t is int or t is float or t is V.Ts:
+            return True, v
+        if t is str and ftype == "timestamp":
+            ms = V.parse_time(v)
+            if ms is not None:
+                return True, ms
+        return False, None
+    if ftype == "text":
+        if t is str:
+            return True, v
+        return False, None
+    return False, None
+
+
+def _range_bounds(coll: Collection, terms: list[RangeTerm], env: Env) -> tuple[Any, bool, Any, bool] | None:
+    lo = hi = None
+    lo_incl = hi_incl = True
+    for t in terms:
+        raw = t.bound(None, env)
+        if raw is None and t.op == "=":
+            return None  # `f = null` holds for null rows, which no range holds
+        ok, b = _bound_value(coll, t.target, raw)
+        if not ok:
+            return None
+        op = t.op
+        if op in (">", ">=", "="):
+            incl = op != ">"
+            if lo is None or b > lo or (b == lo and not incl):
+                lo, lo_incl = b, incl
+        if op in ("<", "<=", "="):
+            incl = op != "<"
+            if hi is None or b < hi or (b == hi and not incl):
+                hi, hi_incl = b, incl
+    if lo is not None and hi is not None and (lo > hi or (lo == hi and not (lo_incl and hi_incl))):
+        raise _Empty()
+    return lo, lo_incl, hi, hi_incl
+
+
+def _eq_ids(coll: Collection, target: str, values: Iterable[Any]) -> list[int] | None:
+    if target == "id":
+        out = []
+        for v in values:
+            if type(v) in (int, float, V.Ts) and v == int(v) and int(v) in coll.rows:
+                out.append(int(v))
+        return sorted(set(out))
+    kind, idx, _ = coll.indexes[target]
+    keyed = "." in target
+    out_set: set[int] = set()
+    ftype = None if keyed else coll.schema.fields[target].type
+    for v in values:
+        if v is None:
+            return None  # `f = null` holds for rows no index entry names
+        if not keyed:
+            if ftype == "timestamp" and type(v) is str:
+                ms = V.parse_time(v)
+                if ms is None:
+                    continue
+                v = ms
+            if V.rank(v) != _FIELD_RANK.get(ftype):
+                continue
+        out_set.update(idx.lookup(v))
+    return sorted(out_set)
+
+
+_FIELD_RANK = {"bool": 1, "int": 2, "float": 2, "timestamp": 2, "text": 3, "bytes": 3}
+
+
+def pick(coll: Collection, q: Query, env: Env, need_override: int | None = None) -> list[dict]:
+    """The rows the statement answers, in answer order (offset and limit applied)."""
+    rows = coll.rows
+    if not rows:
+        return []
+    filt = q.filter
+    acc = q.access
+    limit = q.limit if need_override is None else need_override
+    need = None if limit is None else q.offset + limit
+    if need == 0:
+        return []
+    n = len(rows)
+    try:
+        cands: list[int] | None = None
+        for eqt in acc.eqs:
+            ids = _eq_ids(coll, eqt.target, [b(None, env) for b in eqt.bounds])
+            if ids is not None and (cands is None or len(ids) < len(cands)):
+                cands = ids
+        if cands is not None:
+            return _finish(coll, q, env, (rows[i] for i in cands if i in rows), need, sorted_by_id=True)
+
+        ranges: dict[str, tuple] = {}
+        for tgt, terms in acc.ranges.items():
+            if tgt == "id":
+                continue
+            b = _range_bounds(coll, terms, env)
+            if b is not None:
+                ranges[tgt] = b
+
+        if acc.walk is not None and need is not None and not q.order[1:]:
+            # A smaller range on another field beats the walk (rule 5).
+            other = _smallest_range(coll, ranges, exclude=acc.walk)
+            if other is None or other[1] > SMALL_RANGE:
+                got = _walk(coll, q, env, need, ranges.get(acc.walk))
+                if got is not None:
+                    return got[q.offset:need]
+            else:
+                return _finish_range(coll, q, env, other[0], ranges[other[0]], need)
+
+        if acc.geo_walk is not None and need is not None:
+            got = _geo_walk(coll, q, env, need)
+            if got is not None:
+                return got[q.offset:need]
+
+        for g in acc.geos:
+            ids = _geo_ids(coll, g, env)
+            if ids is not None:
+                return _finish(coll, q, env, (rows[i] for i in sorted(ids) if i in rows), need,
+                               sorted_by_id=True)
+
+        best = _smallest_range(coll, ranges)
+        if best is not None and best[1] <= n // 2:
+            return _finish_range(coll, q, env, best[0], ranges[best[0]], need)
+    except _Empty:
+        return []
+    return _finish(coll, q, env, coll.ids_in_order().values(), need, sorted_by_id=True)
+
+
+def _smallest_range(coll: Collection, ranges: dict[str, tuple], exclude: str | None = None) -> tuple[str, int] | None:
+    best = None
+    for tgt, (lo, li, hi, hi_incl) in ranges.items():
+        if tgt == exclude:
+            continue
+        cnt = coll.index(tgt).count(lo, li, hi, hi_incl)
+        if best is None or cnt < best[1]:
+            best = (tgt, cnt)
+    return best
+
+
+def _finish_range(coll: Collection, q: Query, env: Env, tgt: str, bounds: tuple, need: int | None) -> list[dict]:
+    idx = coll.index(tgt)
+    lo, li, hi, hi_incl = bounds
+    ids = sorted(idx.walk(lo, li, hi, hi_incl, False, False))
+    rows = coll.rows
+    return _finish(coll, q, env, (rows[i] for i in ids), need, sorted_by_id=True)
+
+
+def _finish(coll: Collection, q: Query, env: Env, rows: Iterable[dict], need: int | None,
+            sorted_by_id: bool) -> list[dict]:
+    """Filter, order, page. `rows` come in ascending id."""
+    filt = q.filter
+    if not q.order:
+        out = []
+        if filt is None:
+            for r in rows:
+                out.append(r)
+                if need is not None and len(out) >= need:
+                    break
+        else:
+            for r in rows:
+                if filt(r, env):
+                    out.append(r)
+                    if need is not None and len(out) >= need:
+                        break
+        return out[q.offset:]
+    matched = [r for r in rows if filt is None or filt(r, env)]
+    return sort_rows(matched, q.order, env)[q.offset:need]
+
+
+def sort_rows(rows: list[dict], order: list[tuple[Callable, bool]], env: Env) -> list[dict]:
+    """Stable sort by each key from the last to the first; rows arrive in ascending id."""
+    if len(order) == 1:
+        fn, desc = order[0]
+        dec = [(V.sort_key(fn(r, env)), r) for r in rows]
+        dec.sort(key=lambda x: x[0], reverse=desc)
+        return [r for _, r in dec]
+    keyed = [([V.sort_key(fn(r, env)) for fn, _ in order], r) for r in rows]
+    for i in range(len(order) - 1, -1, -1):
+        keyed.sort(key=lambda x, i=i: x[0][i], reverse=order[i][1])
+    return [r for _, r in keyed]
+
+
+def _walk(coll: Collection, q: Query, env: Env, need: int, bounds: tuple | None) -> list[dict] | None:
+    tgt = q.access.walk
+    rows = coll.rows
+    filt = q.filter
+    out: list[dict] = []
+    budget = max(64, len(rows) >> 3)
+    if tgt == "id":
+        it: Iterable[int] = reversed(coll.ids_in_order()) if q.access.walk_desc else iter(coll.ids_in_order())
+    else:
+        idx = coll.index(tgt)
+        if bounds is None:
+            it = idx.walk(None, True, None, True, q.access.walk_desc, True)
+        else:
+            lo, li, hi, hi_incl = bounds
+            it = idx.walk(lo, li, hi, hi_incl, q.access.walk_desc, False)
+    seen = 0
+    for rid in it:
+        r = rows[rid]
+        if filt is None or filt(r, env):
+            out.append(r)
+            if len(out) >= need:
+                return out
+        seen += 1
+        if seen > budget:
+            return None
+    return out
+
+
+def _geo_walk(coll: Collection, q: Query, env: Env, need: int) -> list[dict] | None:
+    tgt = q.access.geo_walk
+    p = q.access.geo_point(None, env)
+    if p is None:
+        return None
+    try:
+        pt = V.to_point(p)
+    except Exception:
+        return None
+    idx = coll.index(tgt)
+    rows = coll.rows
+    filt = q.filter
+    out: list[dict] = []
+    budget = max(64, len(rows) >> 3)
+    seen = 0
+
+    def point_of(rid: int) -> Any:
+        return rows[rid][tgt]
+    try:
+        for _, rid in idx.nearest(pt[0], pt[1], point_of, max_cells=max(400, len(rows) >> 2)):
+            r = rows[rid]
+            if filt is None or filt(r, env):
+                out.append(r)
+                if len(out) >= need:
+                    return out
+            seen += 1
+            if seen > budget:
+                return None
+    except GiveUp:
+        return None
+    return out
+
+
+def _geo_ids(coll: Collection, g: Any, env: Env) -> list[int] | None:
+    idx = coll.index(g.target)
+    budget = max(400, len(coll.rows) >> 3)
+    try:
+        if g.kind == "box":
+            box = g.box(None, env)
+            if type(box) not in (list, tuple) or len(box) != 4:
+                return None
+            w, s, e, n = (float(x) for x in box)
+            return idx.box_ids(w, s, e, n, budget)
+        p = g.point(None, env)
+        r = g.radius(None, env)
+        if p is None or r is None:
+            raise _Empty()
+        if type(r) not in (int, float):
+            return None
+        pt = V.to_point(p)
+        return idx.radius_ids(pt[0], pt[1], float(r), budget)
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,162 @@
+"""A collection: its rows (id -> row dict), its id counter and its indexes.
+
+Rows are never changed in place: a write puts a new dict in the row's place, so a row handed
+out (an answer, a snapshot, the undo log) stays as it was. Every change goes through
+`insert`, `replace` and `delete`, which keep the indexes and record what undoes them in the
+block's undo list; a block that fails plays that list backwards (fenecql.md §13).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import FenecError
+from ..plan.schema import Schema
+from .geo_index import GeoIndex
+from .hash_index import HashIndex
+from .sorted_index import SortedIndex
+
+
+def _reader(target: str) -> Callable[[dict], Any]:
+    if target == "id":
+        return lambda row: row["id"]
+    if "." not in target:
+        return lambda row: row.get(target)
+    name, *keys = target.split(".")
+
+    def read(row: dict) -> Any:
+        v = row.get(name)
+        for k in keys:
+            if type(v) is not dict:
+                return None
+            v = v.get(k)
+        return v
+    return read
+
+
+class Collection:
+    __slots__ = ("schema", "rows", "next_id", "indexes", "in_order", "dead_bytes")
+
+    def __init__(self, schema: Schema) -> None:
+        self.schema = schema
+        self.rows: dict[int, dict] = {}
+        self.next_id = 1
+        # target -> (kind, index, reader)
+        self.indexes: dict[str, tuple[str, Any, Callable[[dict], Any]]] = {}
+        self.in_order = True  # rows dict iterates in ascending id
+        for f in schema.fields.values():
+            if f.index:
+                self._make_index(f.name, f.index)
+        for target, kind in schema.indexes.items():
+            self._make_index(target, kind)
+
+    @property
+    def name(self) -> str:
+        return self.schema.name
+
+    def _make_index(self, target: str, kind: str) -> Any:
+        keyed = "." in target
+        if kind in ("sorted", "ttl"):
+            idx: Any = SortedIndex(keyed)
+        elif kind in ("hash", "unique"):
+            idx = HashIndex(kind == "unique", keyed)
+        elif kind == "geo":
+            idx = GeoIndex()
+        else:
+            raise FenecError("query", f"unknown index @{kind}")
+        self.indexes[target] = (kind, idx, _reader(target))
+        return idx
+
+    def build_index(self, target: str, kind: str) -> None:
+        idx = self._make_index(target, kind)
+        read = self.indexes[target][2]
+        for rid, row in self.rows.items():
+            idx.add(rid, read(row))
+
+    def drop_index(self, target: str) -> None:
+        self.indexes.pop(target, None)
+
+    def index(self, target: str) -> Any:
+        entry = self.indexes.get(target)
+        return entry[1] if entry else None
+
+    # ---------------------------------------------------------------- reading
+
+    def ids_in_order(self) -> list[int] | Any:
+        if not self.in_order:
+            self.rows = dict(sorted(self.rows.items()))
+            self.in_order = True
+        return self.rows
+
+    # ---------------------------------------------------------------- writing
+
+    def insert(self, row: dict, undo: list | None) -> None:
+        rid = row["id"]
+        rows = self.rows
+        if rows and self.in_order and rid < next(reversed(rows)):
+            self.in_order = False
+        rows[rid] = row
+        for _, idx, read in self.indexes.values():
+            idx.add(rid, read(row))
+        if rid >= self.next_id:
+            self.next_id = rid + 1
+        if undo is not None:
+            undo.append((self, rid, None))
+
+    def replace(self, old: dict, new: dict, undo: list | None) -> None:
+        rid = old["id"]
+        self.rows[rid] = new
+        for _, idx, read in self.indexes.values():
+            a, b = read(old), read(new)
+            if a is not b and a != b or type(a) is not type(b):
+                idx.remove(rid, a)
+                idx.add(rid, b)
+        if undo is not None:
+            undo.append((self, rid, old))
+
+    def delete(self, old: dict, undo: list | None) -> None:
+        rid = old["id"]
+        del self.rows[rid]
+        for _, idx, read in self.indexes.values():
+            idx.remove(rid, read(old))
+        if undo is not None:
+            undo.append((self, rid, old))
+
+    def undo_one(self, rid: int, old: dict | None) -> None:
+        """Put back one change: old None means the row was inserted."""
+        cur = self.rows.get(rid)
+        if cur is not None:
+            del self.rows[rid]
+            for _, idx, read in self.indexes.values():
+                idx.remove(rid, read(cur))
+        if old is not None:
+            self.rows[rid] = old
+            self.in_order = False if self.rows and rid != max(self.rows) else self.in_order
+            for _, idx, read in self.indexes.values():
+                idx.add(rid, read(old))
+
+    def unique_check(self, row: dict, alive: Callable[[dict], bool], undo: list | None) -> None:
+        """Refuse (409) a row whose @unique value another live row holds; a holder past its
+        @ttl gives the value up and is deleted in the same statement (fenecql.md §4.4)."""
+        rid = row["id"]
+        for target, (kind, idx, read) in self.indexes.items():
+            if kind != "unique":
+                continue
+            v = read(row)
+            if v is None:
+                continue
+            for other in idx.lookup(v):
+                if other == rid:
+                    continue
+                holder = self.rows[other]
+                if alive(holder):
+                    raise FenecError("exists", f"`{self.name}.{target}` is @unique, and {_show(v)} is held by "
+                                               f"document {other}")
+                self.delete(holder, undo)
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, str):
+        return '"' + v[:64] + '"'
+    return repr(v)[:64]

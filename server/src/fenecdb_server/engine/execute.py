@@ -1,0 +1,476 @@
+"""Running prepared statements against the collections, inside a block.
+
+A `Block` is one all-or-nothing unit under the writer (fenecql.md §13): every change is applied
+at once to the live collections and noted in `undo`; the storage ops that replay it are noted
+in `ops`. On failure `rollback` plays the undo list backwards and puts back the id counters
+and the schema, so a failed block leaves nothing behind, not even a spent id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import fields as dc_fields
+from dataclasses import is_dataclass
+from typing import Any
+
+from .. import values as V
+from ..errors import FenecError
+from ..plan.compile import Env
+from ..plan.schema import FieldInfo, Schema, check_annotation
+from ..ql import ast as A
+from .access import pick
+from .collection import Collection
+from .prepare import Prepared, render
+
+
+class Block:
+    __slots__ = ("db", "undo", "ops", "ids", "schema_undo", "touched", "writes")
+
+    def __init__(self, db: Any) -> None:
+        self.db = db  # the Engine
+        self.undo: list = []
+        self.ops: list = []
+        self.ids: dict[Collection, int] = {}  # the id counter each touched collection had
+        self.schema_undo: list[Callable[[], None]] = []
+        self.touched: set[str] = set()
+        self.writes = 0
+
+    def touch(self, coll: Collection) -> None:
+        if coll not in self.ids:
+            self.ids[coll] = coll.next_id
+        self.touched.add(coll.name)
+
+    def rollback(self) -> None:
+        for coll, rid, old in reversed(self.undo):
+            coll.undo_one(rid, old)
+        for coll, nid in self.ids.items():
+            coll.next_id = nid
+        for fn in reversed(self.schema_undo):
+            fn()
+        self.undo.clear()
+        self.ops.clear()
+
+
+def unmet(verb: str, coll: str, got: int, want: int, read: bool = False) -> FenecError:
+    if read:
+        return FenecError("unmet", f"`get {coll}` answered {got} rows, and requires {want}")
+    return FenecError("unmet", f"`{verb} {coll}` wrote {got} rows, and requires {want}")
+
+
+def max_param(node: Any) -> int:
+    """The highest `$n` a statement names (each must be bound before it runs)."""
+    best = 0
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, A.Param):
+            best = max(best, n.n)
+        elif is_dataclass(n):
+            for f in dc_fields(n):
+                stack.append(getattr(n, f.name))
+        elif isinstance(n, tuple):
+            stack.extend(n)
+    return best
+
+
+def encode_row(schema: Schema, row: dict) -> dict:
+    """A row as the log stores it: JSON-able, typed back by the schema when read."""
+    out = {}
+    for k, v in row.items():
+        if k == "id" or v is None:
+            continue
+        t = type(v)
+        if t is bytes:
+            out[k] = v.hex()
+        elif t is tuple:
+            out[k] = list(v)
+        elif t is list and v and type(v[0]) is bytes:
+            out[k] = [x.hex() if x is not None else None for x in v]
+        else:
+            out[k] = v
+    return out
+
+
+def decode_row(schema: Schema, rid: int, data: dict) -> dict:
+    row: dict[str, Any] = {"id": rid}
+    for k, v in data.items():
+        f = schema.fields.get(k)
+        if f is None:
+            continue
+        t = f.type
+        if t == "timestamp":
+            row[k] = V.Ts(v)
+        elif t == "bytes":
+            row[k] = bytes.fromhex(v)
+        elif t == "geo":
+            row[k] = (v[0], v[1])
+        elif isinstance(t, tuple):
+            inner = t[1]
+            if inner == "timestamp":
+                row[k] = [V.Ts(x) if x is not None else None for x in v]
+            elif inner == "bytes":
+                row[k] = [bytes.fromhex(x) if x is not None else None for x in v]
+            else:
+                row[k] = v
+        else:
+            row[k] = v
+    return row
+
+
+def _set_path(obj: Any, keys: tuple[str, ...], value: Any, target: str) -> dict:
+    """Set one key inside a json object, creating objects where the path finds null."""
+    if obj is None:
+        obj = {}
+    if type(obj) is not dict:
+        raise FenecError("type", f"`{target}` passes through a {V.kind_name(obj)}, not an object")
+    out = dict(obj)
+    k = keys[0]
+    if len(keys) == 1:
+        out[k] = value
+    else:
+        out[k] = _set_path(obj.get(k), keys[1:], value, target)
+    return {key: out[key] for key in sorted(out)}
+
+
+def _apply_entries(schema: Schema, base: dict, entries: list, vals: list) -> dict:
+    row = dict(base)
+    for (target, _, ftype), v in zip(entries, vals):
+        if target.keys:
+            jv = V.to_json_value(v)
+            row[target.name] = _set_path(row.get(target.name), target.keys, jv, target.text)
+        else:
+            row[target.name] = V.coerce(v, ftype)
+    return row
+
+
+def _check_required(schema: Schema, row: dict) -> None:
+    for f in schema.fields.values():
+        if f.required and row.get(f.name) is None:
+            raise FenecError("type", f"field `{f.name}` is required and cannot be null")
+
+
+def _needs_required(schema: Schema) -> bool:
+    return any(f.required for f in schema.fields.values())
+
+
+# ---------------------------------------------------------------- the statements
+
+
+def run_get(eng: Any, p: Prepared, env: Env) -> Any:
+    coll = eng.collection(p.coll)
+    q = p.query
+    if p.count:
+        if coll.rows and q.filter is None:
+            return [{"count": len(coll.rows)}]
+        matched = pick(coll, q, env) if coll.rows else []
+        return [{"count": len(matched)}]
+    rows = pick(coll, q, env)
+    if p.require is not None and len(rows) != p.require:
+        raise unmet("get", p.coll, len(rows), p.require, read=True)
+    return render(p.cols, rows, env)
+
+
+def run_set(eng: Any, p: Prepared, env: Env, blk: Block) -> Any:
+    coll = eng.collection(p.coll)
+    picked = pick(coll, p.query, env)
+    if picked:
+        schema = coll.schema
+        blk.touch(coll)
+        patch = p.patch
+        fns = [fn for _, fn, _ in patch]
+        # Work every value out over the rows as they were, before writing any (§6.3).
+        news = []
+        for old in picked:
+            news.append(_apply_entries(schema, old, patch, [f(old, env) for f in fns]))
+        req = _needs_required(schema)
+        uniq = any(k == "unique" for k, _, _ in coll.indexes.values())
+        alive = p.alive
+        undo = blk.undo
+        ops = blk.ops
+        name = coll.name
+        for old, new in zip(picked, news):
+            if req:
+                _check_required(schema, new)
+            if uniq:
+                coll.unique_check(new, (lambda r: alive(r, env)) if alive else (lambda r: True), undo)
+            coll.replace(old, new, undo)
+            ops.append(("p", name, new["id"], new))
+        blk.writes += 1
+    if p.require is not None and len(picked) != p.require:
+        raise unmet("set", p.coll, len(picked), p.require)
+    if p.cols is not None:
+        return render(p.cols, news if picked else [], env)
+    return {"affected": len(picked)}
+
+
+def run_del(eng: Any, p: Prepared, env: Env, blk: Block) -> Any:
+    coll = eng.collection(p.coll)
+    picked = pick(coll, p.query, env)
+    if picked:
+        blk.touch(coll)
+        name = coll.name
+        for old in picked:
+            coll.delete(old, blk.undo)
+            blk.ops.append(("d", name, old["id"]))
+        blk.writes += 1
+    if p.require is not None and len(picked) != p.require:
+        raise unmet("del", p.coll, len(picked), p.require)
+    if p.cols is not None:
+        return render(p.cols, picked, env)
+    return {"affected": len(picked)}
+
+
+def _documents(p: Prepared, env: Env) -> list[dict]:
+    """Each document as {target: value}, evaluated without a row."""
+    schema = p.schema
+    assert schema is not None
+    if p.docs is not None:
+        return [_doc_values(schema, entries, env) for entries in p.docs]
+    stmt = p.stmt
+    assert isinstance(stmt, A.Put) and stmt.param is not None
+    src = env.params[stmt.param - 1]
+    if type(src) is dict:
+        src = [src]
+    if type(src) is not list or not all(type(d) is dict for d in src):
+        raise FenecError("type", f"`{stmt.verb} {p.coll} ${stmt.param}` takes an object or a list of objects")
+    out = []
+    for d in src:
+        row: dict[str, Any] = {}
+        for k, v in d.items():
+            if k == "id":
+                row["id"] = v
+                continue
+            if "." in k:
+                name, *keys = k.split(".")
+                f = schema.field(name)
+                if f.type != "json":
+                    raise FenecError("query", f"`{k}` writes into `{name}`, which is not json")
+                row[name] = _set_path(row.get(name), tuple(keys), V.to_json_value(v), k)
+            else:
+                row[k] = V.coerce(v, schema.field(k).type)
+        out.append(row)
+    return out
+
+
+def _doc_values(schema: Schema, entries: list, env: Env) -> dict:
+    row: dict[str, Any] = {}
+    for target, fn, ftype in entries:
+        v = fn(None, env)
+        if target.name == "id" and not target.keys:
+            row["id"] = v
+        elif target.keys:
+            row[target.name] = _set_path(row.get(target.name), target.keys, V.to_json_value(v), target.text)
+        else:
+            row[target.name] = V.coerce(v, ftype)
+    return row
+
+
+def _doc_id(v: Any) -> int:
+    if type(v) is float and v == int(v):
+        v = int(v)
+    if type(v) is not int or v < 1 or v > V.INT_MAX:
+        raise FenecError("type", f"an `id` is a positive integer, found {V.kind_name(v)}")
+    return v
+
+
+def run_put(eng: Any, p: Prepared, env: Env, blk: Block) -> Any:
+    coll = eng.collection(p.coll)
+    stmt = p.stmt
+    assert isinstance(stmt, A.Put)
+    schema = coll.schema
+    docs = _documents(p, env)
+    blk.touch(coll)
+    alive_fn = p.alive
+    alive = (lambda r: alive_fn(r, env)) if alive_fn else (lambda r: True)
+    uniques = [t for t, (k, _, _) in coll.indexes.items() if k == "unique"]
+    written = 0
+    name = coll.name
+    for doc in docs:
+        explicit = "id" in doc
+        if explicit:
+            rid = _doc_id(doc["id"])
+            doc["id"] = rid
+        held = None
+        if stmt.if_absent:
+            holder = None
+            if explicit and doc["id"] in coll.rows and alive(coll.rows[doc["id"]]):
+                holder = coll.rows[doc["id"]]
+            if holder is None:
+                for t in uniques:
+                    v = _read_target(doc, t)
+                    if v is None:
+                        continue
+                    idx = coll.index(t)
+                    for other in idx.lookup(v):
+                        if alive(coll.rows[other]):
+                            holder = coll.rows[other]
+                            break
+                    if holder is not None:
+                        break
+            if holder is not None:
+                if stmt.else_patch is None:
+                    continue
+                held = holder
+        if held is not None:
+            # upsert: the holder is updated with the patch, `new.` reading the incoming doc
+            upd_env = Env(env.params, env.now, env.claims, doc)
+            patch = p.else_patch
+            vals = [fn(held, upd_env) for _, fn, _ in patch]
+            new = _apply_entries(schema, held, patch, vals)
+            _check_required(schema, new)
+            coll.unique_check(new, alive, blk.undo)
+            coll.replace(held, new, blk.undo)
+            blk.ops.append(("p", name, new["id"], new))
+            written += 1
+            continue
+        if explicit:
+            rid = doc["id"]
+            cur = coll.rows.get(rid)
+            if cur is not None:
+                if stmt.verb == "insert" and alive(cur):
+                    raise FenecError("exists", f"`{name}` already holds a document with id {rid}")
+                row = {"id": rid}
+                for f in schema.fields:
+                    if f in doc:
+                        row[f] = doc[f]
+                _check_required(schema, row)
+                coll.unique_check(row, alive, blk.undo)
+                coll.replace(cur, row, blk.undo)
+                blk.ops.append(("p", name, rid, row))
+                written += 1
+                continue
+        else:
+            rid = coll.next_id
+        row = {"id": rid}
+        for f in schema.fields:
+            if f in doc:
+                row[f] = doc[f]
+        _check_required(schema, row)
+        coll.unique_check(row, alive, blk.undo)
+        coll.insert(row, blk.undo)
+        blk.ops.append(("p", name, rid, row))
+        written += 1
+    if written:
+        blk.writes += 1
+    if stmt.require is not None and written != stmt.require:
+        raise unmet(stmt.verb, p.coll, written, stmt.require)
+    return {"affected": written}
+
+
+def _read_target(doc: dict, target: str) -> Any:
+    if "." not in target:
+        return doc.get(target)
+    name, *keys = target.split(".")
+    v = doc.get(name)
+    for k in keys:
+        if type(v) is not dict:
+            return None
+        v = v.get(k)
+    return v
+
+
+# ---------------------------------------------------------------- schema statements
+
+
+def run_create(eng: Any, stmt: A.CreateCollection, blk: Block) -> Any:
+    name = stmt.name
+    if name in eng.collections:
+        if stmt.if_not_exists:
+            return {"message": f"collection `{name}` exists"}
+        raise FenecError("exists", f"collection `{name}` exists")
+    if len(name) > 128:
+        raise FenecError("query", "a name is at most 128 characters")
+    fields: dict[str, FieldInfo] = {}
+    ttl = 0
+    for fd in stmt.fields:
+        if fd.name in fields:
+            raise FenecError("exists", f"field `{fd.name}` is declared twice")
+        if fd.index:
+            check_annotation(name, fd.name, fd.type, fd.index, False)
+        if fd.index == "ttl":
+            ttl += 1
+            if ttl > 1:
+                raise FenecError("query", "a collection takes at most one @ttl field")
+        fields[fd.name] = FieldInfo(fd.name, fd.type, fd.required, fd.index, fd.ttl_ms)
+    schema = Schema(name, fields)
+    coll = Collection(schema)
+    eng.add_collection(coll)
+    blk.schema_undo.append(lambda: eng.remove_collection(name))
+    blk.ops.append(("c", name, schema.to_json()))
+    blk.touched.add(name)
+    blk.writes += 1
+    return {"message": f"collection `{name}` created"}
+
+
+def run_drop(eng: Any, stmt: A.DropCollection, blk: Block) -> Any:
+    name = stmt.name
+    coll = eng.collections.get(name)
+    if coll is None:
+        if stmt.if_exists:
+            return {"message": f"collection `{name}` does not exist"}
+        raise FenecError("notfound", f"no collection `{name}`")
+    eng.remove_collection(name)
+    blk.schema_undo.append(lambda: eng.add_collection(coll))
+    blk.ops.append(("x", name))
+    blk.touched.add(name)
+    blk.writes += 1
+    return {"message": f"collection `{name}` dropped"}
+
+
+def run_create_index(eng: Any, stmt: A.CreateIndex, blk: Block) -> Any:
+    coll = eng.collections.get(stmt.collection)
+    if coll is None:
+        raise FenecError("notfound", f"no collection `{stmt.collection}`")
+    schema = coll.schema
+    target = stmt.target
+    f = schema.field(target.name)
+    text = target.text
+    if target.keys:
+        if f.type != "json":
+            raise FenecError("query", f"`{text}` reads into `{target.name}`, which is not json")
+        check_annotation(coll.name, text, None, stmt.index, True)
+        existing = schema.indexes.get(text)
+    else:
+        check_annotation(coll.name, text, f.type, stmt.index, False)
+        existing = f.index
+        if stmt.index == "ttl" and schema.ttl_field is not None:
+            raise FenecError("query", "a collection takes at most one @ttl field")
+    if existing:
+        if stmt.if_not_exists:
+            return {"message": f"index on `{coll.name}.{text}` exists"}
+        raise FenecError("exists", f"`{coll.name}.{text}` already has an index")
+    if stmt.index == "unique":
+        seen: dict[Any, int] = {}
+        read_keys = text.split(".")
+        for rid, row in coll.ids_in_order().items():
+            v = row.get(read_keys[0])
+            for k in read_keys[1:]:
+                v = v.get(k) if type(v) is dict else None
+            if v is None:
+                continue
+            hk = V.hashable(v)
+            if hk in seen:
+                raise FenecError("exists", f"`{coll.name}.{text}` cannot be @unique: {v!r} is held by documents "
+                                           f"{seen[hk]} and {rid}")
+            seen[hk] = rid
+    old_fields = dict(schema.fields)
+    old_indexes = dict(schema.indexes)
+    if target.keys:
+        schema.indexes[text] = stmt.index
+    else:
+        schema.fields[target.name] = FieldInfo(f.name, f.type, f.required, stmt.index, stmt.ttl_ms)
+    coll.build_index(text, stmt.index)
+
+    def undo() -> None:
+        schema.fields.clear()
+        schema.fields.update(old_fields)
+        schema.indexes.clear()
+        schema.indexes.update(old_indexes)
+        coll.drop_index(text)
+        eng.schema_changed()
+    blk.schema_undo.append(undo)
+    eng.schema_changed()
+    blk.ops.append(("i", coll.name, text, stmt.index, stmt.ttl_ms))
+    blk.touched.add(coll.name)
+    blk.writes += 1
+    return {"message": f"index on `{coll.name}.{text}` created"}

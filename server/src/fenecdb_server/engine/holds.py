@@ -1,0 +1,220 @@
+"""What a held claim needs from the engine (http.md §8.2, §8.4–§8.6): whether a request may
+be held, which line it waits in, a cheap look, and the next moment the clock can change it.
+
+* May be held: `set`/`del`, alone or in a batch beside `get`s. A put, insert or schema statement
+  writes every time: 400 `writes otherwise`. A filter may read the clock only as a field or path
+  compared (`< <= > >=`) with `now()` plus or minus integer literals or parameters, on either
+  side; any other `now()` is 400 `time only`, since nothing says when its answer would change.
+* Line key: per set/del, the collection, the filter and the order with every parameter they
+  use bound to its value; what the statement writes or returns does not matter.
+* Look: the set/del's own filter and order as a read of one row, under the read lock.
+* Next moment: for each `field OP now() + k`, the least `v - k` (`<=`, `>`) or `v - k + 1 ms`
+  (`<`, `>=`) over the field's values ahead of the clock — one step of its @sorted index past the
+  bound, or a scan without one — and the next @ttl expiry of the collection.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import values as V
+from ..errors import FenecError
+from ..plan.compile import Ctx, Env, compile_expr, mentions
+from ..ql import ast as A
+from .access import pick
+
+FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+def _is_now(e: A.Expr) -> bool:
+    return isinstance(e, A.Call) and e.name == "now"
+
+
+def _now_shift(e: A.Expr) -> A.Expr | None | bool:
+    """`now()`, `now() + k`, `now() - k`, ... -> the shift expression (None for no shift);
+    False when `e` is not of that shape."""
+    if _is_now(e):
+        return None
+    if isinstance(e, A.Arith) and e.op in "+-":
+        inner = _now_shift(e.left)
+        if inner is False:
+            return False
+        if not isinstance(e.right, A.Param) and not (isinstance(e.right, A.Lit) and type(e.right.value) is int):
+            return False
+        k: A.Expr = e.right if e.op == "+" else A.Arith("-", A.Lit(0), e.right)
+        return k if inner is None else A.Arith("+", inner, k)
+    return False
+
+
+class TimeTerm:
+    __slots__ = ("target", "op", "shift")
+
+    def __init__(self, target: str, op: str, shift: Any) -> None:
+        self.target = target
+        self.op = op  # with the field on the left
+        self.shift = shift  # compiled: env -> int, or None
+
+
+def _time_terms(where: A.Expr | None, schema: Any) -> list[TimeTerm]:
+    """Every allowed use of now() in the filter, or 400 `time only` for any other use."""
+    terms: list[TimeTerm] = []
+    if where is None:
+        return terms
+    allowed: set[int] = set()
+    stack = [where]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, A.Cmp) and n.op in FLIP:
+            for fld, other, op in ((n.left, n.right, n.op), (n.right, n.left, FLIP[n.op])):
+                if isinstance(fld, (A.Field, A.Path)) and mentions(other, _is_now):
+                    shift = _now_shift(other)
+                    if shift is False:
+                        continue
+                    target = fld.name if isinstance(fld, A.Field) else ".".join((fld.name, *fld.keys))
+                    fn = compile_expr(shift, Ctx(schema, row=False)) if shift is not None else None
+                    terms.append(TimeTerm(target, op, fn))
+                    _mark(other, allowed)
+        if isinstance(n, A.Call) and n.name == "now" and id(n) not in allowed:
+            raise FenecError("query", "a held claim reads the time only as a field compared with now(), "
+                                      "give or take a number: nothing says when this answer would change")
+        from ..plan.compile import children
+        stack.extend(children(n))
+    return terms
+
+
+def _mark(e: A.Expr, allowed: set[int]) -> None:
+    if _is_now(e):
+        allowed.add(id(e))
+    elif isinstance(e, A.Arith):
+        _mark(e.left, allowed)
+
+
+def _bind(e: Any, params: list) -> Any:
+    """The expression with its parameters replaced by their values (hashable)."""
+    if isinstance(e, A.Param):
+        v = params[e.n - 1] if e.n - 1 < len(params) else None
+        return ("$", V.hashable(v))
+    if isinstance(e, tuple):
+        return tuple(_bind(x, params) for x in e)
+    if hasattr(e, "__dataclass_fields__"):
+        return (type(e).__name__, *(_bind(getattr(e, f), params) for f in e.__dataclass_fields__))
+    return e
+
+
+class Hold:
+    __slots__ = ("db", "held", "line_key", "collections", "_writes", "_terms", "_params")
+
+    def __init__(self, db: Any) -> None:
+        self.db = db
+        self.held = False
+        self.line_key: Any = None
+        self.collections: frozenset[str] = frozenset()
+        self._writes: list[tuple[str, A.Statement, list]] = []
+        self._terms: list[tuple[str, TimeTerm, list]] = []
+        self._params: list = []
+
+    def look(self) -> bool:
+        """Under the read lock: would some set/del of the request take a row now?"""
+        db = self.db
+
+        def inner() -> bool:
+            now = V.Ts(db.now())
+            for text, stmt, params in self._writes:
+                coll = db.collections.get(stmt.collection)
+                if coll is None:
+                    return True  # run it, so the request is answered its 404
+                p = db._prepare(text, 0, stmt)
+                if pick(coll, p.query, Env(params, now), need_override=1):
+                    return True
+            return False
+        return db.look(inner)
+
+    def next_moment(self) -> int | None:
+        db = self.db
+
+        def inner() -> int | None:
+            now = db.now()
+            env = Env([], V.Ts(now))
+            best: int | None = None
+            seen_ttl: set[str] = set()
+            for coll_name, term, params in self._terms:
+                coll = db.collections.get(coll_name)
+                if coll is None:
+                    continue
+                env.params = params
+                k = term.shift(None, env) if term.shift is not None else 0
+                if type(k) is not int:
+                    continue
+                m = _next_for(coll, term.target, term.op, k, now)
+                if m is not None and (best is None or m < best):
+                    best = m
+            for coll_name in self.collections:
+                if coll_name in seen_ttl:
+                    continue
+                seen_ttl.add(coll_name)
+                coll = db.collections.get(coll_name)
+                if coll is None or coll.schema.ttl_field is None:
+                    continue
+                ttl = coll.schema.ttl_field
+                m = _next_for(coll, ttl.name, ">", -ttl.ttl_ms, now)
+                if m is not None and (best is None or m < best):
+                    best = m
+            return best
+        return db.look(inner)
+
+
+def _next_for(coll: Any, target: str, op: str, k: int, now: int) -> int | None:
+    """The least moment > now at which `target op now() + k` changes for some row."""
+    plus = 1 if op in ("<", ">=") else 0
+    # moment = v - k + plus > now  <=>  v > now + k - plus
+    bound = now + k - plus
+    idx = coll.index(target) if target != "id" else None
+    if idx is not None and hasattr(idx, "first_above") and not getattr(idx, "keyed", True):
+        v = idx.first_above(bound, False)
+        if v is None:
+            return None
+        return int(v) - k + plus
+    best = None
+    name, *keys = target.split(".")
+    for row in coll.rows.values():
+        v = row.get(name)
+        for kk in keys:
+            v = v.get(kk) if type(v) is dict else None
+        if type(v) not in (int, V.Ts) or isinstance(v, bool):
+            continue
+        if v > bound:
+            m = int(v) - k + plus
+            if best is None or m < best:
+                best = m
+    return best
+
+
+def make_hold(db: Any, parsed: list[tuple[str, A.Statement, list]]) -> Hold:
+    h = Hold(db)
+    keys = []
+    colls: set[str] = set()
+    for text, stmt, params in parsed:
+        if isinstance(stmt, A.Get):
+            colls.add(stmt.collection)
+            continue
+        if not isinstance(stmt, (A.Set, A.Del)):
+            raise FenecError("query", f"a held request may hold set and del beside reads; a `{stmt.verb}` "
+                                      "writes otherwise, every time it runs, so it is never waiting")
+        coll = db.collections.get(stmt.collection)
+        if coll is None:
+            raise FenecError("notfound", f"no collection `{stmt.collection}`")
+        for t in _time_terms(stmt.where, coll.schema):
+            h._terms.append((stmt.collection, t, params))
+        colls.add(stmt.collection)
+        h._writes.append((text, stmt, params))
+        keys.append((stmt.collection, _bind(stmt.where, params), _bind(stmt.order, params)))
+    for text, stmt, params in parsed:
+        if isinstance(stmt, A.Get):
+            coll = db.collections.get(stmt.collection)
+            if coll is not None:
+                for t in _time_terms(stmt.where, coll.schema):
+                    h._terms.append((stmt.collection, t, params))
+    h.held = bool(h._writes)
+    h.line_key = tuple(keys)
+    h.collections = frozenset(colls)
+    return h

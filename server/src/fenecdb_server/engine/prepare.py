@@ -1,0 +1,177 @@
+"""Statements -> prepared statements: everything worked out from the text and the schema,
+once, so a run only binds parameters and the time (STYLE.md point 5).
+
+A prepared read or picking write holds a `Query` (engine/access.py); a write holds its patch or
+documents as closures that convert each value to its field's type on the way in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .. import values as V
+from ..errors import FenecError
+from ..plan.compile import Ctx, compile_expr, field_reader, guard_missing, mentions
+from ..plan.planner import plan_access
+from ..plan.schema import Schema
+from ..ql import ast as A
+from .access import Query
+
+
+def _notfound(coll: str) -> FenecError:
+    return FenecError("notfound", f"no collection `{coll}`")
+
+
+class Column:
+    __slots__ = ("name", "read")
+
+    def __init__(self, name: str, read: Callable) -> None:
+        self.name = name
+        self.read = read
+
+
+def columns(schema: Schema, items: tuple[A.SelectItem, ...] | None, ctx: Ctx) -> list[Column]:
+    """The answer's columns: `*` is id and every field in declaration order."""
+    if items is None:
+        cols = [Column("id", lambda row, env: row["id"])]
+        for name in schema.fields:
+            cols.append(Column(name, (lambda n: lambda row, env: row.get(n))(name)))
+        return cols
+    return [Column(it.name, compile_expr(it.expr, ctx)) for it in items]
+
+
+def render(cols: list[Column], rows: list[dict], env: Any) -> list[dict]:
+    out = []
+    av = V.answer_value
+    for r in rows:
+        d = {}
+        for c in cols:
+            v = c.read(r, env)
+            t = type(v)
+            d[c.name] = v if (t is int or t is str or v is None or t is float or t is bool or t is dict) else av(v)
+        out.append(d)
+    return out
+
+
+class Prepared:
+    __slots__ = ("stmt", "kind", "coll", "query", "cols", "patch", "docs", "else_patch", "nparams",
+                 "uses_claims", "require", "count", "verb", "alive", "schema")
+
+    def __init__(self, stmt: A.Statement) -> None:
+        self.stmt = stmt
+        self.kind = type(stmt).__name__.lower()
+        self.coll = getattr(stmt, "collection", None) or getattr(stmt, "name", None)
+        self.query: Query | None = None
+        self.cols: list[Column] | None = None
+        self.patch: list[tuple[A.Target, Callable, Any]] | None = None
+        self.docs: list | None = None
+        self.else_patch: list | None = None
+        self.nparams = 0
+        self.uses_claims = False
+        self.require = getattr(stmt, "require", None)
+        self.count = getattr(stmt, "count", False)
+        self.verb = getattr(stmt, "verb", "")
+        self.alive: Callable | None = None
+        self.schema: Schema | None = None
+
+
+def make_alive(schema: Schema) -> Callable[[dict, Any], bool] | None:
+    ttl = schema.ttl_field
+    if ttl is None:
+        return None
+    name, d = ttl.name, ttl.ttl_ms
+
+    def alive(row: dict, env: Any) -> bool:
+        v = row.get(name)
+        return v is None or v + d > env.now
+    return alive
+
+
+def _query(schema: Schema, where: A.Expr | None, order: tuple[A.OrderKey, ...], limit: int | None,
+           offset: int | None, ctx: Ctx) -> Query:
+    wctx = Ctx(schema, where=True, claims=ctx.claims)
+    filt = compile_expr(where, wctx) if where is not None else None
+    if filt is not None and ctx.claims:
+        filt = guard_missing(filt)
+    if where is not None and not isinstance(where, (A.Cmp, A.And, A.Or, A.Not, A.IsNull, A.In, A.Has, A.Match)):
+        inner = filt
+        filt = lambda row, env: V.truthy(inner(row, env))  # noqa: E731
+    alive = make_alive(schema)
+    if alive is not None and not mentions(where, lambda n: isinstance(n, A.Call) and n.name == "expired"):
+        if filt is None:
+            filt = alive
+        else:
+            f0 = filt
+            filt = lambda row, env: alive(row, env) and f0(row, env)  # noqa: E731
+    okeys = [(compile_expr(k.expr, Ctx(schema, claims=ctx.claims)), k.desc) for k in order]
+    acc = plan_access(schema, where, order, ctx)
+    q = Query(filt, acc, okeys, limit, offset or 0)
+    ctx.nparams = max(ctx.nparams, wctx.nparams)
+    return q
+
+
+def _target_type(schema: Schema, t: A.Target, coll: str) -> Any:
+    if t.name == "id":
+        return "id"
+    f = schema.field(t.name)
+    if t.keys:
+        if f.type != "json":
+            raise FenecError("query", f"`{t.text}` writes into `{t.name}`, which is {V.type_label(f.type)}, not json")
+        if len(t.keys) > 64:
+            raise FenecError("query", "a path names at most 64 keys")
+    return f.type
+
+
+def prepare(stmt: A.Statement, schemas: dict[str, Schema], allow_claims: bool = False) -> Prepared:
+    p = Prepared(stmt)
+    ctx = Ctx(None, claims=allow_claims)
+    if isinstance(stmt, (A.CreateCollection, A.DropCollection, A.CreateIndex)):
+        return p
+    coll = stmt.collection  # type: ignore[attr-defined]
+    schema = schemas.get(coll)
+    if schema is None:
+        raise _notfound(coll)
+    p.schema = schema
+    ctx.schema = schema
+    if isinstance(stmt, A.Get):
+        p.query = _query(schema, stmt.where, stmt.order, stmt.limit, stmt.offset, ctx)
+        if not stmt.count:
+            p.cols = columns(schema, stmt.select, Ctx(schema, claims=allow_claims))
+    elif isinstance(stmt, (A.Set, A.Del)):
+        p.query = _query(schema, stmt.where, stmt.order, stmt.limit, None, ctx)
+        if stmt.returning is not None or stmt.returning_all:
+            p.cols = columns(schema, None if stmt.returning_all else stmt.returning, Ctx(schema))
+        if isinstance(stmt, A.Set):
+            p.patch = _patch(schema, stmt.patch, coll, Ctx(schema, claims=allow_claims))
+    elif isinstance(stmt, A.Put):
+        vctx = Ctx(schema, row=False)
+        if stmt.documents is not None:
+            p.docs = [_doc(schema, d, coll, vctx) for d in stmt.documents]
+        if stmt.else_patch is not None:
+            p.else_patch = _patch(schema, stmt.else_patch, coll, Ctx(schema, new=True))
+        ctx.nparams = max(ctx.nparams, vctx.nparams, stmt.param or 0)
+    p.nparams = ctx.nparams
+    p.alive = make_alive(schema)
+    return p
+
+
+def _patch(schema: Schema, entries: tuple[A.Entry, ...], coll: str, ctx: Ctx) -> list:
+    out = []
+    for e in entries:
+        if e.target.name == "id" and not e.target.keys:
+            raise FenecError("query", "a patch cannot change `id`")
+        ftype = _target_type(schema, e.target, coll)
+        out.append((e.target, compile_expr(e.value, ctx), ftype))
+    return out
+
+
+def _doc(schema: Schema, entries: tuple[A.Entry, ...], coll: str, ctx: Ctx) -> list:
+    out = []
+    for e in entries:
+        ftype = _target_type(schema, e.target, coll)
+        out.append((e.target, compile_expr(e.value, ctx), ftype))
+    return out
+
+
+__all__ = ["prepare", "Prepared", "render", "columns", "field_reader", "make_alive"]

@@ -1,0 +1,100 @@
+"""An ordered index (`@sorted`, `@ttl`): (value, id) pairs in a SortedList.
+
+Nulls are kept apart, in id order, since `null` is the lowest value (fenecql.md §10): a walk
+ascending yields them first, descending last, and a range never includes them. Values of a
+typed field are all of one kind and compare natively; a path's values may mix kinds, so they
+are stored under `values.sort_key` (the total order of §3.4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from sortedcontainers import SortedList
+
+from .. import values as V
+
+_INF = float("inf")
+
+
+class SortedIndex:
+    __slots__ = ("items", "nulls", "keyed")
+
+    def __init__(self, keyed: bool) -> None:
+        self.items = SortedList()
+        self.nulls: dict[int, None] = {}
+        self.keyed = keyed  # values go in under sort_key (paths)
+
+    def key(self, v: Any) -> Any:
+        return V.sort_key(v) if self.keyed else v
+
+    def add(self, rid: int, v: Any) -> None:
+        if v is None:
+            self.nulls[rid] = None
+        else:
+            self.items.add((V.sort_key(v) if self.keyed else v, rid))
+
+    def remove(self, rid: int, v: Any) -> None:
+        if v is None:
+            self.nulls.pop(rid, None)
+        else:
+            self.items.remove((V.sort_key(v) if self.keyed else v, rid))
+
+    def __len__(self) -> int:
+        return len(self.items) + len(self.nulls)
+
+    def _bounds(self, lo: Any, lo_incl: bool, hi: Any, hi_incl: bool) -> tuple[int, int]:
+        sl = self.items
+        if lo is None:
+            i = 0
+        else:
+            i = sl.bisect_left((lo, 0)) if lo_incl else sl.bisect_right((lo, _INF))
+        if hi is None:
+            j = len(sl)
+        else:
+            j = sl.bisect_right((hi, _INF)) if hi_incl else sl.bisect_left((hi, 0))
+        return i, max(i, j)
+
+    def count(self, lo: Any, lo_incl: bool, hi: Any, hi_incl: bool) -> int:
+        i, j = self._bounds(lo, lo_incl, hi, hi_incl)
+        return j - i
+
+    def walk(self, lo: Any, lo_incl: bool, hi: Any, hi_incl: bool, desc: bool, with_nulls: bool) -> Iterator[int]:
+        """Every id in order of value: asc gives nulls first, desc last; ties by ascending id."""
+        i, j = self._bounds(lo, lo_incl, hi, hi_incl)
+        sl = self.items
+        if not desc:
+            if with_nulls:
+                yield from list(self.nulls)
+            for item in sl.islice(i, j):
+                yield item[1]
+        else:
+            # Descending by value, but ties still by ascending id: walk groups of equal values.
+            group: list[int] = []
+            last = _SENTINEL
+            for item in sl.islice(i, j, reverse=True):
+                v = item[0]
+                if v != last and group:
+                    yield from reversed(group)
+                    group = []
+                last = v
+                group.append(item[1])
+            if group:
+                yield from reversed(group)
+            if with_nulls:
+                yield from list(self.nulls)
+
+    def first_above(self, bound: Any, incl: bool) -> Any:
+        """The least value > bound (>= when incl), or None."""
+        sl = self.items
+        k = sl.bisect_left((bound, 0)) if incl else sl.bisect_right((bound, _INF))
+        if k >= len(sl):
+            return None
+        return sl[k][0]
+
+    def min_value(self) -> Any:
+        return self.items[0][0] if self.items else None
+
+
+_SENTINEL = object()

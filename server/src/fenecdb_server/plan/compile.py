@@ -1,0 +1,685 @@
+"""Expressions -> Python closures `fn(row, env)`.
+
+A statement is compiled once (and cached); each run binds its parameters and its `now()`
+through `env`. Walking the tree at every row would cost several times more: a compiled
+`run_at <= now()` test is one closure call per row. Checks that need only the schema
+(unknown fields: 404, paths into non-json fields: 400, unknown functions: 400, depth) are made
+here, before any row is read (fenecql.md §4.1, proposed).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from .. import values as V
+from ..errors import FenecError
+from ..ql import ast as A
+from .schema import Schema
+
+Fn = Callable[[Any, Any], Any]
+MAX_DEPTH = 512
+EARTH_R = 6_372_797.56
+DUR_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 7 * 86_400_000}
+
+
+class Env:
+    """What a run binds: parameters, the statement's time, token claims, an upsert's new document."""
+
+    __slots__ = ("params", "now", "claims", "new")
+
+    def __init__(self, params: list, now: V.Ts, claims: dict | None = None, new: dict | None = None) -> None:
+        self.params = params
+        self.now = now
+        self.claims = claims
+        self.new = new
+
+
+class _Missing(Exception):
+    """A token claim the token lacks: the comparison reading it is false, and `not` cannot save it."""
+
+
+class Ctx:
+    """What the compiler knows: the schema, and what the expression may read."""
+
+    __slots__ = ("schema", "row", "new", "claims", "where", "nparams")
+
+    def __init__(self, schema: Schema | None, *, row: bool = True, new: bool = False, claims: bool = False,
+                 where: bool = False) -> None:
+        self.schema = schema
+        self.row = row
+        self.new = new
+        self.claims = claims
+        self.where = where
+        self.nparams = 0
+
+
+def qerr(msg: str) -> FenecError:
+    return FenecError("query", msg)
+
+
+def terr(msg: str) -> FenecError:
+    return FenecError("type", msg)
+
+
+# ---------------------------------------------------------------- arithmetic (§9.3)
+
+def _num(v: Any) -> bool:
+    t = type(v)
+    return t is int or t is float
+
+
+def arith(op: str, a: Any, b: Any) -> Any:
+    if a is None or b is None:
+        return None
+    ta, tb = type(a), type(b)
+    if ta is int and tb is int:
+        if op == "+":
+            r = a + b
+        elif op == "-":
+            r = a - b
+        elif op == "*":
+            r = a * b
+        elif op == "/":
+            if b == 0:
+                raise terr("division by zero")
+            q = abs(a) // abs(b)
+            r = q if (a >= 0) == (b >= 0) else -q
+        else:
+            if b == 0:
+                raise terr("division by zero")
+            r = abs(a) % abs(b)
+            r = r if a >= 0 else -r
+        if not V.INT_MIN <= r <= V.INT_MAX:
+            raise terr("integer overflow: the result does not fit in 64 bits")
+        return r
+    if ta is V.Ts or tb is V.Ts:
+        return _ts_arith(op, a, b)
+    if (ta is int or ta is float) and (tb is int or tb is float):
+        fa, fb = float(a), float(b)
+        if op == "+":
+            r = fa + fb
+        elif op == "-":
+            r = fa - fb
+        elif op == "*":
+            r = fa * fb
+        elif op == "/":
+            if fb == 0:
+                raise terr("division by zero")
+            r = fa / fb
+        else:
+            if fb == 0:
+                raise terr("division by zero")
+            r = math.fmod(fa, fb)
+        if not math.isfinite(r):
+            raise terr("the result is not a finite number")
+        return r
+    if ta is str and tb is str and op == "+":
+        return a + b
+    raise terr(f"cannot apply `{op}` to {V.kind_name(a)} and {V.kind_name(b)}")
+
+
+def _ts_arith(op: str, a: Any, b: Any) -> Any:
+    ta, tb = type(a), type(b)
+    if ta is V.Ts and tb is V.Ts:
+        if op == "-":
+            return int(a) - int(b)
+        raise terr(f"cannot apply `{op}` to timestamp and timestamp")
+    if ta is V.Ts:
+        other = b
+        if op not in "+-":
+            raise terr(f"cannot apply `{op}` to timestamp and {V.kind_name(b)}")
+    else:
+        other = a
+        if op != "+":
+            raise terr(f"cannot apply `{op}` to {V.kind_name(a)} and timestamp")
+    t = type(other)
+    if t is float:
+        if other != int(other) if math.isfinite(other) else True:
+            raise terr("a timestamp moves by whole milliseconds")
+        other = int(other)
+    elif t is not int:
+        raise terr(f"cannot apply `{op}` to timestamp and {V.kind_name(other)}")
+    base = int(a) if ta is V.Ts else int(b)
+    r = base + other if op == "+" else base - other
+    return V.make_ts(r)
+
+
+# ---------------------------------------------------------------- comparisons (§3.4, §9.4)
+
+def _ts_text(a: Any, b: Any) -> tuple[Any, Any]:
+    """A timestamp against text: the text is read as a time when it parses."""
+    if type(a) is V.Ts and type(b) is str:
+        ms = V.parse_time(b)
+        if ms is not None:
+            return a, ms
+    elif type(b) is V.Ts and type(a) is str:
+        ms = V.parse_time(a)
+        if ms is not None:
+            return ms, b
+    return a, b
+
+
+def eq(a: Any, b: Any) -> bool:
+    ta = type(a)
+    if ta is type(b) and (ta is int or ta is str or ta is V.Ts or ta is float):
+        return a == b
+    if a is None or b is None:
+        return a is b
+    a, b = _ts_text(a, b)
+    return V.equal(a, b)
+
+
+def cmp3(a: Any, b: Any) -> int:
+    a, b = _ts_text(a, b)
+    return V.compare(a, b)
+
+
+def lt(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return False
+    ta = type(a)
+    if ta is type(b) and (ta is int or ta is V.Ts or ta is float or ta is str):
+        return a < b
+    return cmp3(a, b) < 0
+
+
+def le(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return False
+    ta = type(a)
+    if ta is type(b) and (ta is int or ta is V.Ts or ta is float or ta is str):
+        return a <= b
+    return cmp3(a, b) <= 0
+
+
+def gt(a: Any, b: Any) -> bool:
+    return lt(b, a)
+
+
+def ge(a: Any, b: Any) -> bool:
+    return le(b, a)
+
+
+def ne(a: Any, b: Any) -> bool:
+    return not eq(a, b)
+
+
+CMP = {"=": eq, "!=": ne, "<": lt, "<=": le, ">": gt, ">=": ge}
+
+
+# ---------------------------------------------------------------- points (§12)
+
+def distance(a: Any, b: Any) -> float | None:
+    if a is None or b is None:
+        return None
+    p = V.to_point(a) if type(a) is not tuple else a
+    q = V.to_point(b) if type(b) is not tuple else b
+    return haversine(p[0], p[1], q[0], q[1])
+
+
+def haversine(lon1: float, lat1: float, lon2: float, lat2: float) -> float:
+    p1 = math.radians(lat1)
+    p2 = math.radians(lat2)
+    dp = p2 - p1
+    dl = math.radians(lon2 - lon1)
+    h = math.sin(dp / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(dl / 2) ** 2
+    return 2 * EARTH_R * math.asin(min(1.0, math.sqrt(h)))
+
+
+def within(p: Any, box: Any) -> bool:
+    if p is None or box is None:
+        return False
+    pt = V.to_point(p) if type(p) is not tuple else p
+    if type(box) not in (list, tuple) or len(box) != 4 or not all(_num(x) for x in box):
+        raise terr("within takes a box [west, south, east, north]")
+    w, s, e, n = box
+    lon, lat = pt
+    if not s <= lat <= n:
+        return False
+    if w <= e:
+        return w <= lon <= e
+    return lon >= w or lon <= e
+
+
+# ---------------------------------------------------------------- bucket (§9.8)
+
+def _interval(v: Any) -> tuple[int, str]:
+    """An interval: (n, unit) with unit in ms s m h d w mo y."""
+    if isinstance(v, A.Duration):
+        return v.n, v.unit
+    t = type(v)
+    if t is int and v > 0:
+        return v, "ms"
+    if t is str:
+        s = v.strip()
+        i = 0
+        while i < len(s) and s[i].isdigit():
+            i += 1
+        unit = s[i:]
+        if i and unit in ("ms", "s", "m", "h", "d", "w", "mo", "y") and int(s[:i]) > 0:
+            return int(s[:i]), unit
+    raise terr(f"bucket takes an interval such as 15m or a number of ms, found {V.kind_name(v)}")
+
+
+def bucket(t: Any, iv: tuple[int, str]) -> Any:
+    if t is None:
+        return None
+    tt = type(t)
+    if tt is not V.Ts and tt is not int:
+        raise terr(f"bucket takes a timestamp or epoch ms, found {V.kind_name(t)}")
+    n, unit = iv
+    ms = int(t)
+    if unit in DUR_MS and unit != "w":
+        size = n * DUR_MS[unit]
+        r = ms - ms % size
+    elif unit == "w":
+        size = n * DUR_MS["w"]
+        monday = 4 * 86_400_000  # 1970-01-05 was a Monday
+        r = ms - (ms - monday) % size
+    else:
+        days = ms // 86_400_000
+        y, m, _ = V._civil_from_days(days)
+        months = (y - 1970) * 12 + (m - 1)
+        step = n * (12 if unit == "y" else 1)
+        start = months - months % step
+        yy, mm = 1970 + start // 12, start % 12 + 1
+        r = V._days_from_civil(yy, mm, 1) * 86_400_000
+    return V.Ts(r) if tt is V.Ts else r
+
+
+# ---------------------------------------------------------------- the compiler
+
+
+def _depth(e: A.Expr) -> int:
+    """Nesting depth: parentheses, calls and every link of an and/or chain count (§9.10)."""
+    stack = [(e, 1)]
+    deepest = 0
+    while stack:
+        node, d = stack.pop()
+        if d > deepest:
+            deepest = d
+            if deepest > MAX_DEPTH:
+                return deepest
+        if isinstance(node, (A.And, A.Or)):
+            for i, it in enumerate(node.items):
+                stack.append((it, d + i + (1 if i else 0)))
+        elif isinstance(node, (A.Arith, A.Cmp, A.Match, A.Has)):
+            stack.append((node.left, d + 1))
+            stack.append((node.right, d + 1))
+        elif isinstance(node, A.Not):
+            stack.append((node.expr, d + 1))
+        elif isinstance(node, A.IsNull):
+            stack.append((node.expr, d + 1))
+        elif isinstance(node, A.In):
+            stack.append((node.left, d + 1))
+            for it in node.items or ():
+                stack.append((it, d + 1))
+        elif isinstance(node, A.Call):
+            for it in node.args:
+                stack.append((it, d + 1))
+        elif isinstance(node, A.Case):
+            for c, v in node.whens:
+                stack.append((c, d + 1))
+                stack.append((v, d + 1))
+            if node.else_ is not None:
+                stack.append((node.else_, d + 1))
+        elif isinstance(node, (A.ListExpr,)):
+            for it in node.items:
+                stack.append((it, d + 1))
+        elif isinstance(node, A.ObjectExpr):
+            for _, it in node.items:
+                stack.append((it, d + 1))
+    return deepest
+
+
+def compile_expr(e: A.Expr, ctx: Ctx) -> Fn:
+    if _depth(e) > MAX_DEPTH:
+        raise qerr(f"expression too deep: more than {MAX_DEPTH} levels")
+    return _c(e, ctx)
+
+
+def _const(v: Any) -> Fn:
+    return lambda row, env: v
+
+
+def _read_path(v: Any, keys: tuple[str, ...]) -> Any:
+    for k in keys:
+        if type(v) is not dict:
+            return None
+        v = v.get(k)
+    return v
+
+
+def field_reader(schema: Schema, name: str, keys: tuple[str, ...] = ()) -> Fn:
+    if name == "id" and not keys:
+        return lambda row, env: row["id"]
+    f = schema.field(name)
+    if keys:
+        if f.type != "json":
+            raise qerr(f"`{name}.{'.'.join(keys)}` reads into `{name}`, which is {V.type_label(f.type)}, not json")
+        if len(keys) == 1:
+            k0 = keys[0]
+
+            def read1(row, env):
+                v = row.get(name)
+                return v.get(k0) if type(v) is dict else None
+            return read1
+        return lambda row, env: _read_path(row.get(name), keys)
+    return lambda row, env: row.get(name)
+
+
+def _c(e: A.Expr, ctx: Ctx) -> Fn:  # noqa: C901 - a dispatch over node kinds
+    t = type(e)
+    if t is A.Lit:
+        return _const(e.value)
+    if t is A.Param:
+        n = e.n - 1
+        ctx.nparams = max(ctx.nparams, e.n)
+        return lambda row, env: env.params[n]
+    if t is A.Field or t is A.Path:
+        if not ctx.row:
+            raise qerr(f"`{e.name}` names a field, but there is no row here: a value is written without one")
+        if ctx.schema is None:
+            raise qerr("no collection to read fields from")
+        return field_reader(ctx.schema, e.name, e.keys if t is A.Path else ())
+    if t is A.New:
+        if not ctx.new:
+            raise qerr("`new.` names the incoming document, only in `if absent else set` and access transitions")
+        if ctx.schema is not None:
+            ctx.schema.field(e.name)
+        name, keys = e.name, e.keys
+        return lambda row, env: _read_path(env.new.get(name), keys)
+    if t is A.Claim:
+        if not ctx.claims:
+            raise qerr("`$jwt.` claims are read only inside access rules")
+        keys = e.keys
+
+        def claim(row, env):
+            v: Any = env.claims
+            for k in keys:
+                if type(v) is not dict or k not in v:
+                    raise _Missing()
+                v = v[k]
+            return v
+        return claim
+    if t is A.Duration:
+        raise qerr("a duration such as 15m is written only inside @ttl(...) and as bucket's interval")
+    if t is A.Arith:
+        lf, rf, op = _c(e.left, ctx), _c(e.right, ctx), e.op
+        if op == "+":
+            def add(row, env):
+                a = lf(row, env)
+                b = rf(row, env)
+                if type(a) is int and type(b) is int:
+                    r = a + b
+                    if V.INT_MIN <= r <= V.INT_MAX:
+                        return r
+                return arith("+", a, b)
+            return add
+        return lambda row, env: arith(op, lf(row, env), rf(row, env))
+    if t is A.Cmp:
+        return _cmp(e, ctx)
+    if t is A.Match:
+        lf, rf = _c(e.left, ctx), _c(e.right, ctx)
+
+        def match(row, env):
+            a, b = lf(row, env), rf(row, env)
+            return type(a) is str and type(b) is str and b.lower() in a.lower()
+        return match
+    if t is A.Has:
+        lf, rf = _c(e.left, ctx), _c(e.right, ctx)
+
+        def has(row, env):
+            a = lf(row, env)
+            if type(a) is not list and type(a) is not tuple:
+                return False
+            b = rf(row, env)
+            return any(eq(x, b) for x in a)
+        return has
+    if t is A.In:
+        lf = _c(e.left, ctx)
+        if e.items is not None:
+            fns = [_c(i, ctx) for i in e.items]
+            if all(isinstance(i, A.Lit) for i in e.items):
+                consts = [i.value for i in e.items]
+                return lambda row, env: any(eq(lf(row, env), c) for c in consts)
+            return lambda row, env: any(eq(lf(row, env), f(row, env)) for f in fns)
+        sf = _c(e.source, ctx)
+
+        def in_src(row, env):
+            src = sf(row, env)
+            if type(src) not in (list, tuple):
+                src = [src]
+            a = lf(row, env)
+            return any(eq(a, x) for x in src)
+        return in_src
+    if t is A.IsNull:
+        f = _c(e.expr, ctx)
+        if e.negated:
+            return lambda row, env: f(row, env) is not None
+        return lambda row, env: f(row, env) is None
+    if t is A.And:
+        fns = [_bool(i, ctx) for i in e.items]
+        if len(fns) == 2:
+            f1, f2 = fns
+            return lambda row, env: f1(row, env) and f2(row, env)
+        return lambda row, env: all(f(row, env) for f in fns)
+    if t is A.Or:
+        fns = [_bool(i, ctx) for i in e.items]
+        return lambda row, env: any(f(row, env) for f in fns)
+    if t is A.Not:
+        f = _bool(e.expr, ctx)
+        return lambda row, env: not f(row, env)
+    if t is A.Case:
+        whens = [(_bool(c, ctx), _c(v, ctx)) for c, v in e.whens]
+        else_ = _c(e.else_, ctx) if e.else_ is not None else _const(None)
+
+        def case(row, env):
+            for c, v in whens:
+                if c(row, env):
+                    return v(row, env)
+            return else_(row, env)
+        return case
+    if t is A.ListExpr:
+        for i in e.items:
+            if not isinstance(i, (A.Lit, A.Param, A.Claim, A.ListExpr, A.ObjectExpr)):
+                raise qerr("a list holds literals, parameters and claims only")
+        fns = [_c(i, ctx) for i in e.items]
+        return lambda row, env: [f(row, env) for f in fns]
+    if t is A.ObjectExpr:
+        items = [(k, _c(v, ctx)) for k, v in e.items]
+        return lambda row, env: {k: f(row, env) for k, f in items}
+    if t is A.Call:
+        return _call(e, ctx)
+    raise qerr(f"cannot compile {t.__name__}")
+
+
+def _bool(e: A.Expr, ctx: Ctx) -> Fn:
+    f = _c(e, ctx)
+    if isinstance(e, (A.Cmp, A.And, A.Or, A.Not, A.IsNull, A.In, A.Has, A.Match)):
+        return f
+    return lambda row, env: V.truthy(f(row, env))
+
+
+def _cmp(e: A.Cmp, ctx: Ctx) -> Fn:
+    lf, rf = _c(e.left, ctx), _c(e.right, ctx)
+    op = e.op
+    if op == "<=" and isinstance(e.left, A.Field):
+        name = e.left.name
+
+        def le_field(row, env):
+            a = row.get(name) if name != "id" else row["id"]
+            b = rf(row, env)
+            if a is None or b is None:
+                return False
+            if type(a) is type(b) or (type(a) is V.Ts and type(b) is int):
+                return a <= b
+            return cmp3(a, b) <= 0
+        return le_field
+    fn = CMP[op]
+    return lambda row, env: fn(lf(row, env), rf(row, env))
+
+
+def _nargs(e: A.Call, lo: int, hi: int | None = None) -> None:
+    n = len(e.args)
+    hi = lo if hi is None else hi
+    if n < lo or (hi >= 0 and n > hi):
+        want = str(lo) if lo == hi else (f"{lo} or more" if hi < 0 else f"{lo} to {hi}")
+        raise qerr(f"{e.name}() takes {want} argument{'s' if want != '1' else ''}, found {n}")
+
+
+def _call(e: A.Call, ctx: Ctx) -> Fn:  # noqa: C901
+    name = e.name
+    if name == "now":
+        _nargs(e, 0)
+        return lambda row, env: env.now
+    if name == "coalesce":
+        _nargs(e, 1, -1)
+        fns = [_c(a, ctx) for a in e.args]
+
+        def coalesce(row, env):
+            for f in fns:
+                v = f(row, env)
+                if v is not None:
+                    return v
+            return None
+        return coalesce
+    if name in ("greatest", "least"):
+        _nargs(e, 1, -1)
+        fns = [_c(a, ctx) for a in e.args]
+        pick_max = name == "greatest"
+
+        def extreme(row, env):
+            best = None
+            for f in fns:
+                v = f(row, env)
+                if v is None:
+                    continue
+                if best is None or (cmp3(v, best) > 0 if pick_max else cmp3(v, best) < 0):
+                    best = v
+            return best
+        return extreme
+    if name in ("lower", "upper"):
+        _nargs(e, 1)
+        f = _c(e.args[0], ctx)
+        up = name == "upper"
+
+        def case_map(row, env):
+            v = f(row, env)
+            if v is None:
+                return None
+            if type(v) is not str:
+                raise terr(f"{name}() takes text, found {V.kind_name(v)}")
+            return v.upper() if up else v.lower()
+        return case_map
+    if name == "len":
+        _nargs(e, 1)
+        f = _c(e.args[0], ctx)
+
+        def length(row, env):
+            v = f(row, env)
+            if v is None:
+                return None
+            if type(v) in (str, list, tuple, bytes, dict):
+                return len(v)
+            raise terr(f"len() takes text or a list, found {V.kind_name(v)}")
+        return length
+    if name == "timestamp":
+        _nargs(e, 1)
+        f = _c(e.args[0], ctx)
+
+        def to_ts(row, env):
+            v = f(row, env)
+            if v is None:
+                return None
+            t = type(v)
+            if t is V.Ts:
+                return v
+            if t is int:
+                return V.make_ts(v)
+            if t is str:
+                ms = V.parse_time(v)
+                if ms is None:
+                    raise terr(f"timestamp() could not read {v[:64]!r} as a time")
+                return V.make_ts(ms)
+            raise terr(f"timestamp() takes epoch ms or ISO text, found {V.kind_name(v)}")
+        return to_ts
+    if name == "bucket":
+        _nargs(e, 2)
+        f = _c(e.args[0], ctx)
+        iv_node = e.args[1]
+        if isinstance(iv_node, A.Duration):
+            iv = _interval(iv_node)
+            return lambda row, env: bucket(f(row, env), iv)
+        ivf = _c(iv_node, ctx)
+        return lambda row, env: bucket(f(row, env), _interval(ivf(row, env)))
+    if name == "distance":
+        _nargs(e, 2)
+        fa, fb = _c(e.args[0], ctx), _c(e.args[1], ctx)
+        return lambda row, env: distance(fa(row, env), fb(row, env))
+    if name == "within":
+        _nargs(e, 2)
+        fa, fb = _c(e.args[0], ctx), _c(e.args[1], ctx)
+        return lambda row, env: within(fa(row, env), fb(row, env))
+    if name == "expired":
+        _nargs(e, 0)
+        if not ctx.where:
+            raise qerr("expired() is read only in a `where`")
+        ttl = ctx.schema.ttl_field if ctx.schema is not None else None
+        if ttl is None:
+            raise qerr(f"expired() needs a @ttl field, and `{ctx.schema.name if ctx.schema else '?'}` has none")
+        fname, d = ttl.name, ttl.ttl_ms
+
+        def expired(row, env):
+            v = row.get(fname)
+            return v is not None and v + d <= env.now
+        return expired
+    raise qerr(f"unknown function `{name}()`")
+
+
+def mentions(e: A.Expr | None, pred: Callable[[A.Expr], bool]) -> bool:
+    """Whether any node of `e` satisfies pred."""
+    if e is None:
+        return False
+    stack = [e]
+    while stack:
+        n = stack.pop()
+        if pred(n):
+            return True
+        stack.extend(children(n))
+    return False
+
+
+def children(n: A.Expr) -> list[A.Expr]:
+    if isinstance(n, (A.And, A.Or)):
+        return list(n.items)
+    if isinstance(n, (A.Arith, A.Cmp, A.Match, A.Has)):
+        return [n.left, n.right]
+    if isinstance(n, (A.Not, A.IsNull)):
+        return [n.expr]
+    if isinstance(n, A.In):
+        return [n.left, *(n.items or ()), *([n.source] if n.source is not None else [])]
+    if isinstance(n, A.Call):
+        return list(n.args)
+    if isinstance(n, A.Case):
+        out = [x for w in n.whens for x in w]
+        if n.else_ is not None:
+            out.append(n.else_)
+        return out
+    if isinstance(n, A.ListExpr):
+        return list(n.items)
+    if isinstance(n, A.ObjectExpr):
+        return [v for _, v in n.items]
+    return []
+
+
+def guard_missing(f: Fn) -> Fn:
+    """A filter reading a claim the token lacks keeps no row."""
+    def guarded(row, env):
+        try:
+            return f(row, env)
+        except _Missing:
+            return False
+    return guarded

@@ -1,0 +1,370 @@
+"""Values: the field types, conversion on write, the one total order, truth, and time.
+
+Internal forms (what a row dict holds):
+
+    null -> None        bool -> bool          int -> int          float -> float (finite)
+    text -> str         bytes -> bytes        timestamp -> Ts (an int subclass: epoch ms)
+    geo -> (lon, lat) tuple of floats         [T] -> list          json -> JSON value, objects
+    with their keys sorted (so answers write them sorted), timestamps turned to ISO text
+
+`Ts` subclasses int so a timestamp compares with numbers by value (fenecql.md §3.4 rule 3)
+and sorts in the same index as ints, while arithmetic can still tell it apart (§9.3).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from .errors import FenecError
+
+INT_MIN = -(2**63)
+INT_MAX = 2**63 - 1
+JSON_DEPTH = 64
+
+
+class Ts(int):
+    """A timestamp: UTC epoch milliseconds."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"Ts({int(self)})"
+
+
+SCALARS = {
+    "bool": "bool", "int": "int", "float": "float", "text": "text", "string": "text",
+    "bytes": "bytes", "blob": "bytes", "timestamp": "timestamp", "timestamptz": "timestamp",
+    "json": "json", "geo": "geo",
+}
+
+
+def kind_name(v: Any) -> str:
+    """The kind a value is, as type errors name it."""
+    if v is None:
+        return "null"
+    t = type(v)
+    if t is bool:
+        return "bool"
+    if t is Ts:
+        return "timestamp"
+    if t is int:
+        return "int"
+    if t is float:
+        return "float"
+    if t is str:
+        return "text"
+    if t is bytes:
+        return "bytes"
+    if t is tuple:
+        return "geo"
+    if t is list:
+        return "list"
+    if t is dict:
+        return "object"
+    return t.__name__
+
+
+def type_label(ftype: Any) -> str:
+    if isinstance(ftype, tuple):
+        return f"[{ftype[1]}]"
+    return ftype
+
+
+def _terr(ftype: Any, v: Any) -> FenecError:
+    return FenecError("type", f"expected {type_label(ftype)}, found {kind_name(v)}")
+
+
+# ---------------------------------------------------------------- time
+
+_ISO = re.compile(
+    r"^\s*(-?\d{4,})-(\d{2})-(\d{2})"
+    r"(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?)?"
+    r"\s*(Z|z|[+-]\d{2}(?::?\d{2})?)?\s*$"
+)
+
+
+def _days_from_civil(y: int, m: int, d: int) -> int:
+    y -= m <= 2
+    era = (y if y >= 0 else y - 399) // 400
+    yoe = y - era * 400
+    doy = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
+
+
+def _civil_from_days(z: int) -> tuple[int, int, int]:
+    z += 719468
+    era = (z if z >= 0 else z - 146096) // 146097
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    y = yoe + era * 400
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    d = doy - (153 * mp + 2) // 5 + 1
+    m = mp + (3 if mp < 10 else -9)
+    return y + (m <= 2), m, d
+
+
+def parse_time(text: str) -> int | None:
+    """ISO-8601 text -> epoch ms, or None when it does not parse."""
+    m = _ISO.match(text)
+    if not m:
+        return None
+    y, mo, d = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    hh = int(m.group(4) or 0)
+    mi = int(m.group(5) or 0)
+    ss = int(m.group(6) or 0)
+    frac = m.group(7) or ""
+    if not (1 <= mo <= 12 and 1 <= d <= 31 and hh <= 23 and mi <= 59 and ss <= 59):
+        return None
+    if d > _month_days(y, mo):
+        return None
+    ms = int((frac + "000")[:3]) if frac else 0
+    off = 0
+    zone = m.group(8)
+    if zone and zone not in ("Z", "z"):
+        sign = -1 if zone[0] == "-" else 1
+        digits = zone[1:].replace(":", "")
+        oh = int(digits[:2])
+        om = int(digits[2:4]) if len(digits) > 2 else 0
+        if oh > 23 or om > 59:
+            return None
+        off = sign * (oh * 60 + om) * 60_000
+    days = _days_from_civil(y, mo, d)
+    return ((days * 24 + hh) * 60 + mi) * 60_000 + ss * 1000 + ms - off
+
+
+def _month_days(y: int, m: int) -> int:
+    if m == 2:
+        leap = (y % 4 == 0 and y % 100 != 0) or y % 400 == 0
+        return 29 if leap else 28
+    return 30 if m in (4, 6, 9, 11) else 31
+
+
+def format_time(ms: int) -> str:
+    """Epoch ms -> ISO-8601 UTC text, milliseconds left out when zero."""
+    days, rest = divmod(int(ms), 86_400_000)
+    y, mo, d = _civil_from_days(days)
+    secs, milli = divmod(rest, 1000)
+    hh, rem = divmod(secs, 3600)
+    mi, ss = divmod(rem, 60)
+    ys = f"{y:04d}" if y >= 0 else f"-{-y:04d}"
+    if milli:
+        return f"{ys}-{mo:02d}-{d:02d}T{hh:02d}:{mi:02d}:{ss:02d}.{milli:03d}Z"
+    return f"{ys}-{mo:02d}-{d:02d}T{hh:02d}:{mi:02d}:{ss:02d}Z"
+
+
+TS_MIN = -(2**63)
+TS_MAX = 2**63 - 1
+
+
+def make_ts(ms: int) -> Ts:
+    if not TS_MIN <= ms <= TS_MAX:
+        raise FenecError("type", "timestamp out of range")
+    return Ts(ms)
+
+
+# ---------------------------------------------------------------- conversion on write
+
+
+def to_json_value(v: Any, depth: int = 0) -> Any:
+    """Convert to a `json` field's value: sorted object keys, timestamps as text."""
+    if depth > JSON_DEPTH:
+        raise FenecError("type", f"json nested deeper than {JSON_DEPTH} levels")
+    t = type(v)
+    if v is None or t is bool or t is str or t is int:
+        return v
+    if t is float:
+        if not math.isfinite(v):
+            raise FenecError("type", "expected json, found a non-finite number")
+        return v
+    if t is Ts:
+        return format_time(v)
+    if t is dict:
+        return {k: to_json_value(v[k], depth + 1) for k in sorted(v)}
+    if t is list:
+        return [to_json_value(x, depth + 1) for x in v]
+    if t is tuple:
+        return [to_json_value(x, depth + 1) for x in v]
+    raise _terr("json", v)
+
+
+def check_int(v: int) -> int:
+    if not INT_MIN <= v <= INT_MAX:
+        raise FenecError("type", "integer out of range (64-bit)")
+    return v
+
+
+def coerce(v: Any, ftype: Any) -> Any:
+    """Convert a value written to a field of `ftype`, or raise a 400 type error."""
+    if v is None:
+        return None
+    t = type(v)
+    if ftype == "timestamp":
+        if t is Ts:
+            return v
+        if t is int:
+            return make_ts(v)
+        if t is str:
+            ms = parse_time(v)
+            if ms is None:
+                raise FenecError("type", f"expected timestamp, found text that is not a time: {v[:64]!r}")
+            return make_ts(ms)
+        raise _terr(ftype, v)
+    if ftype == "text":
+        if t is str:
+            return v
+        if t is Ts:
+            return format_time(v)
+        raise _terr(ftype, v)
+    if ftype == "int":
+        if t is int:
+            return check_int(v)
+        if t is Ts:
+            return int(v)
+        if t is float and math.isfinite(v) and v == int(v):
+            return check_int(int(v))
+        raise _terr(ftype, v)
+    if ftype == "float":
+        if t is float:
+            if not math.isfinite(v):
+                raise _terr(ftype, v)
+            return v
+        if t is int or t is Ts:
+            return float(v)
+        raise _terr(ftype, v)
+    if ftype == "bool":
+        if t is bool:
+            return v
+        raise _terr(ftype, v)
+    if ftype == "json":
+        if t is bytes:
+            raise _terr(ftype, v)
+        return to_json_value(v)
+    if ftype == "bytes":
+        if t is bytes:
+            return v
+        if t is str:
+            return v.encode("utf-8", "surrogatepass")
+        raise _terr(ftype, v)
+    if ftype == "geo":
+        return to_point(v)
+    if isinstance(ftype, tuple):  # ("list", T)
+        if t is not list and t is not tuple:
+            raise _terr(ftype, v)
+        inner = ftype[1]
+        return [coerce(x, inner) for x in v]
+    raise FenecError("type", f"unknown type {ftype}")
+
+
+def to_point(v: Any) -> tuple[float, float]:
+    if type(v) not in (list, tuple) or len(v) != 2:
+        raise FenecError("type", f"expected geo, found {kind_name(v)}: a point is [lon, lat]")
+    lon, lat = v
+    for x in (lon, lat):
+        if type(x) not in (int, float) or isinstance(x, bool):
+            raise FenecError("type", f"expected geo, found {kind_name(x)} in a point")
+        if not math.isfinite(x):
+            raise FenecError("type", "expected geo, found a non-finite number in a point")
+    if not (-180 <= lon <= 180 and -90 <= lat <= 90):
+        raise FenecError("type", f"point out of range: lon must be -180..180 and lat -90..90, found [{lon}, {lat}]")
+    return (float(lon), float(lat))
+
+
+# ---------------------------------------------------------------- answers
+
+
+def answer_value(v: Any) -> Any:
+    """Internal value -> the JSON value an answer carries."""
+    t = type(v)
+    if t is Ts:
+        return format_time(v)
+    if t is tuple:
+        return list(v)
+    if t is bytes:
+        return list(v)
+    if t is list:
+        return [answer_value(x) for x in v]
+    return v
+
+
+# ---------------------------------------------------------------- the total order (§3.4)
+
+_RANK = {type(None): 0, bool: 1, int: 2, float: 2, Ts: 2, str: 3, bytes: 3, list: 4, tuple: 4, dict: 5}
+
+
+def rank(v: Any) -> int:
+    return _RANK.get(type(v), 6)
+
+
+def sort_key(v: Any) -> tuple:
+    """A key under which Python's ordering is FenecQL's total order."""
+    t = type(v)
+    if v is None:
+        return (0,)
+    if t is bool:
+        return (1, v)
+    if t is int or t is float or t is Ts:
+        return (2, v)
+    if t is str:
+        return (3, v)
+    if t is bytes:
+        return (3, v.decode("utf-8", "surrogateescape"))
+    if t is list or t is tuple:
+        return (4, tuple(sort_key(x) for x in v))
+    if t is dict:
+        return (5, tuple((k, sort_key(x)) for k, x in v.items()))
+    return (6, repr(v))
+
+
+def equal(a: Any, b: Any) -> bool:
+    """`=`: null equals null; kinds never mix (1 = true is false); numbers by value."""
+    ta, tb = type(a), type(b)
+    if ta is tb and ta is not list and ta is not dict and ta is not tuple:
+        return a == b
+    ra, rb = _RANK.get(ta, 6), _RANK.get(tb, 6)
+    if ra != rb:
+        return False
+    if ra == 2:
+        return a == b
+    if ra == 3:
+        return (a.encode("utf-8", "surrogatepass") if ta is str else a) == (
+            b.encode("utf-8", "surrogatepass") if tb is str else b)
+    return sort_key(a) == sort_key(b)
+
+
+def compare(a: Any, b: Any) -> int:
+    """Three-way comparison under the total order (null lowest)."""
+    ta, tb = type(a), type(b)
+    if ta is tb and (ta is int or ta is str or ta is float or ta is Ts):
+        return (a > b) - (a < b)
+    ka, kb = sort_key(a), sort_key(b)
+    return (ka > kb) - (ka < kb)
+
+
+def truthy(v: Any) -> bool:
+    """§9.6: true, non-zero numbers, non-empty text/bytes/lists/objects."""
+    if v is None or v is False:
+        return False
+    if v is True:
+        return True
+    t = type(v)
+    if t is int or t is float or t is Ts:
+        return v != 0
+    if t is str or t is bytes or t is list or t is dict or t is tuple:
+        return len(v) > 0
+    return True
+
+
+def hashable(v: Any) -> Any:
+    """A hashable stand-in for a value (for line keys and hash indexes over paths)."""
+    t = type(v)
+    if t is list or t is tuple:
+        return ("L", tuple(hashable(x) for x in v))
+    if t is dict:
+        return ("O", tuple((k, hashable(x)) for k, x in sorted(v.items())))
+    if t is bool:
+        return ("B", v)
+    return v
