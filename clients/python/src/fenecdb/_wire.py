@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._errors import BuilderError, error_for
+from ._transport.api.default import query as generated_query
+from ._transport.models.statement import Statement as GeneratedStatement
+from ._transport.types import UNSET
 from ._values import encode, show
 
 Statement = tuple[str, Sequence[Any] | None]
@@ -115,8 +118,16 @@ class Wire:
         ms = wait_ms(wait)
         is_read = _is_read(text) if read is None else read
         key = check_key(idempotency_key) if idempotency_key is not None else (None if is_read else self.key)
-        body = _dump({"query": text, "params": encode(list(params)) if params is not None else []})
-        return Request("/query", self._headers("application/json", ms, key), body, self._timeout(ms), not is_read)
+        # The route, the JSON body and the Fenec-Wait / Idempotency-Key headers come from the
+        # transport generated from the server's OpenAPI document (scripts/generate_transport.py).
+        made = generated_query._get_kwargs(
+            body=GeneratedStatement(query=text, params=encode(list(params)) if params is not None else []),
+            fenec_wait=UNSET if ms is None else str(ms),
+            idempotency_key=UNSET if key is None else key,
+        )
+        headers = self._headers("application/json", None, None)
+        headers.update(made["headers"])
+        return Request(made["url"], headers, _dump(made["json"]), self._timeout(ms), not is_read)
 
     def batch(self, statements: Iterable[Any], *, wait: object = None,
               idempotency_key: str | None = None) -> Request:

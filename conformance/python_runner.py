@@ -1,0 +1,27 @@
+"""The Python SDK's conformance run: the vectors, then the scenarios, then the one summary line
+`python: N passed, M failed` (conformance.md C.1). `conformance/run.py` runs it for Python;
+without FENEC_URL every scenario is reported skipped, so only the vectors count."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import python_scenarios  # noqa: E402
+import python_vectors  # noqa: E402
+
+
+def main(argv: list[str]) -> int:
+    only = os.environ.get("FENEC_ONLY") or None
+    passed, failed = python_vectors.run_file(python_vectors.vectors_path(), only)
+    p, f = python_scenarios.run_file(python_scenarios.scenarios_path(), only)
+    passed, failed = passed + p, failed + f
+    print(f"python: {passed} passed, {failed} failed", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,168 @@
+"""The conformance driver behind `make conformance` and `make conformance-vectors`.
+
+    conformance/run.py                 start .venv/bin/fenec-server in memory on 127.0.0.1:0, then run
+                                       every present SDK's vectors and scenarios against it
+    conformance/run.py --vectors-only  no server: the builder vectors only (every scenario is skipped)
+
+SDKs run in the order python, js, go, dotnet, swift, kotlin, dart. Python is run by this
+driver with its own runner (python_runner.py); every other SDK runs when its toolchain is on
+PATH and it has `clients/<sdk>/conformance.sh`, with cwd clients/<sdk> and FENEC_VECTORS,
+FENEC_SCENARIOS (absolute), FENEC_ONLY, and for a full run FENEC_URL and
+FENEC_REQUIRE_SERVER=1. Each prints exactly one line `<sdk>: N passed, M failed`
+(conformance.md C.1); the driver reads it, prints a total line worded apart from that
+pattern, and exits non-zero when any SDK failed, printed no summary, or the server did not
+start.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+BIN = ROOT / ".venv" / "bin"
+SUMMARY = re.compile(r"^(python|js|go|dotnet|swift|kotlin|dart): ([0-9]+) passed, ([0-9]+) failed$")
+LISTENING = re.compile(r"listening on: (http://\S+)")
+SDKS: list[tuple[str, list[str]]] = [
+    ("python", []),
+    ("js", ["node", "npm"]),
+    ("go", ["go"]),
+    ("dotnet", ["dotnet"]),
+    ("swift", ["swift"]),
+    ("kotlin", ["mvn", "java"]),
+    ("dart", ["dart"]),
+]
+SERVER_START_S = 30
+
+
+class Server:
+    """`fenec-server --http 127.0.0.1:0` in memory; its address read from its `listening on:` line."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[str] | None = None
+        self.url: str | None = None
+        self.lines: list[str] = []
+
+    def start(self) -> str | None:
+        exe = BIN / "fenec-server"
+        if not exe.exists():
+            print(f"conformance: no server at {exe.relative_to(ROOT)}", flush=True)
+            return None
+        self.proc = subprocess.Popen([str(exe), "--http", "127.0.0.1:0"], cwd=ROOT, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        found = threading.Event()
+
+        def read() -> None:
+            assert self.proc is not None and self.proc.stderr is not None
+            for line in self.proc.stderr:
+                self.lines.append(line.rstrip())
+                m = LISTENING.search(line)
+                if m and not found.is_set():
+                    self.url = m.group(1).rstrip("/")
+                    found.set()
+            found.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        found.wait(SERVER_START_S)
+        if self.url is None:
+            print("conformance: the server did not start; its log:", flush=True)
+            for line in self.lines[-20:]:
+                print(f"  {line}", flush=True)
+        return self.url
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def run_sdk(name: str, cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, int] | None:
+    """Runs one SDK, echoing its output; answers (passed, failed) from its summary line, or None."""
+    print(f"--- {name}: {' '.join(cmd)}", flush=True)
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    found: list[tuple[int, int]] = []
+    for line in proc.stdout:
+        line = line.rstrip("\n")
+        print(line, flush=True)
+        m = SUMMARY.match(line)
+        if m and m.group(1) == name:
+            found.append((int(m.group(2)), int(m.group(3))))
+    code = proc.wait()
+    print(f"--- {name}: exit {code} in {time.monotonic() - started:.1f} s", flush=True)
+    if len(found) != 1:
+        print(f"{name} printed {len(found)} summary lines, not one", flush=True)
+        return None
+    passed, failed = found[0]
+    if (code == 0) != (failed == 0):
+        print(f"{name} exited {code} with {failed} failed", flush=True)
+        return passed, max(failed, 1)
+    return passed, failed
+
+
+def main(argv: list[str]) -> int:
+    vectors_only = "--vectors-only" in argv
+    env = {k: v for k, v in os.environ.items() if k not in ("FENEC_URL", "FENEC_REQUIRE_SERVER")}
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["FENEC_VECTORS"] = str(Path(os.environ.get("FENEC_VECTORS") or HERE / "builder.json").resolve())
+    env["FENEC_SCENARIOS"] = str(Path(os.environ.get("FENEC_SCENARIOS") or HERE / "worker-scenarios.json").resolve())
+    server = Server()
+    server_failed = False
+    if not vectors_only:
+        url = server.start()
+        env["FENEC_REQUIRE_SERVER"] = "1"
+        if url:
+            env["FENEC_URL"] = url
+            print(f"conformance: server at {url}", flush=True)
+        else:
+            server_failed = True
+    passed_sdks: list[str] = []
+    failed_sdks: list[str] = []
+    skipped: list[str] = []
+    try:
+        for name, tools in SDKS:
+            if name == "python":
+                result = run_sdk(name, [sys.executable, str(HERE / "python_runner.py")], ROOT, env)
+            else:
+                missing = [t for t in tools if shutil.which(t, path=env["PATH"]) is None]
+                folder = ROOT / "clients" / name
+                if missing:
+                    print(f"{name}: skipped (no {missing[0]})", flush=True)
+                    print(f"SKIP {name}: no '{missing[0]}' on PATH", flush=True)
+                    skipped.append(name)
+                    continue
+                if not (folder / "conformance.sh").exists():
+                    print(f"SKIP {name}: no runner yet", flush=True)
+                    skipped.append(name)
+                    continue
+                result = run_sdk(name, ["bash", str(folder / "conformance.sh")], folder, env)
+            if result is None or result[1] > 0:
+                failed_sdks.append(name)
+            else:
+                passed_sdks.append(name)
+    finally:
+        server.stop()
+    if server_failed:
+        print("conformance: FAILED, the server did not start", flush=True)
+    print(f"conformance total: {len(passed_sdks)} SDKs green, {len(failed_sdks)} red"
+          f"{' (' + ', '.join(failed_sdks) + ')' if failed_sdks else ''}, {len(skipped)} skipped", flush=True)
+    return 1 if failed_sdks or server_failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
