@@ -1,0 +1,49 @@
+package com.fenecdb.conformance
+
+import java.io.File
+import kotlin.system.exitProcess
+
+/**
+ * The SDK's conformance run (conformance.md Part C): the vectors runner, then the scenario runner, then exactly one
+ * line `kotlin: N passed, M failed` on standard output. Exits 0 exactly when M is 0.
+ */
+object Conformance {
+    /** The repository root, found from where this code was loaded (never from the working directory). */
+    fun root(): File {
+        var dir: File? = File(Conformance::class.java.protectionDomain.codeSource.location.toURI()).absoluteFile
+        while (dir != null && !File(dir, "conformance").isDirectory) dir = dir.parentFile
+        return dir ?: File(".").absoluteFile
+    }
+
+    /** A path from the environment (relative ones against the working directory), or the project's default. */
+    fun fileFrom(variable: String, default: String): File {
+        val given = System.getenv(variable)?.takeIf { it.isNotEmpty() }
+        return if (given != null) File(given).absoluteFile else File(root(), default)
+    }
+
+    /** Fewer cases than this in the project's own vectors file means it lost some; any other file needs one. */
+    const val PROJECT_MINIMUM = 200
+
+    @JvmStatic
+    fun main(args: Array<String>) {
+        val only = System.getenv("FENEC_ONLY")?.takeIf { it.isNotEmpty() }
+        val vectorsFile = fileFrom("FENEC_VECTORS", "conformance/builder.json")
+        val minimum = if (System.getenv("FENEC_VECTORS").isNullOrEmpty()) PROJECT_MINIMUM else 1
+        val vectors = Vectors()
+        vectors.runFile(vectorsFile, only, minimum)
+
+        val scenarios = Scenarios(
+            url = System.getenv("FENEC_URL")?.takeIf { it.isNotEmpty() },
+            token = System.getenv("FENEC_TOKEN")?.takeIf { it.isNotEmpty() },
+            requireServer = System.getenv("FENEC_REQUIRE_SERVER") == "1",
+        )
+        scenarios.runFile(fileFrom("FENEC_SCENARIOS", "conformance/worker-scenarios.json"), only)
+
+        val passed = vectors.passed + scenarios.passed
+        val failed = vectors.failed + scenarios.failed
+        System.out.flush()
+        println("kotlin: $passed passed, $failed failed")
+        System.out.flush()
+        exitProcess(if (failed == 0) 0 else 1)
+    }
+}
