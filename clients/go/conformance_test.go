@@ -1,0 +1,42 @@
+package fenecdb
+
+// TestConformance is the shared suite's entry (conformance.md Part C): the builder vectors of
+// FENEC_VECTORS, then the worker scenarios of FENEC_SCENARIOS against FENEC_URL, then exactly one summary
+// line `go: N passed, M failed` on standard output. conformance.sh runs it so that the line reaches
+// standard output unchanged.
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// fileFromEnv resolves a FENEC_* file: relative to the working directory when given, else the project's
+// own file, found from this package's place in the tree.
+func fileFromEnv(name, projectFile string) (string, bool) {
+	if p := os.Getenv(name); p != "" {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return p, false
+		}
+		return abs, false
+	}
+	return filepath.Join(repoRoot(), "conformance", projectFile), true
+}
+
+func TestConformance(t *testing.T) {
+	vectors, project := fileFromEnv("FENEC_VECTORS", "builder.json")
+	min := 1
+	if own := filepath.Join(repoRoot(), "conformance", "builder.json"); project || vectors == own {
+		min = minProjectVectors
+	}
+	v := runVectorsFile(os.Stdout, vectors, min)
+	scenarios, _ := fileFromEnv("FENEC_SCENARIOS", "worker-scenarios.json")
+	s := runScenariosFile(os.Stdout, scenarios)
+	passed, failed := v.ok+v.elsewhere+s.ok, v.fail+s.fail
+	fmt.Printf("go: %d passed, %d failed\n", passed, failed)
+	if failed > 0 {
+		t.Fail()
+	}
+}
