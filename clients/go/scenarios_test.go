@@ -651,7 +651,9 @@ func (s *script) claimStep(ctx context.Context, rawArgs, rawExpect json.RawMessa
 		db = db.Wait(time.Duration(*a.WaitMS) * time.Millisecond)
 	}
 	if a.IdempotencyKey != "" {
-		db = db.IdempotencyKey(a.IdempotencyKey)
+		// keys share one namespace on the server; the scenario's collection makes this run's keys its own,
+		// so the SDKs (and a second run) can replay the same file against one server at once (B.2)
+		db = db.IdempotencyKey(a.IdempotencyKey + ":" + s.ops.q)
 	}
 	cctx := ctx
 	if a.CancelAfterMS != nil {

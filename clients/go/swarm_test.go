@@ -148,7 +148,8 @@ func runSwarm(ctx context.Context, ops *queueOps, sc scenario, tol time.Duration
 
 	endCtx, endCancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer endCancel()
-	got := map[string]int64{}
+	got := map[string]int64{"acked": 0, "acked_twice": 0, "dead": 0, "left": 0, "claimed_while_leased": 0,
+		"claimed_before_due": 0, "reclaimed_after_lapse": 0, "stale": 0, "max_attempts": 0}
 	got["dead"], _ = ops.db.From(ops.q).Where("run_at", "=", nil).Count(endCtx)
 	got["left"], _ = ops.db.From(ops.q).Where("run_at", "!=", nil).Count(endCtx)
 	unexplained, _ := ops.db.From(ops.q).Where("run_at", "=", nil).Where("error", "=", nil).Count(endCtx)
