@@ -155,7 +155,10 @@ export class FenecHttp implements StatementSender {
     if (!Array.isArray(results)) {
       throw new FenecError(`the server answered a batch without results: ${show(sent.body)}`, { status: 200 });
     }
-    return { results: results as BatchItem[], seq: sent.seq, replayed: sent.replayed };
+    // A read's item is {"rows": [...]} (http.md §4); a server that answers the bare /query form
+    // (an array) is read the same, so callers see one shape.
+    const items = results.map((r): BatchItem => (Array.isArray(r) ? { rows: r as Row[] } : (r as BatchItem)));
+    return { results: items, seq: sent.seq, replayed: sent.replayed };
   }
 
   /** @internal The seam a query's endpoints send through: the answer body as JSON. */

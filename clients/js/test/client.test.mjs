@@ -236,3 +236,10 @@ test('connect refuses what is not an http URL', () => {
   assert.throws(() => connect('127.0.0.1:8080'), FenecError);
   assert.throws(() => connect('http://x', { timeout: -1 }), FenecError);
 });
+
+test('a batch read is {rows}, even from a server that answers the bare array', async () => {
+  const cap = captureFetch(() => ({ ok: 2, results: [[{ x: 1 }], { rows: [{ x: 2 }] }] }));
+  const db = connect('http://db.invalid', { fetch: cap.fetch });
+  const r = await db.batch(['get a', 'get b']);
+  assert.deepEqual(r.results, [{ rows: [{ x: 1 }] }, { rows: [{ x: 2 }] }]);
+});

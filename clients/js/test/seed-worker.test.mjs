@@ -1,0 +1,71 @@
+// The seed page's worker loop, as the page writes it (README's `worker` block, compiled from
+// TypeScript), in three processes at once against a live fenec-server: every job is acked once.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { connect, expr } from '@fenecdb/web/client';
+import { HARNESS, compile, readmeBlocks } from './blocks.mjs';
+import { liveServer, skip } from './live.mjs';
+
+const server = liveServer();
+const JOBS = 150;
+const WORKERS = 3;
+
+test('the seed worker loop, in three processes, acks every job exactly once', { skip, timeout: 60000 }, async () => {
+  const blocks = readmeBlocks('worker');
+  assert.equal(blocks.length, 1, 'the README holds the seed worker');
+  assert.match(blocks[0], /^import \{ connect, expr, inc, raw \} from '@fenecdb\/web\/client';$/m);
+  const file = compile(blocks[0], 'seed-worker');
+
+  const db = connect(server.url);
+  await db.run('create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int, error text)');
+  const put = (from, n) => db.from('jobs').insert(
+    Array.from({ length: n }, (_, k) => ({ payload: { to: `user${from + k}@example.com` }, run_at: expr('now()'), attempts: 0 })),
+  );
+  await put(0, 50); // some wait before the workers start, the rest come while they are held
+
+  const acks = [];
+  const children = [];
+  const exited = [];
+  for (let w = 0; w < WORKERS; w++) {
+    const child = spawn(process.execPath, ['--import', HARNESS, file], {
+      env: { ...process.env, FENEC_TEST_URL: server.url, FENEC_REPORT_ACKS: '1' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let err = '';
+    child.stderr.on('data', (d) => (err += d));
+    let buf = '';
+    child.stdout.on('data', (d) => {
+      buf += d;
+      let nl;
+      while ((nl = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+        const m = /^ACK (\S+) (.*)$/.exec(line);
+        if (m) acks.push({ id: JSON.parse(m[1]), auth: JSON.parse(m[2]), worker: w });
+      }
+    });
+    exited.push(new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal, err }))));
+    children.push(child);
+  }
+  try {
+    for (let from = 50; from < JOBS; from += 25) {
+      await new Promise((r) => setTimeout(r, 100));
+      await put(from, 25);
+    }
+    const deadline = Date.now() + 40000;
+    while ((acks.length < JOBS || (await db.from('jobs').count()) > 0) && Date.now() < deadline) {
+      const early = await Promise.race([...exited, new Promise((r) => setTimeout(() => r(null), 100))]);
+      if (early) assert.fail(`a worker exited early: ${JSON.stringify(early)}`);
+    }
+  } finally {
+    for (const c of children) c.kill('SIGTERM');
+    await Promise.all(exited);
+  }
+  assert.equal(await db.from('jobs').count(), 0, 'the queue is empty');
+  const ids = acks.map((a) => a.id).sort((a, b) => a - b);
+  assert.deepEqual(ids, Array.from({ length: JOBS }, (_, k) => k + 1), 'every job acked exactly once');
+  assert.ok(acks.every((a) => a.auth === 'Bearer a worker token'), 'each request carries the page\'s token');
+  const busy = new Set(acks.map((a) => a.worker));
+  console.log(`# ${JOBS} jobs acked by ${busy.size} of ${WORKERS} workers`);
+});
