@@ -94,7 +94,9 @@ class Queue:
                     key: str | None = None) -> tuple[list[dict[str, Any]], bool]:
         patch = {"owner": owner, "run_at": expr("now() + ?", lease_ms), "attempts": inc(1)}
         self._check("claim", self._claim_chain(self.db, batch).to_update(patch, returning=True), batch=batch)
-        db = self.db.with_idempotency_key(key) if key else self.db
+        # Keys are server-wide on an open server, and every SDK runs these scenarios on one
+        # server: the key is sent suffixed with the scenario's own collection (README.md).
+        db = self.db.with_idempotency_key(f"{key}:{self.name}") if key else self.db
         rows = await self._claim_chain(db, batch).update(
             patch, returning=True, wait=None if wait_ms is None else wait_ms / 1000)
         return list(rows), db.replayed
