@@ -21,7 +21,8 @@ const vectors = pick('FENEC_VECTORS', resolve(ROOT, 'conformance/builder.json'))
 const scenarios = pick('FENEC_SCENARIOS', resolve(ROOT, 'conformance/worker-scenarios.json'));
 const only = env.FENEC_ONLY || undefined;
 
-const v = await runVectors(vectors, { only, minCases: env.FENEC_VECTORS ? 1 : PROJECT_MIN_CASES });
+const isProject = vectors === resolve(ROOT, 'conformance/builder.json');
+const v = await runVectors(vectors, { only, minCases: isProject ? PROJECT_MIN_CASES : 1 });
 const s = await runScenarios(scenarios, {
   url: env.FENEC_URL || undefined,
   token: env.FENEC_TOKEN || undefined,

@@ -184,7 +184,9 @@ async function runScript(sc, ops, ctx) {
         batch: args.batch,
         leaseMs: args.lease_ms,
         waitMs: args.wait_ms,
-        idempotencyKey: args.idempotency_key,
+        // Keys live in one namespace on an open server, where every SDK runs the same scenarios at
+        // once: the collection's name makes this run's key its own.
+        idempotencyKey: args.idempotency_key === undefined ? undefined : `${o.q}:${args.idempotency_key}`,
         signal: ctl.signal,
       });
     } catch (e) {
