@@ -88,7 +88,8 @@ class Database:
         self._clock = clock or _wall_ms
         self.collections: dict[str, Collection] = {}
         self._lock = RWLock()
-        self._parsed: OrderedDict[str, list[A.Statement]] = OrderedDict()
+        # text -> (statements, the highest parameter each names)
+        self._parsed: OrderedDict[str, tuple[list[A.Statement], list[int]]] = OrderedDict()
         self._parsed_mutex = threading.Lock()
         self._prepared: dict[tuple[str, int], Prepared] = {}
         self._version = 0
@@ -169,17 +170,21 @@ class Database:
     # ---------------------------------------------------------------- parsing and preparing
 
     def parse(self, text: str) -> list[A.Statement]:
+        return self._parse(text)[0]
+
+    def _parse(self, text: str) -> tuple[list[A.Statement], list[int]]:
         if not isinstance(text, str):
             raise FenecError("query", "`query` must be text")
         got = self._parsed.get(text)
         if got is not None:
             return got
         stmts = parse(text)
+        entry = (stmts, [max_param(s) for s in stmts])
         with self._parsed_mutex:
-            self._parsed[text] = stmts
+            self._parsed[text] = entry
             if len(self._parsed) > PARSE_CACHE:
                 self._parsed.popitem(last=False)
-        return stmts
+        return entry
 
     def _prepare(self, text: str, i: int, stmt: A.Statement) -> Prepared:
         key = (text, i)
@@ -195,12 +200,12 @@ class Database:
         out = []
         for i, (text, params) in enumerate(statements):
             try:
-                stmts = self.parse(text)
+                stmts, needs = self._parse(text)
                 if len(stmts) != 1:
                     raise FenecError("query", "one statement at a time here: send several as a batch")
                 stmt = stmts[0]
                 params = _params(params)
-                need = max_param(stmt)
+                need = needs[0]
                 if need > len(params):
                     raise FenecError("query", f"parameter ${need} is not bound")
             except FenecError as e:

@@ -13,6 +13,7 @@ and sorts in the same index as ints, while arithmetic can still tell it apart (Â
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from typing import Any
@@ -143,8 +144,12 @@ def _month_days(y: int, m: int) -> int:
     return 30 if m in (4, 6, 9, 11) else 31
 
 
+@functools.lru_cache(maxsize=8192)
 def format_time(ms: int) -> str:
-    """Epoch ms -> ISO-8601 UTC text, milliseconds left out when zero."""
+    """Epoch ms -> ISO-8601 UTC text, milliseconds left out when zero.
+
+    Cached: a claim answers one run_at for all the rows it takes, and a queue's rows share few
+    distinct times; measured 20 Âµs of a 10-row claim without the cache."""
     days, rest = divmod(int(ms), 86_400_000)
     y, mo, d = _civil_from_days(days)
     secs, milli = divmod(rest, 1000)

@@ -134,7 +134,7 @@ def _set_path(obj: Any, keys: tuple[str, ...], value: Any, target: str) -> dict:
 
 def _apply_entries(schema: Schema, base: dict, entries: list, vals: list) -> dict:
     row = dict(base)
-    for (target, _, ftype), v in zip(entries, vals):
+    for (target, _, ftype, _), v in zip(entries, vals):
         if target.keys:
             jv = V.to_json_value(v)
             row[target.name] = _set_path(row.get(target.name), target.keys, jv, target.text)
@@ -177,11 +177,14 @@ def run_set(eng: Any, p: Prepared, env: Env, blk: Block) -> Any:
         schema = coll.schema
         blk.touch(coll)
         patch = p.patch
-        fns = [fn for _, fn, _ in patch]
-        # Work every value out over the rows as they were, before writing any (§6.3).
+        # Work every value out over the rows as they were, before writing any (§6.3); a value
+        # that reads no row is worked out once.
+        fixed = [None if per_row else fn(None, env) for _, fn, _, per_row in patch]
+        fns = [(fn if per_row else None) for _, fn, _, per_row in patch]
         news = []
         for old in picked:
-            news.append(_apply_entries(schema, old, patch, [f(old, env) for f in fns]))
+            vals = [f(old, env) if f is not None else c for f, c in zip(fns, fixed)]
+            news.append(_apply_entries(schema, old, patch, vals))
         req = _needs_required(schema)
         uniq = any(k == "unique" for k, _, _ in coll.indexes.values())
         alive = p.alive
@@ -254,7 +257,7 @@ def _documents(p: Prepared, env: Env) -> list[dict]:
 
 def _doc_values(schema: Schema, entries: list, env: Env) -> dict:
     row: dict[str, Any] = {}
-    for target, fn, ftype in entries:
+    for target, fn, ftype, _ in entries:
         v = fn(None, env)
         if target.name == "id" and not target.keys:
             row["id"] = v
@@ -315,7 +318,7 @@ def run_put(eng: Any, p: Prepared, env: Env, blk: Block) -> Any:
             # upsert: the holder is updated with the patch, `new.` reading the incoming doc
             upd_env = Env(env.params, env.now, env.claims, doc)
             patch = p.else_patch
-            vals = [fn(held, upd_env) for _, fn, _ in patch]
+            vals = [fn(held, upd_env) for _, fn, _, _ in patch]
             new = _apply_entries(schema, held, patch, vals)
             _check_required(schema, new)
             coll.unique_check(new, alive, blk.undo)

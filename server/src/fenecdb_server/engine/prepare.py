@@ -31,18 +31,41 @@ class Column:
         self.read = read
 
 
-def columns(schema: Schema, items: tuple[A.SelectItem, ...] | None, ctx: Ctx) -> list[Column]:
-    """The answer's columns: `*` is id and every field in declaration order."""
+class AllColumns:
+    """`*`: id and every field in declaration order. Rendered without a closure per column:
+    the row's values are copied as they are and only the fields whose type answers in another
+    form (timestamps as ISO text, points and bytes as lists) are converted."""
+
+    __slots__ = ("names", "convert")
+
+    def __init__(self, schema: Schema) -> None:
+        self.names = list(schema.fields)
+        self.convert = [(n, V.format_time if f.type == "timestamp" else V.answer_value)
+                        for n, f in schema.fields.items() if f.type not in ("int", "float", "text", "bool", "json")]
+
+
+def columns(schema: Schema, items: tuple[A.SelectItem, ...] | None, ctx: Ctx) -> list[Column] | AllColumns:
     if items is None:
-        cols = [Column("id", lambda row, env: row["id"])]
-        for name in schema.fields:
-            cols.append(Column(name, (lambda n: lambda row, env: row.get(n))(name)))
-        return cols
+        return AllColumns(schema)
     return [Column(it.name, compile_expr(it.expr, ctx)) for it in items]
 
 
-def render(cols: list[Column], rows: list[dict], env: Any) -> list[dict]:
+def render(cols: list[Column] | AllColumns, rows: list[dict], env: Any) -> list[dict]:
     out = []
+    if type(cols) is AllColumns:
+        names = cols.names
+        convert = cols.convert
+        for r in rows:
+            get = r.get
+            d = {"id": r["id"]}
+            for n in names:
+                d[n] = get(n)
+            for n, conv in convert:
+                v = d[n]
+                if v is not None:
+                    d[n] = conv(v)
+            out.append(d)
+        return out
     av = V.answer_value
     for r in rows:
         d = {}
@@ -157,12 +180,15 @@ def prepare(stmt: A.Statement, schemas: dict[str, Schema], allow_claims: bool = 
 
 
 def _patch(schema: Schema, entries: tuple[A.Entry, ...], coll: str, ctx: Ctx) -> list:
+    """(target, value closure, field type, reads the row?) per entry. A value that reads no row
+    (`now() + 30000`, `$1`) is worked out once per run, not once per row."""
     out = []
     for e in entries:
         if e.target.name == "id" and not e.target.keys:
             raise FenecError("query", "a patch cannot change `id`")
         ftype = _target_type(schema, e.target, coll)
-        out.append((e.target, compile_expr(e.value, ctx), ftype))
+        per_row = mentions(e.value, lambda n: isinstance(n, (A.Field, A.Path, A.New)))
+        out.append((e.target, compile_expr(e.value, ctx), ftype, per_row))
     return out
 
 
@@ -170,7 +196,7 @@ def _doc(schema: Schema, entries: tuple[A.Entry, ...], coll: str, ctx: Ctx) -> l
     out = []
     for e in entries:
         ftype = _target_type(schema, e.target, coll)
-        out.append((e.target, compile_expr(e.value, ctx), ftype))
+        out.append((e.target, compile_expr(e.value, ctx), ftype, True))
     return out
 
 

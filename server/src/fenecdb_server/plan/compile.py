@@ -441,6 +441,9 @@ def _c(e: A.Expr, ctx: Ctx) -> Fn:  # noqa: C901 - a dispatch over node kinds
     if t is A.In:
         lf = _c(e.left, ctx)
         if e.items is not None:
+            for i in e.items:
+                if not isinstance(i, (A.Lit, A.Param, A.Claim, A.ListExpr, A.ObjectExpr)):
+                    raise qerr("a list holds literals, parameters and claims only")
             fns = [_c(i, ctx) for i in e.items]
             if all(isinstance(i, A.Lit) for i in e.items):
                 consts = [i.value for i in e.items]

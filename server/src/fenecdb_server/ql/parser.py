@@ -35,7 +35,7 @@ TYPES = {
 }
 ANNOTATIONS = {"hash", "unique", "sorted", "geo", "ttl"}
 
-DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 7 * 86_400_000}
+DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 # Friendly names for the terminals an error may expect.
 _EXPECT_NAMES = {
