@@ -114,6 +114,7 @@ export class FenecHttp implements StatementSender {
   async run(text: string, params: readonly unknown[] = [], options: RunOptions = {}): Promise<RunResult> {
     if (typeof text !== 'string') throw new FenecError(`run() takes the statement's text: ${show(text)}`);
     const key = options.idempotencyKey === undefined ? this.#key : checkKey(options.idempotencyKey);
+    if (!Array.isArray(params)) throw new FenecError(`run() takes its parameters as a list: ${show(params)}`);
     if (options.wait !== undefined) checkWait(options.wait);
     const sent = await this.#post('/query', JSON.stringify({ query: text, params: params.map(encode) }), 'application/json', {
       key,

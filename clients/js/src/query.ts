@@ -230,7 +230,7 @@ export class Query {
     }
     let text = `put ${this.#s.collection} ${body}`;
     if (options.ifAbsent === true) text += ' if absent';
-    if (options.require !== undefined) text += ` require ${checkRequire(options.require)}`;
+    if (options.require !== undefined && options.require !== null) text += ` require ${checkRequire(options.require)}`;
     return [text, params.list];
   }
 

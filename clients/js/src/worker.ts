@@ -215,7 +215,8 @@ export class Worker implements AsyncIterable<Job> {
     if (this.stopped) return [];
     const owner = options.owner ?? this.nextOwner();
     const db = options.idempotencyKey === undefined ? this.#db : this.#db.withIdempotencyKey(options.idempotencyKey);
-    const signal = options.signal === undefined ? this.#stopper.signal : either(options.signal, this.#stopper.signal);
+    const joined = options.signal === undefined ? undefined : either(options.signal, this.#stopper.signal);
+    const signal = joined?.signal ?? this.#stopper.signal;
     let rows: Row[];
     try {
       rows = await this.#claimChain(db).update(this.#claimPatch(owner), {
@@ -226,6 +227,8 @@ export class Worker implements AsyncIterable<Job> {
     } catch (e) {
       if (this.stopped) return [];
       throw e;
+    } finally {
+      joined?.release();
     }
     return rows.map((row) => new Job(this, row, owner));
   }
@@ -277,15 +280,20 @@ export class Worker implements AsyncIterable<Job> {
   }
 }
 
-/** A signal aborted when either is. */
-function either(a: AbortSignal, b: AbortSignal): AbortSignal {
+/** A signal aborted when either is; `release` takes its listeners off the two. */
+function either(a: AbortSignal, b: AbortSignal): { signal: AbortSignal; release: () => void } {
   const ctl = new AbortController();
-  for (const s of [a, b]) {
-    if (s.aborted) {
-      ctl.abort(s.reason);
-      break;
-    }
-    s.addEventListener('abort', () => ctl.abort(s.reason), { once: true });
-  }
-  return ctl.signal;
+  const fromA = () => ctl.abort(a.reason);
+  const fromB = () => ctl.abort(b.reason);
+  if (a.aborted) fromA();
+  else if (b.aborted) fromB();
+  a.addEventListener('abort', fromA, { once: true });
+  b.addEventListener('abort', fromB, { once: true });
+  return {
+    signal: ctl.signal,
+    release: () => {
+      a.removeEventListener('abort', fromA);
+      b.removeEventListener('abort', fromB);
+    },
+  };
 }

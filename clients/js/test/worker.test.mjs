@@ -1,0 +1,74 @@
+// The worker helper over a capture fetch: the statements it sends are the spec's, and its
+// stale answers, keys and stop behave as documented.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { connect, FenecError } from '@fenecdb/web/client';
+import { captureFetch } from './capture.mjs';
+
+const row = (id, attempts = 1) => ({ id, payload: { to: `u${id}` }, attempts });
+
+test('claim, ack, extend and fail write the queue\'s statements', async () => {
+  const answers = [[row(41), row(42)], { affected: 1 }, { affected: 1 }, { affected: 1 }];
+  const cap = captureFetch(() => answers.shift());
+  const db = connect('http://db.invalid', { fetch: cap.fetch });
+  const w = db.worker('mail_jobs', { name: 'w9', batch: 5, leaseMs: 60000, waitMs: 20000, deadAfter: 5, backoffMs: 1000 });
+  const jobs = await w.claim();
+  assert.deepEqual(jobs.map((j) => [j.id, j.owner, j.attempts]), [[41, 'w9:1', 1], [42, 'w9:1', 1]]);
+  assert.equal(await jobs[0].ack(), true);
+  assert.equal(await jobs[1].extend(), true);
+  assert.equal(await jobs[1].fail('timeout'), true);
+  assert.deepEqual(cap.sent.map((s) => [s.text, s.params]), [
+    ['set mail_jobs {owner: $1, run_at: now() + $2, attempts: coalesce(attempts, 0) + $3} where run_at <= now() order run_at asc limit 5 returning *', ['w9:1', 60000, 1]],
+    ['del mail_jobs where id = $1 and owner = $2 require 1', [41, 'w9:1']],
+    ['set mail_jobs {run_at: now() + $1} where id = $2 and owner = $3 require 1', [60000, 42, 'w9:1']],
+    ['set mail_jobs {owner: $1, error: $2, run_at: case when attempts >= $3 then null else now() + $4 * attempts * attempts end} where id = $5 and owner = $6 require 1', [null, 'timeout', 5, 1000, 42, 'w9:1']],
+  ]);
+  assert.equal(cap.sent[0].headers['fenec-wait'], '20000');
+  assert.deepEqual(jobs[0].toAck(), [cap.sent[1].text, cap.sent[1].params]);
+  assert.deepEqual(w.toClaim('w9:1'), [cap.sent[0].text, cap.sent[0].params]);
+});
+
+test('each claim has an owner token of its own; a keyed claim carries the key', async () => {
+  const cap = captureFetch(() => []);
+  const db = connect('http://db.invalid', { fetch: cap.fetch });
+  const w = db.worker('jobs', { name: 'w1' });
+  await w.claim();
+  await w.claim({ idempotencyKey: 'claim-7', wait: 0 });
+  assert.deepEqual(cap.sent.map((s) => s.params[0]), ['w1:1', 'w1:2']);
+  assert.equal(cap.sent[0].headers['idempotency-key'], undefined);
+  assert.equal(cap.sent[1].headers['idempotency-key'], 'claim-7');
+  assert.equal(cap.sent[1].headers['fenec-wait'], '0');
+});
+
+test('a 412 on ack, extend or fail is false (stale); other refusals throw', async () => {
+  let answer = [row(1)];
+  const cap = captureFetch(() => answer);
+  const db = connect('http://db.invalid', { fetch: cap.fetch });
+  const [job] = await db.worker('jobs').claim();
+  answer = { status: 412, body: { error: '`del jobs` wrote 0 rows, and requires 1' } };
+  assert.equal(await job.ack(), false);
+  assert.equal(job.lost, true);
+  answer = { status: 404, body: { error: 'no collection `jobs`' } };
+  await assert.rejects(job.extend(), (e) => e instanceof FenecError && e.status === 404);
+});
+
+test('stop gives a held claim up and ends the iteration', async () => {
+  const fetch = (url, init) => new Promise((_, reject) => init.signal.addEventListener('abort', () => reject(init.signal.reason)));
+  const db = connect('http://db.invalid', { fetch });
+  const w = db.worker('jobs', { waitMs: 30000 });
+  const seen = [];
+  const loop = (async () => { for await (const job of w) seen.push(job); })();
+  await new Promise((r) => setTimeout(r, 20));
+  w.stop();
+  await loop;
+  assert.deepEqual(seen, []);
+  assert.equal(w.stopped, true);
+  assert.deepEqual(await w.claim(), [], 'a stopped worker claims nothing');
+});
+
+test('the worker\'s numbers are checked', () => {
+  const db = connect('http://db.invalid', { fetch: captureFetch().fetch });
+  assert.throws(() => db.worker('jobs', { batch: 0 }), { message: 'batch is a whole number from 1 (got 0)' });
+  assert.throws(() => db.worker('jobs', { leaseMs: 1.5 }), FenecError);
+  assert.throws(() => db.worker('bad name'), { message: 'invalid collection name: "bad name"' });
+});
