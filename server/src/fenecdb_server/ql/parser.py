@@ -71,12 +71,21 @@ def _qerr(msg: str) -> FenecError:
     return FenecError("query", msg)
 
 
+class _Located(Exception):
+    """A refusal found while building the tree, with where in the text it stands."""
+
+    def __init__(self, pos: int, message: str) -> None:
+        super().__init__(message)
+        self.pos = pos
+        self.message = message
+
+
 def _name(tok: Token, what: str = "name") -> str:
     s = str(tok)
     if s.lower() in RESERVED:
-        raise _qerr(f"`{s}` is a keyword and cannot be a {what}")
+        raise _Located(tok.start_pos or 0, f"`{s}` is a keyword and cannot be a {what}")
     if len(s) > MAX_NAME:
-        raise _qerr(f"a {what} is at most {MAX_NAME} characters")
+        raise _Located(tok.start_pos or 0, f"a {what} is at most {MAX_NAME} characters")
     return s
 
 
@@ -651,6 +660,9 @@ def parse(text: str) -> list[A.Statement]:
         raise _syntax_error(text, e) from None
     except VisitError as e:
         inner = e.orig_exc
+        if isinstance(inner, _Located):
+            line, col, caret = _caret(text, inner.pos)
+            raise _qerr(f"position {inner.pos} (line {line}, column {col}): {inner.message}{caret}") from None
         if isinstance(inner, FenecError):
             raise inner from None
         if isinstance(inner, RecursionError):
