@@ -333,8 +333,13 @@ func (c *Client) Batch(ctx context.Context, statements ...Statement) (BatchResul
 	res.OK = int(okCount)
 	items, _ := m["results"].([]any)
 	for _, it := range items {
-		im, _ := it.(map[string]any)
 		var item BatchItem
+		if rows, ok := toRows(it); ok { // a bare list of rows, as some servers answer a read
+			item.Rows, item.Affected = rows, int64(len(rows))
+			res.Results = append(res.Results, item)
+			continue
+		}
+		im, _ := it.(map[string]any)
 		item.Affected, _ = im["affected"].(int64)
 		item.Message, _ = im["message"].(string)
 		if rows, ok := toRows(im["rows"]); ok {

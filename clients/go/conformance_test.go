@@ -33,7 +33,7 @@ func TestConformance(t *testing.T) {
 	}
 	v := runVectorsFile(os.Stdout, vectors, min)
 	scenarios, _ := fileFromEnv("FENEC_SCENARIOS", "worker-scenarios.json")
-	s := runScenariosFile(os.Stdout, scenarios)
+	s := runScenariosFile(os.Stdout, scenarios, os.Getenv("FENEC_URL"), os.Getenv("FENEC_REQUIRE_SERVER") == "1")
 	passed, failed := v.ok+v.elsewhere+s.ok, v.fail+s.fail
 	fmt.Printf("go: %d passed, %d failed\n", passed, failed)
 	if failed > 0 {

@@ -62,7 +62,9 @@ type swarmJobs struct {
 	DelayMS   int64  `json:"delay_ms"`
 }
 
-func runScenariosFile(out io.Writer, path string) scenarioTally {
+// runScenariosFile runs every scenario of one file against url (empty: every scenario is skipped, or the
+// run fails when require is set), printing a line per scenario and the part's tally.
+func runScenariosFile(out io.Writer, path, url string, require bool) scenarioTally {
 	var t scenarioTally
 	data, err := os.ReadFile(path)
 	var file scenarioFile
@@ -79,8 +81,7 @@ func runScenariosFile(out io.Writer, path string) scenarioTally {
 		return t
 	}
 	only := os.Getenv("FENEC_ONLY")
-	url := strings.TrimRight(os.Getenv("FENEC_URL"), "/")
-	require := os.Getenv("FENEC_REQUIRE_SERVER") == "1"
+	url = strings.TrimRight(url, "/")
 	why := ""
 	switch {
 	case url == "":
@@ -313,6 +314,19 @@ func (o *queueOps) counts(ctx context.Context) (map[string]int64, error) {
 		out[name] = n
 	}
 	return out, nil
+}
+
+// snapshot describes the queue's rows for a failure report: key, owner and attempts.
+func (o *queueOps) snapshot(ctx context.Context) string {
+	rows, err := o.db.From(o.q).Select("payload.key", "owner", "attempts", "run_at").Order("id", "asc").Rows(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	parts := make([]string, len(rows))
+	for i, r := range rows {
+		parts[i] = fmt.Sprintf("%v owner=%v attempts=%v run_at=%v", r["payload.key"], r["owner"], r["attempts"], r["run_at"])
+	}
+	return strings.Join(parts, "; ")
 }
 
 func keyOf(r Row) string {
@@ -690,7 +704,7 @@ func (s *script) claimStep(ctx context.Context, rawArgs, rawExpect json.RawMessa
 	s.mu.Unlock()
 	if want.Keys != nil {
 		if got := keysOf(res.Rows); !sameStrings(*want.Keys, got) {
-			return fmt.Sprintf("claim: keys %v / %v", *want.Keys, got)
+			return fmt.Sprintf("claim: keys %v / %v (the queue now: %s)", *want.Keys, got, s.ops.snapshot(ctx))
 		}
 	}
 	if want.Attempts != nil {
