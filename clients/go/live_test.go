@@ -210,7 +210,7 @@ func TestLiveRefusals(t *testing.T) {
 	if !errors.As(err, &e) || e.Status != 412 || e.Code != CodeUnmet || !IsStale(err) || e.At != -1 {
 		t.Fatalf("412: %v", err)
 	}
-	if _, err := db.From("no_such_"+randomHex()).Rows(bg); !errors.As(err, &e) || e.Code != CodeNotFound {
+	if _, err := db.From("no_such_" + randomHex()).Rows(bg); !errors.As(err, &e) || e.Code != CodeNotFound {
 		t.Fatalf("404: %v", err)
 	}
 	if _, err := db.Exec(bg, "get "+q+" where"); !errors.As(err, &e) || e.Code != CodeBadRequest {
