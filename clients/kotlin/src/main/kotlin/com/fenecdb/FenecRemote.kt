@@ -1,7 +1,7 @@
 package com.fenecdb
 
 import kotlinx.coroutines.Dispatchers
-import kotlinx.coroutines.future.await
+import kotlinx.coroutines.suspendCancellableCoroutine
 import kotlinx.coroutines.runBlocking
 import kotlinx.coroutines.withContext
 import kotlinx.serialization.Serializable
@@ -17,7 +17,10 @@ import java.net.URI
 import java.net.http.HttpClient
 import java.net.http.HttpRequest
 import java.net.http.HttpResponse
+import java.util.concurrent.CompletionException
 import java.util.concurrent.atomic.AtomicLong
+import kotlin.coroutines.resume
+import kotlin.coroutines.resumeWithException
 import kotlin.time.Duration
 import kotlin.time.toJavaDuration
 
@@ -178,9 +181,17 @@ class FenecRemote internal constructor(
         val total = link.timeout + (wait ?: Duration.ZERO)
         if (total.isFinite() && total > Duration.ZERO) b.timeout(total.toJavaDuration())
         val response = try {
-            // await() cancels the exchange when the coroutine is cancelled, and the JDK client then closes the
-            // connection: the server sees the client gone and hands the job to the next waiting claim
-            link.http.sendAsync(b.build(), HttpResponse.BodyHandlers.ofByteArray()).await()
+            // a cancelled coroutine cancels the exchange and the JDK client closes its connection: the server sees
+            // the client gone and hands the job the claim would have taken to the next waiting claim (§3.8 rule 4)
+            val future = link.http.sendAsync(b.build(), HttpResponse.BodyHandlers.ofByteArray())
+            suspendCancellableCoroutine<HttpResponse<ByteArray>> { cont ->
+                future.whenComplete { r, e ->
+                    if (e == null) cont.resume(r)
+                    else cont.resumeWithException((e as? CompletionException)?.cause ?: e)
+                }
+                // cancel(true) is what makes the JDK client abort the exchange and close its connection
+                cont.invokeOnCancellation { future.cancel(true) }
+            }
         } catch (e: IOException) {
             throw FenecException(FenecException.Code.IO, "${link.base}$path: ${e.message ?: e::class.simpleName}", 0, cause = e)
         }
