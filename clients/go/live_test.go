@@ -273,3 +273,48 @@ func TestLiveOwnScenarios(t *testing.T) {
 	t.Log(strings.TrimSpace(out.String()))
 
 }
+
+// TestLiveWorkerStop: cancelling Run gives a held claim up and leaves a job whose handler was cut short
+// as it is (leased, not failed), for its lease to lapse.
+func TestLiveWorkerStop(t *testing.T) {
+	db := liveClient(t)
+	q := liveQueue(t, db, "stop")
+	w := &Worker{DB: db, Queue: q, Wait: 5 * time.Second}
+	if _, err := w.Enqueue(bg, "cut", 0); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(bg)
+	started := make(chan struct{})
+	result := make(chan error, 1)
+	go func() {
+		result <- w.Run(ctx, func(ctx context.Context, j Job) error {
+			close(started)
+			<-ctx.Done()
+			return ctx.Err()
+		})
+	}()
+	<-started
+	stop()
+	select {
+	case err := <-result:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("Run did not stop")
+	}
+	row, err := db.From(q).First(bg)
+	if err != nil || row == nil || row["owner"] == nil || row["error"] != nil || row["attempts"] != int64(1) {
+		t.Fatalf("the job after a stop: %v %v", row, err)
+	}
+	// a worker waiting on an empty queue stops at once too
+	ctx2, stop2 := context.WithCancel(bg)
+	time.AfterFunc(100*time.Millisecond, stop2)
+	begun := time.Now()
+	if err := (&Worker{DB: db, Queue: q, Wait: 5 * time.Second}).Run(ctx2, func(context.Context, Job) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(begun); d > 2*time.Second {
+		t.Fatalf("a held claim kept Run for %s", d)
+	}
+}

@@ -154,8 +154,10 @@ func IsStale(err error) bool {
 // Run claims and handles jobs until ctx is cancelled, then answers nil. Each claimed job runs handle in
 // a goroutine of its own; while it runs its lease is extended every Heartbeat (a job lost meanwhile
 // cancels the ctx handle got). A nil from handle acks the job, an error fails it with the error's text.
-// A stale ack, extend or fail (another claim holds the job) is not an error of the loop; any other
-// refusal or network error ends Run with it.
+// Once ctx is cancelled, a held claim is given up and no new one is sent; a job whose handler still
+// returns nil is acked, one whose handler returns an error is left for its lease to lapse. A stale ack,
+// extend or fail (another claim holds the job) is not an error of the loop; any other refusal or network
+// error ends Run with it, after the jobs in hand are settled.
 func (w *Worker) Run(ctx context.Context, handle func(ctx context.Context, j Job) error) error {
 	for {
 		if ctx.Err() != nil {
@@ -220,6 +222,10 @@ func (w *Worker) handleOne(ctx context.Context, j Job, handle func(context.Conte
 	close(done)
 	beating.Wait()
 	if lost.Load() {
+		return nil
+	}
+	if herr != nil && ctx.Err() != nil {
+		// stopped mid-job: the job is left as it is, and its lease lapses for another claim (at least once)
 		return nil
 	}
 	// the work is done even when the loop is being stopped: tell the server so, within a short bound
