@@ -11,7 +11,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import TestClock
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "queues.md"

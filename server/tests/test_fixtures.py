@@ -35,7 +35,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import TestClock
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -14,10 +14,9 @@ from __future__ import annotations
 import re
 import threading
 
+from conftest import TestClock, dump
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from conftest import TestClock, dump
 
 SPEC_STATUSES = {400, 404, 409, 412}
 TIME_LIMIT_S = 10.0

@@ -16,10 +16,9 @@ from __future__ import annotations
 import functools
 import math
 
+from conftest import SPEC_EPOCH_MS, TestClock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from conftest import SPEC_EPOCH_MS, TestClock
 
 NOW = SPEC_EPOCH_MS
 TTL_MS = 60_000
