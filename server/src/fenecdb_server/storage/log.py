@@ -119,7 +119,7 @@ class Log:
         try:
             try:
                 files.lock(fd)
-            except OSError:
+            except BlockingIOError:
                 raise FenecError("io", f"{self.path} is in use by another process") from None
             size = files.size(fd)
             data = self._read_all(fd, size)
