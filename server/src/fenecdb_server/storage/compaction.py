@@ -91,6 +91,7 @@ def run(lg: Log, snapshot: bytes, mark: tuple[int, int]) -> dict[str, int]:
                 files.rename(lg.side_path, lg.path)
                 swapped = True
                 lg._swap(side, pos, snapshot_end, lg._records - mark_records)
+                lg._cond.notify_all()  # waiters' records are in the fsynced new file
             try:
                 files.fsync_dir(lg.path)
             except OSError as error:
