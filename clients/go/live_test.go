@@ -4,13 +4,16 @@ package fenecdb
 // FENEC_TEST_URL; without it these tests skip, saying why.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -316,5 +319,53 @@ func TestLiveWorkerStop(t *testing.T) {
 	}
 	if d := time.Since(begun); d > 2*time.Second {
 		t.Fatalf("a held claim kept Run for %s", d)
+	}
+}
+
+// TestLiveToken starts a server of its own with a token: the client's token opens it, a missing or wrong
+// one is a 401.
+func TestLiveToken(t *testing.T) {
+	liveClient(t)
+	exe := filepath.Join(repoRoot(), ".venv", "bin", "fenec-server")
+	if _, err := os.Stat(exe); err != nil {
+		t.Skip("no fenec-server at .venv/bin")
+	}
+	cmd := exec.Command(exe, "--http", "127.0.0.1:0", "--http-token", "tok-"+randomHex())
+	token := cmd.Args[len(cmd.Args)-1]
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}()
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if i := strings.Index(sc.Text(), "listening on: "); i >= 0 {
+				found <- strings.Fields(sc.Text()[i+len("listening on: "):])[0]
+			}
+		}
+	}()
+	var url string
+	select {
+	case url = <-found:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the server did not say where it listens")
+	}
+	if _, err := New(url, WithToken(token)).Exec(bg, "create collection tok (a int)"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*Client{New(url), New(url, WithToken("wrong"))} {
+		_, err := c.From("tok").Count(bg)
+		var e *Error
+		if !errors.As(err, &e) || e.Status != 401 || e.Code != CodeUnauthorized {
+			t.Fatalf("without the token: %v", err)
+		}
 	}
 }
