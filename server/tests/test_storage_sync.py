@@ -147,3 +147,19 @@ def test_every_policy_hands_the_bytes_to_the_os_at_append(tmp_path) -> None:
         with open(path, "rb") as f:
             assert f.read().endswith(b"acknowledged")
         lg.close()
+
+
+def test_the_syncer_covers_many_writes_with_one_fsync_per_interval(tmp_path) -> None:
+    lg, files = open_log(tmp_path, 50)
+    before = files.calls["fsync"]
+    began = time.monotonic()
+    for i in range(2000):
+        lg.wait_durable(lg.append(b"w%d" % i))
+        if i % 200 == 0:
+            time.sleep(0.01)
+    while lg.dirty:
+        time.sleep(0.005)
+    intervals = (time.monotonic() - began) / 0.05
+    fsyncs = files.calls["fsync"] - before
+    assert 1 <= fsyncs <= intervals + 2, (fsyncs, intervals)
+    lg.close()
