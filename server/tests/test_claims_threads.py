@@ -122,8 +122,28 @@ def test_sixteen_threads_never_share_a_job_and_ack_each_once():
     clock = TestClock()
     db = make_queue(clock)
     ledger = Ledger()
+    seen: list[tuple[int, int]] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        # a read beside the claims sees whole statements: a job has an owner exactly when it was claimed
+        # (attempts 1), and the queue only ever shrinks
+        while not stop.is_set():
+            torn = db.query("get jobs where owner is not null and attempts = 0 or owner is null and attempts != 0 count")
+            left = db.query("get jobs count")
+            seen.append((torn[0]["count"], left[0]["count"]))
+
+    watcher = threading.Thread(target=reader)
+    watcher.start()
     try:
-        run_workers(db, clock, ledger, fail_one_in=None)
+        try:
+            run_workers(db, clock, ledger, fail_one_in=None)
+        finally:
+            stop.set()
+            watcher.join(timeout=60)
+        assert seen and all(torn == 0 for torn, _ in seen)
+        counts = [left for _, left in seen]
+        assert counts == sorted(counts, reverse=True)
         assert ledger.problems == []
         assert sorted(ledger.claims) == list(range(1, JOBS + 1))
         assert all(len(c) == 1 and c[0][1] == 1 for c in ledger.claims.values())
