@@ -65,18 +65,18 @@ func compare(field, symbol string, value any) (node, *QueryError) {
 	if err := checkField(field); err != nil {
 		return nil, err
 	}
+	if isNull(value) && symbol != "=" && symbol != "!=" {
+		return nil, refuse("`%s` cannot be used with null (field: %s)", symbol, field)
+	}
 	if symbol == "in" {
 		list, ok := listOf(value)
-		if !ok || isNull(value) {
+		if !ok {
 			return nil, refuse("`in` expects an array (field: %s)", field)
 		}
 		if len(list) == 0 {
 			return nil, refuse("`in` does not accept an empty array (field: %s)", field)
 		}
 		return cmpNode{field: field, symbol: symbol, list: list}, nil
-	}
-	if isNull(value) && symbol != "=" && symbol != "!=" {
-		return nil, refuse("`%s` cannot be used with null (field: %s)", symbol, field)
 	}
 	if c, ok := value.(Computed); ok {
 		if c.err != nil {
@@ -202,14 +202,10 @@ func (s fieldSpec) simplify() (node, *QueryError) {
 	if m.err != nil {
 		return nil, m.err
 	}
-	for _, op := range m.ops {
-		if _, known := operatorWords[op]; !known && op != "not" {
-			return nil, refuse("unknown operator `%s` (field: %s)", op, s.field)
-		}
-	}
 	if len(m.ops) == 0 {
 		return nil, refuse("empty condition object (field: %s)", s.field)
 	}
+	// each key in turn, so the first wrong one is the refusal, as in every SDK
 	var parts []Cond
 	for i, op := range m.ops {
 		v := m.vals[i]
@@ -221,10 +217,20 @@ func (s fieldSpec) simplify() (node, *QueryError) {
 			}
 			continue
 		}
-		parts = append(parts, symbolCond{s.field, operatorWords[op], v})
+		symbol, known := operatorWords[op]
+		if !known {
+			parts = append(parts, refusedCond{refuse("unknown operator `%s` (field: %s)", op, s.field)})
+			continue
+		}
+		parts = append(parts, symbolCond{s.field, symbol, v})
 	}
 	return And(parts...).simplify()
 }
+
+// refusedCond carries a refusal to its place among its siblings.
+type refusedCond struct{ err *QueryError }
+
+func (c refusedCond) simplify() (node, *QueryError) { return nil, c.err }
 
 // symbolCond is a comparison whose operator is already a known symbol.
 type symbolCond struct {

@@ -386,7 +386,7 @@ func (q *Query) writeChecks(verb string) *QueryError {
 			return refuse("%s cannot be used with `%s`", verb, c.name)
 		}
 	}
-	if verb == "insert" && q.cond != nil {
+	if n, _ := condCheck(q.cond); verb == "insert" && n != nil {
 		return refuse("insert cannot be used with `where`")
 	}
 	return nil
