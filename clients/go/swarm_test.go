@@ -14,13 +14,17 @@ import (
 	"time"
 )
 
+// claimRecord is one claim of one job. Times are on the server's clock where the server says them: the
+// claim answers run_at, its lease end, so the claim ran at run_at - lease (server and runner share the
+// host's clock). Where the runner only knows when it sent and heard back, it takes the bound that cannot
+// raise a false alarm: a release counts from when its ack or fail was sent.
 type claimRecord struct {
 	key      string
 	owner    string
 	attempts int64
-	at       time.Time // when the claim's answer arrived
+	at       time.Time // when the claim ran
 	leaseEnd time.Time // moved on by extensions
-	released time.Time // when its ack or fail answered 1 (zero: never)
+	released time.Time // when its ack or fail that answered 1 was sent (zero: never)
 }
 
 type swarmLog struct {
@@ -253,12 +257,18 @@ func swarmWorker(ctx context.Context, ops *queueOps, log *swarmLog, name string,
 			}
 			continue
 		}
-		at := time.Now()
+		heard := time.Now()
 		var records []*claimRecord
 		log.mu.Lock()
 		for _, r := range res.Rows {
 			attempts, _ := r["attempts"].(int64)
-			c := &claimRecord{key: keyOf(r), owner: owner, attempts: attempts, at: at, leaseEnd: at.Add(lease)}
+			end := heard.Add(lease)
+			if s, ok := r["run_at"].(string); ok {
+				if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+					end = t
+				}
+			}
+			c := &claimRecord{key: keyOf(r), owner: owner, attempts: attempts, at: end.Add(-lease), leaseEnd: end}
 			log.claims[c.key] = append(log.claims[c.key], c)
 			records = append(records, c)
 		}
@@ -296,19 +306,21 @@ func work(ctx context.Context, ops *queueOps, log *swarmLog, r Row, c *claimReco
 	lease time.Duration) {
 	id := r["id"]
 	ack := func() {
+		sent := time.Now()
 		res, err := ops.ack(ctx, id, c.owner)
 		if answered(log, "ack "+c.key, res, err) {
 			log.mu.Lock()
 			log.acks[c.key]++
-			c.released = time.Now()
+			c.released = sent
 			log.mu.Unlock()
 		}
 	}
 	fail := func() {
+		sent := time.Now()
 		res, err := ops.fail(ctx, id, c.owner, "failed on attempt "+fmt.Sprint(c.attempts), deadAfter, backoff)
 		if answered(log, "fail "+c.key, res, err) {
 			log.mu.Lock()
-			c.released = time.Now()
+			c.released = sent
 			log.mu.Unlock()
 		}
 	}
