@@ -1,0 +1,89 @@
+"""sorted_index: (value, id) pairs walked in order, nulls apart, descending ties by ascending id."""
+
+from __future__ import annotations
+
+import random
+
+from fenecdb_server import values as V
+from fenecdb_server.engine.sorted_index import SortedIndex
+
+
+def build(pairs, keyed=False):
+    idx = SortedIndex(keyed)
+    for rid, v in pairs:
+        idx.add(rid, v)
+    return idx
+
+
+PAIRS = [(1, 5), (2, None), (3, 2), (4, 5), (5, 9), (6, None), (7, 2), (8, 5)]
+
+
+def test_walk_ascending_nulls_first_ties_by_id():
+    idx = build(PAIRS)
+    assert list(idx.walk(None, True, None, True, False, True)) == [2, 6, 3, 7, 1, 4, 8, 5]
+    assert list(idx.walk(None, True, None, True, False, False)) == [3, 7, 1, 4, 8, 5]
+
+
+def test_walk_descending_nulls_last_ties_still_ascending_id():
+    idx = build(PAIRS)
+    assert list(idx.walk(None, True, None, True, True, True)) == [5, 1, 4, 8, 3, 7, 2, 6]
+
+
+def test_ranges_inclusive_and_exclusive():
+    idx = build(PAIRS)
+    assert list(idx.walk(2, True, 5, True, False, False)) == [3, 7, 1, 4, 8]
+    assert list(idx.walk(2, False, 5, True, False, False)) == [1, 4, 8]
+    assert list(idx.walk(2, True, 5, False, False, False)) == [3, 7]
+    assert list(idx.walk(2, False, 5, False, False, False)) == []
+    assert list(idx.walk(6, True, None, True, True, False)) == [5]
+    assert idx.count(2, True, 5, True) == 5
+    assert idx.count(None, True, 4, True) == 2
+    assert idx.count(10, True, None, True) == 0
+    assert idx.count(9, True, 2, True) == 0  # lo above hi is empty, never negative
+
+
+def test_remove_and_len():
+    idx = build(PAIRS)
+    assert len(idx) == 8
+    idx.remove(4, 5)
+    idx.remove(2, None)
+    assert len(idx) == 6
+    assert list(idx.walk(None, True, None, True, False, True)) == [6, 3, 7, 1, 8, 5]
+
+
+def test_first_above_and_min():
+    idx = build(PAIRS)
+    assert idx.first_above(2, False) == 5
+    assert idx.first_above(2, True) == 2
+    assert idx.first_above(9, False) is None
+    assert idx.min_value() == 2
+    assert SortedIndex(False).min_value() is None
+
+
+def test_mixed_int_float_timestamp_in_one_index():
+    idx = build([(1, V.Ts(3)), (2, 2.5), (3, 3), (4, 1)])
+    assert list(idx.walk(None, True, None, True, False, False)) == [4, 2, 1, 3]
+    assert list(idx.walk(3, True, 3, True, False, False)) == [1, 3]
+
+
+def test_keyed_index_over_mixed_kinds_follows_total_order():
+    vals = [True, 3, "a", [1], {"k": 1}, 2.5, "B", False]
+    idx = build(list(enumerate(vals, start=1)), keyed=True)
+    got = list(idx.walk(None, True, None, True, False, False))
+    want = [rid for rid, _ in sorted(enumerate(vals, start=1), key=lambda p: (V.sort_key(p[1]), p[0]))]
+    assert got == want
+    idx.remove(3, "a")
+    assert 3 not in list(idx.walk(None, True, None, True, False, False))
+
+
+def test_random_against_brute_force():
+    rnd = random.Random(7)
+    pairs = [(i, rnd.choice([None] + list(range(20)))) for i in range(1, 400)]
+    idx = build(pairs)
+    for _ in range(50):
+        lo, hi = sorted(rnd.sample(range(-2, 22), 2))
+        li, hinc, desc = rnd.random() < 0.5, rnd.random() < 0.5, rnd.random() < 0.5
+        inside = [(v, r) for r, v in pairs if v is not None and (lo < v or li and lo == v) and (v < hi or hinc and v == hi)]
+        inside.sort(key=lambda p: (-p[0] if desc else p[0], p[1]))
+        assert list(idx.walk(lo, li, hi, hinc, desc, False)) == [r for _, r in inside]
+        assert idx.count(lo, li, hi, hinc) == len(inside)
