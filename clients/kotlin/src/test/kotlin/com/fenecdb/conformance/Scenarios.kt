@@ -267,7 +267,10 @@ class Scenarios(val url: String?, val token: String?, val requireServer: Boolean
             val waitMs = a["wait_ms"]?.let { num(a, "wait_ms", 0.0).toLong() }
             val cancelAfter = a["cancel_after_ms"]?.let { num(a, "cancel_after_ms", 0.0).toLong() }
             val started = nowMs()
-            val call = async { q.claim(owner, num(a, "batch", 1.0).toInt(), num(a, "lease_ms", 30000.0).toLong(), waitMs, key) }
+            // keys share one namespace on an open server, and every SDK runs the same file against it: a key is made
+            // the scenario's own by its collection's name, as the collection itself is (B.2)
+            val scoped = key?.let { "$queue:$it" }
+            val call = async { q.claim(owner, num(a, "batch", 1.0).toInt(), num(a, "lease_ms", 30000.0).toLong(), waitMs, scoped) }
             var cancelled = false
             if (cancelAfter != null) {
                 delay(cancelAfter)
