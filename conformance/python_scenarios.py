@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import fenecdb
 from fenecdb import AsyncClient, FenecError, UnmetError, expr, inc, raw
 
 HERE = Path(__file__).resolve().parent
@@ -460,7 +459,6 @@ def check_invariants(expect: dict[str, Any], got: dict[str, int]) -> None:
 # -- the run ----------------------------------------------------------------------------------------
 
 async def run_scenario(url: str, token: str | None, scenario: dict[str, Any]) -> str:
-    name = scenario["name"]
     queue_name = f"{scenario.get('prefix', 'q')}_{LANG}_{secrets.token_hex(4)}"
     tolerance = float(scenario.get("tolerance_ms", 150))
     timeout_ms = float(scenario.get("timeout_ms", 30000))

@@ -20,9 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 import fenecdb
+import httpx
 from fenecdb import FenecError
 
 HERE = Path(__file__).resolve().parent

@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-import pytest
-
 import fenecdb
+import pytest
 from fenecdb import (
     AsyncClient,
     BadRequestError,

@@ -114,7 +114,7 @@ def iso_utc(moment: _dt.datetime | _dt.date) -> str:
     if not isinstance(moment, _dt.datetime):
         moment = _dt.datetime(moment.year, moment.month, moment.day)
     if moment.tzinfo is not None:
-        moment = moment.astimezone(_dt.timezone.utc).replace(tzinfo=None)
+        moment = moment.astimezone(_dt.UTC).replace(tzinfo=None)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
