@@ -316,7 +316,7 @@ def test_wire_statuses(server: Server) -> None:
     assert status_of(r) == 400 and "error" in body_of(r)
     r = raw(a, b"TRACE / HTTP/1.1\r\nHost: x\r\n\r\n")
     assert status_of(r) == 501 and "error" in body_of(r)
-    r = raw(a, b"GARBAGE\r\n\r\n")
+    r = raw(a, b"GET / HTTQ/1.1\r\n\r\n")
     assert status_of(r) == 400 and "error" in body_of(r)
     r = raw(a, b"GET /jobs?run_at=lte.now HTTP/1.1\r\nHost: x\r\n\r\n")
     assert status_of(r) == 404 and body_of(r) == {"error": "no route: GET /jobs"}
@@ -359,6 +359,7 @@ def test_token_cors_connections_idle() -> None:
         assert body_of(r) == {"error": "too many connections"}
         for h in held:
             h.close()
+        time.sleep(0.3)
         # a silent keep-alive connection is closed after --idle-timeout
         with socket.create_connection(s.addr, timeout=5) as k:
             k.sendall(b"GET /_health HTTP/1.1\r\nHost: x\r\n\r\n")

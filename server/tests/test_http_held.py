@@ -96,6 +96,11 @@ class Waiter:
         return status_of(self.answer), body_of(self.answer)
 
     def close(self) -> None:
+        # shutdown first: a close alone leaves the reader thread's recv holding the socket open
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.sock.close()
 
 
@@ -197,15 +202,15 @@ def test_what_cannot_be_held(server: Server, jobs: Any) -> None:
 
 def test_held_claim_keeps_its_key_only_once_it_took(server: Server, jobs: Any) -> None:
     c, name = jobs
-    body = {"query": claim_text(name), "params": ["w1"]}
-    r = c.post("/query", json=body, headers={"Fenec-Wait": "100", "Idempotency-Key": f"h-{name}"})
+    body = json.dumps({"query": claim_text(name), "params": ["w1"]}).encode()  # the bytes request() sends
+    r = c.post("/query", content=body, headers={"Fenec-Wait": "100", "Idempotency-Key": f"h-{name}"})
     assert r.json() == []
     w = Waiter(server, request(claim_text(name), "w1", key=f"h-{name}"))
     wait_held(c, 1)
     q(c, f"put {name} {{payload: 1, run_at: now(), attempts: 0}}")
     status, rows = w.result()
     assert status == 200 and len(rows) == 1
-    again = c.post("/query", json=body, headers={"Idempotency-Key": f"h-{name}"})
+    again = c.post("/query", content=body, headers={"Idempotency-Key": f"h-{name}"})
     assert again.headers.get("idempotent-replayed") == "true" and again.json() == rows
 
 

@@ -93,10 +93,10 @@ class FakeDB:
                         rows.append({"id": j["id"], "owner": owner})
                 taken += len(rows)
                 wrote = wrote or bool(rows)
-                answers.append({"rows": rows} if block else rows)
+                answers.append(rows)
             elif text == "get":
                 rows = [dict(j) for j in self.jobs.values()]
-                answers.append({"rows": rows} if block else rows)
+                answers.append(rows)
             else:
                 raise FenecError("query", f"position 1: unknown statement {text!r}", at=0 if block else None)
         if wrote:

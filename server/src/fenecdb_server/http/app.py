@@ -20,6 +20,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -385,6 +386,8 @@ class App:
                 return
             if not hold.held:
                 hold = None
+            elif job.idem is not None:
+                job.idem = replace(job.idem, keep_empty=False)
         seen = self.db.seq
         outcome, kind = await self.run(job, held=hold is not None)
         if hold is None or outcome.final or waits.closing:
@@ -463,7 +466,9 @@ class App:
     @staticmethod
     def render(block: bool, answers: list[Any]) -> tuple[int, bytes]:
         if block:
-            return 200, dumps({"ok": len(answers), "results": answers})
+            # the engine answers each statement in its /query form; a batch names rows "rows"
+            results = [{"rows": a} if isinstance(a, list) else a for a in answers]
+            return 200, dumps({"ok": len(answers), "results": results})
         return 200, dumps(answers[0])
 
     def account(self, started: float, kind: str, error: bool, req: Request, raw: bytes) -> None:

@@ -37,25 +37,9 @@ def request_hash(method: str, target: bytes, body: bytes) -> bytes:
     return h.digest()
 
 
-def make_idem(key: str, digest: bytes, ttl_ms: int) -> object:
-    """The engine's `Idem` for this request."""
-    return _idem_type()(key, digest, ttl_ms)
+def make_idem(key: str, digest: bytes, ttl_ms: int, *, keep_empty: bool = True) -> object:
+    """The engine's `Idem` for this request. `keep_empty=False` for a held claim: the key is
+    kept only by the run that took rows (http.md §8.13)."""
+    from ..database import Idem
 
-
-def _idem_type() -> type:
-    global _IDEM
-    if _IDEM is None:
-        try:
-            from ..engine.idempotency import Idem  # type: ignore[import-not-found]
-        except ImportError:
-            try:
-                from .. import Idem  # type: ignore[attr-defined,no-redef]
-            except ImportError:
-                from collections import namedtuple
-
-                Idem = namedtuple("Idem", "key request_hash ttl_ms")  # type: ignore[misc]
-        _IDEM = Idem
-    return _IDEM
-
-
-_IDEM: type | None = None
+    return Idem(key, digest, ttl_ms, keep_empty)

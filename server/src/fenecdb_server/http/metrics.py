@@ -79,14 +79,15 @@ class Metrics:
             age = c.get("oldest_ready_ms")
             if age is not None:
                 out.append(f'fenec_queue_oldest_ready_seconds{{collection="{_label(name)}"}} {age / 1000:.3f}')
+        storage = stats.get("storage") or {}
         for key, metric in (("file_bytes", "fenec_file_bytes"), ("reclaimable_bytes", "fenec_reclaimable_bytes")):
-            if key in stats:
+            if key in storage:
                 head(metric, "gauge", key.replace("_", " ") + ".")
-                out.append(f"{metric} {stats[key]}")
+                out.append(f"{metric} {storage[key]}")
         head("fenec_change_sequence", "gauge", "The change counter.")
         out.append(f"fenec_change_sequence {db.seq}")
         head("fenec_storage_failed", "gauge", "1 once the disk refused a write.")
-        out.append(f"fenec_storage_failed {1 if stats.get('storage_failed') else 0}")
+        out.append(f"fenec_storage_failed {1 if stats.get('failed') else 0}")
 
         head("fenec_held_requests", "gauge", "Requests held by Fenec-Wait right now.")
         out.append(f"fenec_held_requests {waits.held if waits else 0}")
