@@ -190,7 +190,11 @@ func TestLiveHeldClaim(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("cancelled: %v", err)
 	}
-	time.Sleep(50 * time.Millisecond) // the server sees the closed connection
+	// Give the server a moment to see the close: it notices a gone client from its event loop, so a job
+	// put in the same instant over another keep-alive connection can still go to the gone claim
+	// (http.md §8.10 asks for none; the shared scenario "held claims" catches that race, this test does
+	// not hunt it).
+	time.Sleep(50 * time.Millisecond)
 	if _, err := w.Enqueue(bg, "after", 0); err != nil {
 		t.Fatal(err)
 	}
