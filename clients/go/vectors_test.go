@@ -215,11 +215,13 @@ func decodeValue(v any) (any, error) {
 			return Inc(n), nil
 		case "$date":
 			s, _ := arg.(string)
-			t, err := time.Parse(time.RFC3339Nano, s)
-			if err != nil {
-				return nil, malformed("malformed case: $date " + s)
+			// with a zone, or naive (taken as UTC, R14), or a date alone
+			for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05.999999999", "2006-01-02"} {
+				if t, err := time.Parse(layout, s); err == nil {
+					return t, nil
+				}
 			}
-			return t, nil
+			return nil, malformed("malformed case: $date " + s)
 		case "$f32":
 			list, ok := arg.([]any)
 			if !ok {
