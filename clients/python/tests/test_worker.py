@@ -66,10 +66,10 @@ def test_a_job_whose_lease_lapsed_is_no_longer_ours(server_url: str, queue: str)
 def test_the_heartbeat_keeps_a_slow_job_ours(server_url: str, queue: str) -> None:
     with Client(server_url) as db:
         enqueue(db, queue, "slow")
-        worker = Worker(db, queue, batch=1, lease=0.6, wait=0.2)
+        worker = Worker(db, queue, batch=1, lease=1.0, wait=0.2)
         other = Worker(db, queue, name="other", batch=1, lease=5)
         for job in worker:
-            time.sleep(1.5)  # 2.5 leases
+            time.sleep(2.5)  # 2.5 leases
             assert other.claim(wait=0) == []
             assert job.ack() is True
             worker.stop()
