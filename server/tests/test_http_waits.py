@@ -7,12 +7,10 @@ import asyncio
 import itertools
 from typing import Any
 
+import httpx
 import pytest
-
 from fenecdb_server.errors import FenecError
 from fenecdb_server.http.app import App, Config
-
-import httpx
 
 
 class Hold:

@@ -274,7 +274,7 @@ def serve(db: Any, opts: dict[str, Any], *, host: str, port: int, path: str | No
             say(f"fenec-server {ver}: {path or 'in memory'}  [sync={sync_label}]")
             say(f"fenec-http {ver} listening on: http://{shown}  [{auth}]")
 
-        def capture_signals(self) -> Any:  # type: ignore[override]
+        def capture_signals(self) -> Any:
             import contextlib
 
             @contextlib.contextmanager

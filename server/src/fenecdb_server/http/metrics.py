@@ -52,7 +52,7 @@ class Metrics:
         head("fenec_statement_duration_seconds", "histogram", "Arrival to answer.")
         for k in KINDS:
             running = 0
-            for bound, n in zip(BUCKETS, self.counts[k]):
+            for bound, n in zip(BUCKETS, self.counts[k], strict=False):
                 running += n
                 out.append(f'fenec_statement_duration_seconds_bucket{{transport="http",kind="{k}",le="{bound}"}} {running}')
             running += self.counts[k][-1]

@@ -43,7 +43,7 @@ class FenecProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._head_size = 0
 
-    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+    def connection_made(self, transport: Any) -> None:
         limit = self.max_connections
         if limit and len(self.connections) >= limit:
             self._refused = True
