@@ -6,7 +6,6 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from fenecdb_server import Database
 from fenecdb_server import values as V
 from fenecdb_server.engine.access import Query, pick

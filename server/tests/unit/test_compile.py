@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-
 from fenecdb_server import FenecError
 from fenecdb_server import values as V
 from fenecdb_server.plan import compile as C
@@ -42,7 +41,7 @@ def refused(expr, *needles, params=()):
 
 
 def ms(*args):
-    return int(dt.datetime(*args, tzinfo=dt.timezone.utc).timestamp() * 1000)
+    return int(dt.datetime(*args, tzinfo=dt.UTC).timestamp() * 1000)
 
 
 # ---------------------------------------------------------------- §9.3 arithmetic table
@@ -208,9 +207,9 @@ def test_bucket_every_unit(iv, start):
     if iv == "2w":
         monday = ms(1970, 1, 5)
         assert (got - monday) % (14 * 86_400_000) == 0 and t - got < 14 * 86_400_000
-        assert dt.datetime.fromtimestamp(got / 1000, dt.timezone.utc).weekday() == 0
+        assert dt.datetime.fromtimestamp(got / 1000, dt.UTC).weekday() == 0
     if iv == "5mo":
-        d = dt.datetime.fromtimestamp(got / 1000, dt.timezone.utc)
+        d = dt.datetime.fromtimestamp(got / 1000, dt.UTC)
         assert d.day == 1 and d.hour == 0 and ((d.year - 1970) * 12 + d.month - 1) % 5 == 0
 
 

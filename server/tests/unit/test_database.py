@@ -4,7 +4,6 @@ read-only, idempotency, listeners, stats, and file-backed reopen/compact round t
 from __future__ import annotations
 
 import pytest
-
 from conftest import TestClock, dump
 from fenecdb_server import Database, FenecError
 from fenecdb_server.database import Idem

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import SPEC_EPOCH_MS, TestClock, dump
 from fenecdb_server import Database, FenecError
 from fenecdb_server.engine.execute import Block, unmet

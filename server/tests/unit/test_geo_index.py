@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from fenecdb_server.engine.geo_index import GeoIndex, GiveUp
 from fenecdb_server.plan.compile import haversine, within
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import SPEC_EPOCH_MS, TestClock
 from fenecdb_server import Database, FenecError
 

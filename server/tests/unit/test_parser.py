@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from fenecdb_server import FenecError
 from fenecdb_server.ql import ast as A
 from fenecdb_server.ql.parser import parse

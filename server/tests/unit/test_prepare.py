@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import pytest
-
 from fenecdb_server import FenecError
 from fenecdb_server import values as V
 from fenecdb_server.engine.prepare import columns, make_alive, prepare, render

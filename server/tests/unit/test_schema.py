@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from fenecdb_server import FenecError
 from fenecdb_server.plan.schema import FieldInfo, Schema, check_annotation
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from fenecdb_server import FenecError
 from fenecdb_server import values as V
 
