@@ -384,6 +384,11 @@ def test_metrics(server: Server, c: httpx.Client) -> None:
                  "fenec_documents{collection=\"jobs\"}", "fenec_build_info"):
         assert name in body, name
     assert re.search(r'fenec_statements_total\{transport="http",kind="write"\} [1-9]', body)
+    for gauge, value in (("ready", 1), ("leased", 0), ("delayed", 1), ("dead", 0)):
+        assert f'fenec_queue_{gauge}{{collection="jobs"}} {value}\n' in body, gauge
+    assert re.search(r'fenec_queue_oldest_ready_seconds\{collection="jobs"\} \d', body)
+    head = c.head("/_metrics")
+    assert head.status_code == 200 and head.content == b""
     q(c, "del jobs")
 
 
@@ -427,9 +432,14 @@ def test_file_database_sigterm_logs(tmp_path: Path) -> None:
     finally:
         assert s.stop() == 0
     assert "shutting down: writes were pushed to disk" in s.log
-    s = Server("--file", str(path))
+    s = Server("--file", str(path), "--slow-ms", "0")
     try:
         with s.client() as c:
             assert q(c, "get jobs count").json() == [{"count": 1}]
+            q(c, "get jobs where owner = $1", "secret-owner")
     finally:
         assert s.stop(signal.SIGHUP) == 0
+    slow = [line for line in s.log if line.startswith("slow statement: ")]
+    assert any(re.match(r'slow statement: [\d.]+ ms, http read: POST /query \{"query": "get jobs count"\}', x)
+               for x in slow), slow
+    assert not any("secret-owner" in x for x in s.log)

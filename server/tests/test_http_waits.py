@@ -203,3 +203,12 @@ async def test_put_with_wait_refused_and_reads_not_held(fake: FakeDB) -> None:
         for bad in ("soon", "-1", "1.5", ""):
             r = await c.post("/query", json=claim("w"), headers={"Fenec-Wait": bad})
             assert r.status_code == 400 and r.json() == {"error": "Fenec-Wait is milliseconds"}
+
+
+def test_committed_openapi_document_is_the_served_one() -> None:
+    from pathlib import Path
+
+    from fenecdb_server.http import openapi
+
+    committed = Path(__file__).resolve().parent.parent / "openapi.json"
+    assert committed.read_text() == openapi.text()
