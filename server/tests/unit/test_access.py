@@ -152,3 +152,58 @@ def test_random_ranges_against_the_scan(seed):
         desc = rnd.choice(["", " desc"])
         text = f"get jobs where prio {op1} $1 and run_at {op2} $2 order run_at{desc} limit {rnd.randint(1, 30)}"
         assert run(a, text, [v1, v2])[0] == run(b, text, [v1, v2])[0], text
+
+
+def twins(schema_indexed, schema_plain, puts):
+    out = []
+    for schema in (schema_indexed, schema_plain):
+        db = Database(clock=lambda: NOW)
+        db.query(schema)
+        for text in puts:
+            db.query(text)
+        out.append(db)
+    return out
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: a @hash text field skips the lookup for a timestamp "
+                                       "value, but `=` reads the text as a time (§3.4 rule 4): the plan changes the answer")
+def test_hash_text_field_against_a_timestamp():
+    a, b = twins("create collection t (s text @hash)", "create collection t (s text)",
+                 ["put t {s: '2026-05-03T09:20:00Z'}"])
+    want = b.query("get t where s = now() select id")
+    assert want == [{"id": 1}]
+    assert a.query("get t where s = now() select id") == want
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: a @hash bytes field never finds a text value, though "
+                                       "bytes equal text by their UTF-8 (§3.4 rule 5): the plan changes the answer")
+def test_hash_bytes_field_against_text():
+    a, b = twins("create collection t (y bytes @hash)", "create collection t (y bytes)", ["put t {y: 'ab'}"])
+    want = b.query("get t where y = 'ab' select id")
+    assert want == [{"id": 1}]
+    assert a.query("get t where y = 'ab' select id") == want
+    assert a.query("get t where y in ['ab'] select id") == want
+
+
+def test_geo_plans_never_change_answers():
+    rnd = random.Random(5)
+    pts = ([[rnd.uniform(179.0, 180), rnd.uniform(-1, 1)] for _ in range(100)]
+           + [[rnd.uniform(-180, -179.0), rnd.uniform(-1, 1)] for _ in range(100)]
+           + [[rnd.uniform(13, 14), rnd.uniform(38, 39)] for _ in range(300)])
+    a, b = twins("create collection t (p geo @geo)", "create collection t (p geo)", ["put t [{p: null}, {}]"])
+    for db in (a, b):
+        db.query("put t $1", [[{"p": p} for p in pts]])
+    for text, params in [
+        ("get t order distance(p, [179.99, 0]) limit 5 select id", None),
+        ("get t order distance(p, [-179.99, 0.5]) limit 5 select id", None),
+        ("get t order distance(p, $1) limit 7 offset 2 select id", [[13.5, 38.5]]),
+        ("get t where distance(p, [13.5, 38.5]) <= 20000 select id", None),
+        ("get t where distance(p, [179.999, 0.1]) <= 30000 select id", None),
+        ("get t where 9000.5 > distance($1, p) select id", [[13.5, 38.5]]),
+        ("get t where within(p, [179.5, -0.5, -179.5, 0.5]) select id", None),
+        ("get t where within(p, [13.2, 38.2, 13.6, 38.9]) order id desc limit 4 select id", None),
+        ("get t where within(p, $1) and distance(p, [13.4, 38.4]) < 9000 select id", [[13, 38, 14, 39]]),
+    ]:
+        want = b.query(text, params)
+        assert a.query(text, params) == want, text
+        assert want, text  # each query matches something
