@@ -310,37 +310,56 @@ def serve(db: Any, opts: dict[str, Any], *, host: str, port: int, path: str | No
     runner(server.serve(sockets=[sock]))
     seq_before_close = db.seq
     try:
-        db.close()
+        dirty = db.close()
     except Exception as e:
         say(f"sync error: {getattr(e, 'message', e)}")
         return 1
-    if path and seq_before_close:
+    if dirty is None:  # the engine does not say whether the final sync wrote: judge by the writes
+        dirty = bool(path) and seq_before_close > 0
+    if dirty:
         say("shutting down: writes were pushed to disk")
     else:
         say("shutting down: no pending writes")
     return 0
 
 
+SWEEP_EVERY_S = 15
+
+
 def start_background(db: Any, compact: str, path: str | None) -> Any:
-    """Auto-compaction (server.md §1.2): every 5 s, compact once the dead share of the file
-    reaches the ratio and the dead part is at least 64 MB."""
+    """The TTL sweeper (expired `@ttl` rows and Idempotency-Keys, physically deleted by
+    `db.sweep()`, which itself keeps them a minute past their time), and auto-compaction
+    (server.md §1.2): every 5 s, compact once the dead share of the file reaches the ratio and
+    the dead part is at least 64 MB. Both run in a worker thread: they take the write lock."""
+    loop = asyncio.get_running_loop()
+
+    async def sweep() -> None:
+        while True:
+            await asyncio.sleep(SWEEP_EVERY_S)
+            try:
+                await loop.run_in_executor(None, db.sweep)
+            except Exception as e:
+                say(f"ttl sweep: {getattr(e, 'message', e)}")
+
+    tasks = [loop.create_task(sweep())] if hasattr(db, "sweep") else []
     if compact == "off" or not path or not hasattr(db, "compact"):
-        return None
+        return tasks
     ratio = float(compact)
 
     async def check() -> None:
         while True:
             await asyncio.sleep(5)
             try:
-                stats = db.stats()
-                size = stats.get("file_bytes") or 0
-                dead = stats.get("reclaimable_bytes") or 0
+                storage = db.stats().get("storage") or {}
+                size = storage.get("file_bytes") or 0
+                dead = storage.get("reclaimable_bytes") or 0
                 if size and dead >= 64 * 1024 * 1024 and dead / size >= ratio:
                     await asyncio.get_running_loop().run_in_executor(None, db.compact)
             except Exception as e:
                 say(f"auto-compaction: {getattr(e, 'message', e)}")
 
-    return asyncio.get_running_loop().create_task(check())
+    tasks.append(loop.create_task(check()))
+    return tasks
 
 
 if __name__ == "__main__":
