@@ -207,3 +207,29 @@ def test_geo_plans_never_change_answers():
         want = b.query(text, params)
         assert a.query(text, params) == want, text
         assert want, text  # each query matches something
+
+
+@pytest.mark.parametrize("text,params", [
+    ("get t where a > $1 select id", [2**53 + 1]),
+    ("get t where a >= $1 and a < $2 select id", [2.0**53, 2**53 + 2]),
+    ("get t where a = 9007199254740993.0 select id", None),  # the literal is the float 2^53
+    ("get t where a < 12.5 and a > 1.5 select id", None),
+    ("get t where a = $1 select id", [2**53 + 1]),
+    ("get t where ts > $1 select id", [2**53 + 1]),
+    ("get t where ts = $1 select id", [2**53 + 1]),
+    ("get t where ts >= $1 order ts limit 2 select id", ["1970-01-01"]),
+    ("get t where f < $1 select id", [2**53 + 1]),
+    ("get t where f = $1 select id", [2**53 + 2]),
+    ("get t where f != $1 and f <= $1 select id", [2**53 + 1]),
+    ("get t where a < 'x' order a desc limit 2 select id", None),
+    ("get t where a > true select id", None),
+])
+def test_exactness_with_mixed_kinds(text, params):
+    schema = "create collection t (a int{0}, ts timestamp{0}, f float{0})"
+    a, b = twins(schema.format(" @sorted"), schema.format(""), [])
+    rows = [{"a": 2**53 + k, "ts": 2**53 + k, "f": 2.0**53 + 2 * k} for k in range(-1, 3)] + [{"a": 3}]
+    for db in (a, b):
+        db.query("put t $1", [rows])
+    want = b.query(text, params)
+    assert a.query(text, params) == want
+    assert want, text
