@@ -306,3 +306,15 @@ def test_bucket_zero_interval_is_400():
 def test_object_literals_have_sorted_keys():
     assert ev("{b: 1, a: 2} = {a: 2, b: 1}") is True
     assert list(ev("{b: 1, a: 2}")) == ["a", "b"]
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: an and-chain's first link counts two levels, so 511 terms "
+                                       "(510 links) are refused while 512 nested parentheses pass (§9.10)")
+def test_and_chain_links_count_one_level_each():
+    keeps(" and ".join(["i = 7"] * 511))
+
+
+def test_and_chain_far_past_the_limit_is_400():
+    with pytest.raises(FenecError) as ei:
+        keeps(" and ".join(["i = 7"] * 600))
+    assert ei.value.status == 400 and "too deep" in ei.value.message

@@ -272,3 +272,32 @@ def test_failed_block_leaves_nothing_in_the_file(tmp_path, clock):
     d.query("put a {x: 1}")
     assert d.query("get a select id") == [{"id": 1}]
     d.close()
+
+
+def test_sweep_waits_a_minute_past_expiry(clock):
+    d = Database(clock=clock)
+    d.query("create collection s (k text, at timestamp @ttl(10s))")
+    d.query("put s [{k: 'a', at: now()}, {k: 'b', at: now() + 5000}, {k: 'c'}]")
+    heard = []
+    d.listen(lambda colls, seq: heard.append(colls))
+    clock.advance(10_000 + 59_999)
+    assert d.sweep() == 0 and heard == []
+    assert d.query("get s where expired() select k") == [{"k": "a"}, {"k": "b"}]  # a reaper still sees them
+    clock.advance(1)
+    assert d.sweep() == 1 and heard == [frozenset({"s"})]
+    assert d.query("get s where expired() select k") == [{"k": "b"}]
+    clock.advance(5_000)
+    assert d.sweep() == 1
+    assert d.query("get s select k") == [{"k": "c"}]  # null never expires
+
+
+def test_sweep_drops_idempotency_keys_past_their_ttl(clock):
+    d = Database(clock=clock)
+    d.query("create collection a (x int)")
+    d.execute([("put a {x: 1}", None)], idempotency=idem("k", ttl=1000))
+    clock.advance(999)
+    d.sweep()
+    assert d.execute([("put a {x: 1}", None)], idempotency=idem("k", ttl=1000)).replayed is not None
+    clock.advance(1)
+    d.sweep()
+    assert d.execute([("put a {x: 1}", None)], idempotency=idem("k", b"new", ttl=1000)).replayed is None
