@@ -213,7 +213,7 @@ def _main(argv: list[str]) -> int:
         say(f"refusing to bind {host}:{port} with no token: set --http-token, or pass --insecure")
         return 1
 
-    from . import Database
+    from .database import Database
 
     try:
         db = Database(path, sync=sync)
