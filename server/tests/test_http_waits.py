@@ -63,7 +63,7 @@ class FakeDB:
         texts = [t for t, _ in statements]
         if any(t.startswith("put") for t in texts):
             raise FenecError("query", "a held request writes otherwise: put")
-        return Hold(self, "claim", any(t == "claim" for t in texts))
+        return Hold(self, texts[0], any(t in ("claim", "claimB") for t in texts))
 
     def execute(self, statements: list[tuple[str, Any]], *, block: bool = False, idempotency: Any = None,
                 render: Any = None) -> Result:
@@ -78,7 +78,7 @@ class FakeDB:
                     self.jobs[i] = {"id": i, "run_at": self.now() + delay, "owner": None}
                 wrote = True
                 answers.append({"affected": params[0] if params else 1})
-            elif text == "claim":
+            elif text in ("claim", "claimB"):
                 self.runs += 1
                 owner, n = params
                 rows = []
@@ -212,3 +212,24 @@ def test_committed_openapi_document_is_the_served_one() -> None:
 
     committed = Path(__file__).resolve().parent.parent / "openapi.json"
     assert committed.read_text() == openapi.text()
+
+
+async def test_across_lines_the_request_held_longest_runs_first(fake: FakeDB) -> None:
+    """Fairness rule 7: two lines that would take the same row; the older head gets it."""
+    app = App(fake, Config(version="t"))
+    async with client(app) as c:
+        order = [("claimB", "b0"), ("claim", "a0"), ("claimB", "b1"), ("claim", "a1")]
+        tasks = []
+        for i, (text, owner) in enumerate(order):
+            tasks.append(asyncio.create_task(
+                c.post("/query", json={"query": text, "params": [owner, 1]}, headers={"Fenec-Wait": "5000"})))
+            while not (app.waits and app.waits.held == i + 1):
+                await asyncio.sleep(0.005)
+        assert app.waits is not None and len(app.waits.lines) == 2
+        for expected in ("b0", "a0", "b1", "a1"):
+            await c.post("/query", json={"query": "put", "params": [1]})
+            done, _ = await asyncio.wait(tasks, timeout=2, return_when=asyncio.FIRST_COMPLETED)
+            assert len(done) == 1
+            task = done.pop()
+            tasks.remove(task)
+            assert task.result().json()[0]["owner"] == expected
