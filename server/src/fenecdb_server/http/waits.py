@@ -171,8 +171,22 @@ class Waits:
 
     def _throttle_end(self, line: Line) -> None:
         line.throttle_timer = None
-        if line.pending and line.queue and not line.pumping:
-            self._start(line)
+        if not (line.pending and line.queue and not line.pumping):
+            return
+        # Fairness across lines (rule 7) holds through the throttle too: a line whose head is
+        # older but whose gap ends a little later goes first, so this one waits for it.
+        now = self.loop.time()
+        ready = [ln for ln in self.lines.values() if ln.pending and ln.queue and not ln.pumping]
+        rank = line.rank()
+        later = max((ln.throttle_until for ln in ready if ln.rank() < rank), default=0.0)
+        if later > now:
+            line.throttle_timer = self.loop.call_at(later, self._throttle_end, line)
+            return
+        for ln in sorted((ln for ln in ready if ln.throttle_until <= now), key=Line.rank):
+            if ln.throttle_timer is not None:
+                ln.throttle_timer.cancel()
+                ln.throttle_timer = None
+            self._start(ln)
 
     # -- holding --
 
