@@ -158,14 +158,18 @@ class Waits:
         if not affected:
             return
         now = self.loop.time()
+        # a line behind an older head that is still in its look gap waits for it (rule 7)
+        behind = 0.0
         for line in sorted((ln for ln in affected if ln.queue), key=Line.rank):
             self.wakeups += 1
             if line.pumping:
                 line.pending = True
-            elif now < line.throttle_until:
+            elif now < line.throttle_until or now < behind:
                 line.pending = True
+                until = max(line.throttle_until, behind)
+                behind = until
                 if line.throttle_timer is None:
-                    line.throttle_timer = self.loop.call_at(line.throttle_until, self._throttle_end, line)
+                    line.throttle_timer = self.loop.call_at(until, self._throttle_end, line)
             else:
                 self._start(line)
 
