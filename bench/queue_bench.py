@@ -37,8 +37,14 @@ CLAIM = ("set jobs {owner: $1, run_at: now() + 30000, attempts: attempts + 1} "
          "where run_at <= now() order run_at limit 10 returning *")
 ACK = "del jobs where id = $1 and owner = $2 require 1"
 READ_PAGE = "get jobs select id where run_at <= now() order run_at limit 10"
-CAS = "set jobs {owner: $1, run_at: now() + 30000, attempts: attempts + 1} where id in $2 and run_at <= now()"
-READ_BACK = "get jobs select id where id in $1 and owner = $2"
+def CAS(n: int) -> str:
+    ids = ", ".join(f"${i + 2}" for i in range(n))
+    return f"set jobs {{owner: $1, run_at: now() + 30000, attempts: attempts + 1}} where id in [{ids}] and run_at <= now()"
+
+
+def READ_BACK(n: int) -> str:
+    ids = ", ".join(f"${i + 2}" for i in range(n))
+    return f"get jobs select id where owner = $1 and id in [{ids}]"
 
 
 def cpu_model() -> str:
@@ -156,8 +162,8 @@ def bench_three_statements(jobs: int, threads: int = 16) -> dict:
             if not page:
                 return
             read[w] += len(page)
-            db.query(CAS, [owner, page])
-            won = db.query(READ_BACK, [page, owner])
+            db.query(CAS(len(page)), [owner, *page])
+            won = db.query(READ_BACK(len(page)), [owner, *page])
             for r in won:
                 db.query(ACK, [r["id"], owner])
             done[w] += len(won)

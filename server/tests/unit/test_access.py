@@ -77,7 +77,7 @@ QUERIES = [
     ("get jobs where tag in ['b', 'c'] and tag = 'b' limit 9", ()),
     ("get jobs where tag = null limit 3", ()),
     ("get jobs where tag = 1", ()),
-    ("get jobs where id in $1", [[3, 9, 3.0, 2.5, 99999, "x"]]),
+    ("get jobs where id in [$1, $2, $3, $4, $5, $6]", [3, 9, 3.0, 2.5, 99999, "x"]),
     ("get jobs where id = 7.0", ()),
     ("get jobs where id > 1990", ()),
     ("get jobs order meta.rank limit 20", ()),

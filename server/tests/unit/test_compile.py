@@ -301,8 +301,6 @@ def test_bucket_zero_interval_is_400():
         assert ei.value.status == 400
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: an object literal keeps its written key order, so it "
-                                       "compares unequal to the same object and answers unsorted (§3.3)")
 def test_object_literals_have_sorted_keys():
     assert ev("{b: 1, a: 2} = {a: 2, b: 1}") is True
     assert list(ev("{b: 1, a: 2}")) == ["a", "b"]

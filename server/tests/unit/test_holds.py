@@ -92,7 +92,7 @@ def test_line_keys(db):
     assert other_order != a
     other_coll = db.prepare_hold([("del holds where k = $1", ["x"])]).line_key
     assert other_coll != db.prepare_hold([("del holds where k = $1", ["y"])]).line_key
-    lists = [db.prepare_hold([("del jobs where n in $1", [v])]).line_key for v in ([1, 2], [1, 2], [2, 1])]
+    lists = [db.prepare_hold([("del jobs where n in [$1, $2]", v)]).line_key for v in ([1, 2], [1, 2], [2, 1])]
     assert lists[0] == lists[1] != lists[2]
 
 

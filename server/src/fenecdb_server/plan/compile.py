@@ -492,7 +492,8 @@ def _c(e: A.Expr, ctx: Ctx) -> Fn:  # noqa: C901 - a dispatch over node kinds
         fns = [_c(i, ctx) for i in e.items]
         return lambda row, env: [f(row, env) for f in fns]
     if t is A.ObjectExpr:
-        items = [(k, _c(v, ctx)) for k, v in e.items]
+        # Object keys are kept sorted (§3.3), so equal objects compare equal and answer alike.
+        items = sorted(((k, _c(v, ctx)) for k, v in e.items), key=lambda kv: kv[0])
         return lambda row, env: {k: f(row, env) for k, f in items}
     if t is A.Call:
         return _call(e, ctx)

@@ -252,10 +252,7 @@ class _ToAst(Transformer):
         if isinstance(src, Token) and src.type == "CLAIM":
             return A.In(left, None, A.Claim(tuple(str(src).split(".")[1:])))
         if isinstance(src, Token) and src.type == "PARAM":
-            n = int(str(src)[1:])
-            if n == 0:
-                raise _qerr("parameters are numbered from $1; $0 is not one")
-            return A.In(left, None, A.Param(n))
+            raise _Located(src.start_pos or 0, "`in` takes a list or a token claim: write `in [$1, $2]`")
         raise _qerr("`in` takes a list")
 
     def is_null(self, c):

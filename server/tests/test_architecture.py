@@ -1,0 +1,83 @@
+"""The server is one-way: ql -> plan -> engine -> storage -> database -> http (server README).
+
+A module may import only from its own layer or the layers before it; `errors` and `values`
+are the base every layer may use. The test reads every module's imports from its source.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import fenecdb_server
+
+PACKAGE = Path(fenecdb_server.__file__).parent
+
+RANK = {
+    "errors": 0,
+    "values": 0,
+    "ql": 1,
+    "plan": 2,
+    "engine": 3,
+    "storage": 4,
+    "database": 5,
+    "http": 6,
+    "cli": 7,
+    "__init__": 8,
+}
+
+
+def layer_of(module: str) -> str:
+    """'fenecdb_server.engine.access' -> 'engine'."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def imports(path: Path) -> list[str]:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    here = ".".join(rel.parts)
+    package = here if path.name == "__init__.py" else here.rsplit(".", 1)[0]
+    if path.name == "__init__.py":
+        package = here.rsplit(".", 1)[0] if here.endswith(".__init__") else here
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+                if node.module is None:
+                    out.extend(f"{target}.{a.name}" for a in node.names)
+                    continue
+            else:
+                target = node.module or ""
+            out.append(target)
+        elif isinstance(node, ast.Import):
+            out.extend(a.name for a in node.names)
+    return [m for m in out if m.startswith("fenecdb_server.")]
+
+
+def test_every_module_has_a_layer():
+    for path in PACKAGE.rglob("*.py"):
+        mod = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        assert layer_of(mod) in RANK, f"{mod} is in no layer of the diagram"
+
+
+def test_no_module_imports_upward():
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        mod = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        mine = RANK[layer_of(mod)]
+        for target in imports(path):
+            theirs = RANK.get(layer_of(target))
+            if theirs is None or theirs > mine:
+                wrong.append(f"{mod} imports {target}")
+    assert not wrong, "imports against the diagram:\n" + "\n".join(wrong)
+
+
+def test_the_check_sees_an_upward_import(tmp_path):
+    """The reader must catch a relative import that climbs a layer (a check that cannot fail is none)."""
+    fake = PACKAGE / "plan" / "compile.py"
+    found = imports(fake)
+    assert "fenecdb_server.ql" in found or any(m.startswith("fenecdb_server.ql") for m in found)
+    assert RANK[layer_of("fenecdb_server.http.app")] > RANK[layer_of("fenecdb_server.engine.access")]
