@@ -344,7 +344,12 @@ class Waits:
                 line.throttle_until = self.loop.time() + LOOK_THROTTLE_S
                 self._schedule_time(line)
                 return
-            # a row is there: the head runs, skipping clients that left (rule 8)
+            # a row is there: the head runs, skipping clients that left (rule 8). A close that has
+            # already reached the socket becomes `gone` only after a few turns of the loop
+            # (connection_lost, then the receive() watcher, then forget), and a put arriving in
+            # the same poll wakes the line first: give those turns before picking the head.
+            for _ in range(3):
+                await asyncio.sleep(0)
             while line.queue and line.queue[0].gone:
                 gone = line.queue[0]
                 self._remove(gone)
