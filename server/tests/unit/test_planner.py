@@ -68,7 +68,7 @@ def test_equalities_reach_hash_unique_id_and_sorted():
     assert sorted(acc.ranges) == ["id", "prio"]
     acc = plan("get jobs where owner in ['a', 'b'] and id in [$1, $2]")
     assert sorted(e.target for e in acc.eqs) == ["id", "owner"]
-    assert [e.spread for e in acc.eqs if e.target == "id"] == [False]
+    assert [len(e.bounds) for e in acc.eqs if e.target == "id"] == [2]
 
 
 def test_hash_is_not_a_range():

@@ -145,10 +145,7 @@ def pick(coll: Collection, q: Query, env: Env, need_override: int | None = None)
     try:
         cands: list[int] | None = None
         for eqt in acc.eqs:
-            vals = [b(None, env) for b in eqt.bounds]
-            if eqt.spread:
-                vals = vals[0] if type(vals[0]) in (list, tuple) else vals
-            ids = _eq_ids(coll, eqt.target, vals)
+            ids = _eq_ids(coll, eqt.target, [b(None, env) for b in eqt.bounds])
             if ids is not None and (cands is None or len(ids) < len(cands)):
                 cands = ids
         if cands is not None:

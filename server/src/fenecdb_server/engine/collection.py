@@ -131,8 +131,9 @@ class Collection:
             for _, idx, read in self.indexes.values():
                 idx.remove(rid, read(cur))
         if old is not None:
+            if self.rows and rid < next(reversed(self.rows)):
+                self.in_order = False  # it goes back at the end of the dict, out of id order
             self.rows[rid] = old
-            self.in_order = False if self.rows and rid != max(self.rows) else self.in_order
             for _, idx, read in self.indexes.values():
                 idx.add(rid, read(old))
 

@@ -29,7 +29,6 @@ class RangeTerm:
 class EqTerm:
     target: str
     bounds: list[Fn]  # any of these values
-    spread: bool = False  # the one bound is a list (`id in $1`): any of its elements
 
 
 @dataclass(slots=True)
@@ -119,10 +118,6 @@ def plan_access(schema: Schema, where: A.Expr | None, order: tuple[A.OrderKey, .
                 kind = index_kind(schema, tgt)
                 if kind in ("hash", "unique", "id"):
                     acc.eqs.append(EqTerm(tgt, [compile_expr(i, bctx) for i in term.items]))
-        elif isinstance(term, A.In) and isinstance(term.source, A.Param):
-            tgt = _target(term.left)
-            if tgt is not None and index_kind(schema, tgt) in ("hash", "unique", "id"):
-                acc.eqs.append(EqTerm(tgt, [compile_expr(term.source, bctx)], spread=True))
         elif isinstance(term, A.Call) and term.name == "within" and len(term.args) == 2:
             tgt = _target(term.args[0])
             if tgt is not None and index_kind(schema, tgt) == "geo" and _bindable(term.args[1]):
