@@ -20,6 +20,7 @@ Every row an index yields is still tested against the whole filter.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -102,10 +103,11 @@ def _range_bounds(coll: Collection, terms: list[RangeTerm], env: Env) -> tuple[A
 
 
 def _eq_ids(coll: Collection, target: str, values: Iterable[Any]) -> list[int] | None:
+    """The ids an equality lookup finds, or None when the index cannot answer it alone."""
     if target == "id":
         out = []
         for v in values:
-            if type(v) in (int, float, V.Ts) and v == int(v) and int(v) in coll.rows:
+            if type(v) in (int, float, V.Ts) and math.isfinite(v) and v == int(v) and int(v) in coll.rows:
                 out.append(int(v))
         return sorted(set(out))
     kind, idx, _ = coll.indexes[target]
@@ -115,19 +117,57 @@ def _eq_ids(coll: Collection, target: str, values: Iterable[Any]) -> list[int] |
     for v in values:
         if v is None:
             return None  # `f = null` holds for rows no index entry names
-        if not keyed:
-            if ftype == "timestamp" and type(v) is str:
-                ms = V.parse_time(v)
-                if ms is None:
-                    continue
-                v = ms
-            if V.rank(v) != _FIELD_RANK.get(ftype):
-                continue
-        out_set.update(idx.lookup(v))
+        key = _lookup_key(ftype, v) if not keyed else _path_key(v)
+        if key is _SCAN:
+            return None
+        if key is not _NONE:
+            out_set.update(idx.lookup(key))
     return sorted(out_set)
 
 
 _FIELD_RANK = {"bool": 1, "int": 2, "float": 2, "timestamp": 2, "text": 3, "bytes": 3}
+_NONE = object()  # no row of the field can equal the value
+_SCAN = object()  # rows may equal the value under keys the index cannot name: scan instead
+
+
+def _lookup_key(ftype: Any, v: Any) -> Any:
+    """The index key under which a typed field holds the values `=` finds equal to `v` (§3.4)."""
+    t = type(v)
+    if ftype == "timestamp" and t is str:
+        ms = V.parse_time(v)  # rule 4: the text is read as a time, or compares by kind
+        return _NONE if ms is None else ms
+    if ftype == "text":
+        if t is V.Ts:
+            return _SCAN  # rule 4: every text that reads as this time is equal, in any spelling
+        if t is bytes:  # rule 5: bytes equal text by their UTF-8
+            try:
+                return v.decode("utf-8", "surrogatepass")
+            except UnicodeDecodeError:
+                return _NONE
+    if ftype == "bytes" and t is str:
+        return v.encode("utf-8", "surrogatepass")
+    if V.rank(v) != _FIELD_RANK.get(ftype):
+        return _NONE
+    return v
+
+
+def _path_key(v: Any) -> Any:
+    """The key for a lookup on a path index: json holds a time as text and never holds bytes,
+    and text reads as a time in any spelling, so such values are left to the scan."""
+    if type(v) is V.Ts or _holds_bytes(v):
+        return _SCAN
+    return v
+
+
+def _holds_bytes(v: Any) -> bool:
+    t = type(v)
+    if t is bytes:
+        return True
+    if t is list or t is tuple:
+        return any(_holds_bytes(x) for x in v)
+    if t is dict:
+        return any(_holds_bytes(x) for x in v.values())
+    return False
 
 
 def pick(coll: Collection, q: Query, env: Env, need_override: int | None = None) -> list[dict]:
