@@ -258,9 +258,21 @@ def test_path_up_to_64_keys():
     refused("get t select " + "a" + ".k" * 65, "64")
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: brackets inside a text literal count toward the 512 nesting limit")
 def test_brackets_inside_text_are_not_nesting():
-    one('put t {s: "' + "(" * 600 + '"}')
+    s = one('put t {s: "' + "(" * 600 + '"}')
+    assert s.documents[0][0].value.value == "(" * 600
+    one("put t {s: '" + "[{" * 600 + "'}")
+    one('put t {s: "\\"' + "(" * 600 + '\\""}')  # escaped quotes do not end the text
+    one("put t {s: 'it\\'s " + ")" * 600 + "('}")
+    one("get t where a = 1 -- " + "(" * 600 + "\n and b = 2 # " + "{" * 600)
+    one("get t where s = '" + " and " * 3000 + "'")
+
+
+def test_brackets_after_a_text_still_count():
+    refused('get t where s = "a\\"b" or ' + "(" * 600 + "a" + ")" * 600, "too deep")
+    refused("get t where s = 'x' and " + "(" * 513 + "a" + ")" * 513, "too deep")
+    refused("get t where a = '--' and " + "[" * 600 + "1" + "]" * 600, "too deep")
+    refused("get t where " + " and ".join(["a"] * 3000), "too deep")
 
 
 def test_unicode_names():

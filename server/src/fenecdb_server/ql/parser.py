@@ -11,7 +11,9 @@ the offending text, with a caret under it:
 from __future__ import annotations
 
 import importlib.resources
+import re
 import sys
+from itertools import accumulate
 from typing import Any
 
 from lark import Lark, Token, Transformer, Tree, v_args
@@ -545,23 +547,28 @@ setattr(_ToAst, "del", _ToAst.del_)
 _TRANSFORMER = _ToAst()
 
 
+# What the nesting count skips: text literals (with their escapes) and comments, as the lexer
+# reads them (grammar.lark STRING and COMMENT), so a `(` inside "..." is no nesting (§1.1, §1.3).
+_NOT_CODE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"' r"|'[^'\\]*(?:\\.[^'\\]*)*'" r"|--[^\n]*|#[^\n]*", re.S)
+_NOT_BRACKET = re.compile(r"[^()\[\]{}]+")
+_BRACKET_STEP = {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}
+_LINK = re.compile(r"\b(?:and|or)\b", re.I)
+
+
 def _depth_ok(text: str) -> None:
     """Refuse nesting past the limit before lark recurses into it (never a crash)."""
-    depth = 0
-    deepest = 0
-    links = 0
-    for ch in text:
-        if ch in "([{":
-            depth += 1
-            if depth > deepest:
-                deepest = depth
-        elif ch in ")]}":
-            depth -= 1
-    if deepest > MAX_DEPTH:
-        raise _qerr(f"expression too deep: more than {MAX_DEPTH} levels of nesting")
+    opens = text.count("(") + text.count("[") + text.count("{")
     lowered = text.lower()
-    links = lowered.count(" and ") + lowered.count(" or ")
-    if links > 4 * MAX_DEPTH:
+    may_link = lowered.count("and") + lowered.count("or")
+    if opens <= MAX_DEPTH and may_link <= 4 * MAX_DEPTH:
+        return  # cannot be too deep: no need to look closer
+    code = _NOT_CODE.sub(" ", text)
+    if opens > MAX_DEPTH:
+        brackets = _NOT_BRACKET.sub("", code)
+        deepest = max(accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0)
+        if deepest > MAX_DEPTH:
+            raise _qerr(f"expression too deep: more than {MAX_DEPTH} levels of nesting")
+    if may_link > 4 * MAX_DEPTH and len(_LINK.findall(code)) > 4 * MAX_DEPTH:
         raise _qerr(f"expression too deep: more than {MAX_DEPTH} links")
 
 
