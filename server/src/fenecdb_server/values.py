@@ -113,7 +113,10 @@ def parse_time(text: str) -> int | None:
     m = _ISO.match(text)
     if not m:
         return None
-    y, mo, d = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    year = m.group(1)
+    if len(year) > _YEAR_DIGITS:  # far past any timestamp, and int() refuses thousands of digits
+        year = ("-" if year[0] == "-" else "") + "1" + "0" * _YEAR_DIGITS
+    y, mo, d = int(year), int(m.group(2)), int(m.group(3))
     hh = int(m.group(4) or 0)
     mi = int(m.group(5) or 0)
     ss = int(m.group(6) or 0)
@@ -135,6 +138,9 @@ def parse_time(text: str) -> int | None:
         off = sign * (oh * 60 + om) * 60_000
     days = _days_from_civil(y, mo, d)
     return ((days * 24 + hh) * 60 + mi) * 60_000 + ss * 1000 + ms - off
+
+
+_YEAR_DIGITS = 12  # ±2.9×10^8 years is every timestamp: a year of more digits is out of range
 
 
 def _month_days(y: int, m: int) -> int:
@@ -175,10 +181,13 @@ def make_ts(ms: int) -> Ts:
 
 
 def to_json_value(v: Any, depth: int = 0) -> Any:
-    """Convert to a `json` field's value: sorted object keys, timestamps as text."""
-    if depth > JSON_DEPTH:
-        raise FenecError("type", f"json nested deeper than {JSON_DEPTH} levels")
+    """Convert to a `json` field's value: sorted object keys, timestamps as text.
+
+    `depth` is how many objects and lists hold `v`: each of them is one level (fenecql.md §18),
+    whatever the innermost holds, so the 65th object or list is refused even when empty."""
     t = type(v)
+    if (t is dict or t is list or t is tuple) and depth >= JSON_DEPTH:
+        raise FenecError("type", f"json nested deeper than {JSON_DEPTH} levels")
     if v is None or t is bool or t is str or t is int:
         return v
     if t is float:
@@ -238,7 +247,10 @@ def coerce(v: Any, ftype: Any) -> Any:
                 raise _terr(ftype, v)
             return v
         if t is int or t is Ts:
-            return float(v)
+            try:
+                return float(v)
+            except OverflowError:
+                raise FenecError("type", "expected float, found an int too large for a float") from None
         raise _terr(ftype, v)
     if ftype == "bool":
         if t is bool:
@@ -271,11 +283,19 @@ def to_point(v: Any) -> tuple[float, float]:
     for x in (lon, lat):
         if type(x) not in (int, float) or isinstance(x, bool):
             raise FenecError("type", f"expected geo, found {kind_name(x)} in a point")
-        if not math.isfinite(x):
+        if type(x) is float and not math.isfinite(x):
             raise FenecError("type", "expected geo, found a non-finite number in a point")
     if not (-180 <= lon <= 180 and -90 <= lat <= 90):
-        raise FenecError("type", f"point out of range: lon must be -180..180 and lat -90..90, found [{lon}, {lat}]")
+        raise FenecError("type", f"point out of range: lon must be -180..180 and lat -90..90, "
+                                 f"found [{_short(lon)}, {_short(lat)}]")
     return (float(lon), float(lat))
+
+
+def _short(x: int | float) -> str:
+    """A number for a message: an int of thousands of digits is not spelled out (nor can be)."""
+    if type(x) is int and not -10**20 < x < 10**20:
+        return f"an int of {x.bit_length()} bits"
+    return str(x)
 
 
 # ---------------------------------------------------------------- answers

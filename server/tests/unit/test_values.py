@@ -272,7 +272,26 @@ def test_json_64_levels_of_objects_accepted_65_refused():
     refused(nest_objects(65, 1), "json", "deeper")
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: json depth counts the innermost value, so 65 nested objects "
-                                       "pass when the innermost is empty ({}) though 65 holding a number are refused")
 def test_json_65_levels_refused_whatever_the_innermost_holds():
     refused(nest_objects(64, {}), "json", "deeper")  # 65 objects
+    refused(nest_objects(64, []), "json", "deeper")
+    refused(nest_objects(63, [[]]), "json", "deeper")
+    refused(nest_objects(63, [[1, 2]]), "json", "deeper")
+    assert V.coerce(nest_objects(63, {}), "json") == nest_objects(63, {})  # 64 objects
+    assert V.coerce(nest_objects(63, [None]), "json") == nest_objects(63, [None])
+    refused(nest_objects(63, [{}]), "json", "deeper")  # 63 objects, a list, an object
+
+
+def test_a_year_of_thousands_of_digits_is_out_of_range_not_a_crash():
+    huge = "9" * 5000 + "-01-01"
+    refused(huge, "timestamp", "out of range")
+    refused("-" + huge, "timestamp", "out of range")
+    assert V.parse_time(huge) > V.TS_MAX and V.parse_time("-" + huge) < V.TS_MIN
+    assert V.parse_time("1" + "0" * 11 + "-01-01") > V.TS_MAX  # 12 digits: still read exactly
+    assert V.parse_time("292278994-08-17T07:12:55.807Z") == V.TS_MAX
+
+
+def test_numbers_too_large_for_a_float_are_type_errors():
+    refused(10**400, "float", "too large")
+    refused([10**5000, 0], "geo", "out of range")
+    refused([0, -(10**30)], "geo", "out of range")
