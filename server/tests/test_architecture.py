@@ -18,6 +18,7 @@ RANK = {
     "values": 0,
     "ql": 1,
     "plan": 2,
+    "policy": 2.5,  # access rules: parsed with ql, split with plan's helpers, enforced by engine/scoped
     "engine": 3,
     "storage": 4,
     "database": 5,

@@ -43,6 +43,8 @@ from .engine.execute import (
 from .engine.holds import Hold, make_hold
 from .engine.prepare import Prepared, prepare
 from .engine.rwlock import RWLock
+from .engine.scoped import authorize as authorize_scoped
+from .engine.scoped import run as run_scoped
 from .errors import FenecError
 from .plan.compile import Env
 from .plan.schema import FieldInfo, Schema
@@ -219,10 +221,14 @@ class Database:
 
     def execute(self, statements: list[tuple[str, Any]], *, block: bool = False,
                 idempotency: Idem | None = None,
-                render: Callable[[list], tuple[int, bytes]] | None = None) -> Result:
+                render: Callable[[list], tuple[int, bytes]] | None = None, scope: Any = None) -> Result:
+        """`scope` None runs as the server token; a `policy.Scope` runs under that token's rules
+        (engine/scoped.py), every statement authorized before any runs."""
         if not block and len(statements) != 1:
             raise FenecError("query", "one statement at a time here: send several as a batch")
         parsed = self._statements(statements, block)
+        if scope is not None:
+            self._authorize(parsed, block, scope)
         writes = any(s.writes for _, s, _ in parsed)
         if writes and self._read_only:
             err = FenecError("denied", "the server is in read-only mode")
@@ -234,7 +240,7 @@ class Database:
         if not writes:
             self._lock.acquire_read()
             try:
-                answers = self._run_reads(parsed, block)
+                answers = self._run_reads(parsed, block, scope)
                 return Result(answers, self.seq, False, 0, None)
             finally:
                 self._lock.release_read()
@@ -250,7 +256,7 @@ class Database:
                         raise FenecError("conflict", "this Idempotency-Key came with another request: a key is for one")
                     return Result([], self.seq, False, 0, (stored[1], stored[2]))
             blk = Block(self)
-            answers, taken = self._run_block(parsed, block, blk)
+            answers, taken = self._run_block(parsed, block, blk, scope)
             keep_key = idempotency is not None and (taken > 0 or idempotency.keep_empty)
             if blk.ops or keep_key:
                 if keep_key:
@@ -288,11 +294,24 @@ class Database:
                 raise
         return result
 
-    def _run_reads(self, parsed: list, block: bool) -> list:
+    def _authorize(self, parsed: list, block: bool, scope: Any) -> None:
+        for i, (_, stmt, _) in enumerate(parsed):
+            try:
+                authorize_scoped(stmt, scope)
+            except FenecError as e:
+                if block:
+                    e.at = i
+                raise
+
+    def _run_reads(self, parsed: list, block: bool, scope: Any = None) -> list:
         answers = []
         for i, (text, stmt, params) in enumerate(parsed):
             env = Env(params, V.Ts(self.now()))
             try:
+                if scope is not None:
+                    env.claims = scope.claims
+                    answers.append(run_scoped(self, text, stmt, env, None, scope))
+                    continue
                 p = self._prepare(text, 0, stmt)
                 answers.append(run_get(self, p, env))
             except FenecError as e:
@@ -306,14 +325,19 @@ class Database:
                 raise _at(FenecError("query", "expression too deep"), i if block else None) from None
         return answers
 
-    def _run_block(self, parsed: list, block: bool, blk: Block) -> tuple[list, int]:
+    def _run_block(self, parsed: list, block: bool, blk: Block, scope: Any = None) -> tuple[list, int]:
         answers = []
         taken = 0
         for i, (text, stmt, params) in enumerate(parsed):
             env = Env(params, V.Ts(self.now()))
             try:
                 t = type(stmt)
-                if t is A.Set:
+                if scope is not None:
+                    env.claims = scope.claims
+                    ans = run_scoped(self, text, stmt, env, blk, scope)
+                    if t is A.Set or t is A.Del:
+                        taken += len(ans) if type(ans) is list else ans["affected"]
+                elif t is A.Set:
                     ans = run_set(self, self._prepare(text, 0, stmt), env, blk)
                     taken += len(ans) if type(ans) is list else ans["affected"]
                 elif t is A.Del:
@@ -353,9 +377,11 @@ class Database:
 
     # ---------------------------------------------------------------- held claims
 
-    def prepare_hold(self, statements: list[tuple[str, Any]]) -> Hold:
+    def prepare_hold(self, statements: list[tuple[str, Any]], scope: Any = None) -> Hold:
         parsed = self._statements(statements, block=len(statements) > 1)
-        return make_hold(self, parsed)
+        if scope is not None:
+            self._authorize(parsed, len(statements) > 1, scope)
+        return make_hold(self, parsed, scope=scope)
 
     def look(self, fn: Callable[[], Any]) -> Any:
         """Run fn under the shared read lock (a held claim's look)."""
@@ -531,10 +557,11 @@ class Database:
 
     # ---------------------------------------------------------------- introspection
 
-    def schemas(self) -> list[dict]:
+    def schemas(self, scope: Any = None) -> list[dict]:
+        """Every collection's schema; under a token only those its rules let it see."""
         self._lock.acquire_read()
         try:
-            return [c.schema.to_json() for c in self.collections.values()]
+            return [c.schema.to_json() for n, c in self.collections.items() if scope is None or scope.visible(n)]
         finally:
             self._lock.release_read()
 

@@ -22,6 +22,8 @@ from ..errors import FenecError
 from ..plan.compile import Ctx, Env, compile_expr, mentions
 from ..ql import ast as A
 from .access import pick
+from .scoped import look as scoped_look
+from .scoped import rule_time_filter
 
 FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
@@ -102,7 +104,7 @@ def _bind(e: Any, params: list) -> Any:
 
 
 class Hold:
-    __slots__ = ("db", "held", "line_key", "collections", "_writes", "_terms", "_params")
+    __slots__ = ("db", "held", "line_key", "collections", "_writes", "_terms", "_params", "scope")
 
     def __init__(self, db: Any) -> None:
         self.db = db
@@ -112,6 +114,7 @@ class Hold:
         self._writes: list[tuple[str, A.Statement, list]] = []
         self._terms: list[tuple[str, TimeTerm, list]] = []
         self._params: list = []
+        self.scope: Any = None  # a token's scope: the look reads only what it could take
 
     def look(self) -> bool:
         """Under the read lock: would some set/del of the request take a row now?"""
@@ -123,6 +126,10 @@ class Hold:
                 coll = db.collections.get(stmt.collection)
                 if coll is None:
                     return True  # run it, so the request is answered its 404
+                if self.scope is not None:
+                    if scoped_look(db, text, stmt, params, self.scope, now):
+                        return True
+                    continue
                 p = db._prepare(text, 0, stmt)
                 if pick(coll, p.query, Env(params, now), need_override=1):
                     return True
@@ -189,8 +196,9 @@ def _next_for(coll: Any, target: str, op: str, k: int, now: int) -> int | None:
     return best
 
 
-def make_hold(db: Any, parsed: list[tuple[str, A.Statement, list]]) -> Hold:
+def make_hold(db: Any, parsed: list[tuple[str, A.Statement, list]], scope: Any = None) -> Hold:
     h = Hold(db)
+    h.scope = scope
     keys = []
     colls: set[str] = set()
     for text, stmt, params in parsed:
@@ -207,6 +215,16 @@ def make_hold(db: Any, parsed: list[tuple[str, A.Statement, list]]) -> Hold:
             h._terms.append((stmt.collection, t, params))
         colls.add(stmt.collection)
         h._writes.append((text, stmt, params))
+        if scope is not None:
+            # the token's rules are part of its filter: they say which rows wake it, and when
+            try:
+                for t in _time_terms(rule_time_filter(stmt, scope), coll.schema):
+                    h._terms.append((stmt.collection, t, params))
+            except FenecError:
+                pass  # a rule reading the clock otherwise: the claim is woken by writes alone
+            keys.append((stmt.collection, _bind(stmt.where, params), _bind(stmt.order, params),
+                         scope.line_key(stmt.collection)))
+            continue
         keys.append((stmt.collection, _bind(stmt.where, params), _bind(stmt.order, params)))
     for text, stmt, params in parsed:
         if isinstance(stmt, A.Get):

@@ -1,0 +1,470 @@
+"""Statements run under a token's rules (access.md §4). The unscoped path (execute.py) never
+tests a rule; a scoped statement comes here instead.
+
+* `authorize` — before anything runs (a batch is authorized statement by statement first):
+  `$jwt.` in the client's text (400), schema statements (403), a collection without a grant
+  (404, as if it did not exist), a missing grant (403), append-only, a put naming `id`,
+  `expired()` without the `expired` grant.
+* Reads: the union of the token's read filters is ANDed into the statement's `where` (so into
+  its `count` too), and the rewritten statement runs as any other; the claims bind through
+  `Env(claims=...)`, so the prepared form is cached per (text, the rules applied), not per token.
+* `set`: the rows it may touch are the statement's filter AND the union of its update rules'
+  USING terms. Each candidate, in the statement's order, is rewritten and judged before anything
+  is written: the changed fields, and one update rule that admits the row before (USING), across
+  (its `new.` terms) and after (WITH CHECK) — else 403 for the whole statement. With `returning`,
+  a candidate whose written form the token could not read is passed over and the pick goes on
+  to the next row in order (§4.4).
+* `del`: the filter AND the delete rules' filters (AND the read rules' when it returns rows).
+* `put`: each document must fall inside an insert rule, the fields the rule pins filled in when
+  left out; an upsert's existing row is judged as an update.
+* A unique clash tells a scoped token the field only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+from typing import Any
+
+from .. import values as V
+from ..errors import FenecError
+from ..plan.compile import Ctx, Env, compile_expr, guard_missing, mentions
+from ..plan.planner import and_terms
+from ..policy import Scope
+from ..policy.rules import Rule
+from ..ql import ast as A
+from .access import pick
+from .execute import (
+    Block,
+    _apply_entries,
+    _check_required,
+    _documents,
+    _needs_required,
+    _read_target,
+    run_del,
+    run_get,
+    unmet,
+)
+from .prepare import Prepared, prepare, render
+
+Fn = Callable[[Any, Any], bool]
+SCHEMA_STATEMENTS = (A.CreateCollection, A.DropCollection, A.CreateIndex)
+_UNIQUE = re.compile(r"`([^`]*)` is @unique")
+
+
+def denied(message: str) -> FenecError:
+    return FenecError("denied", message)
+
+
+def _is_expired(n: A.Expr) -> bool:
+    return isinstance(n, A.Call) and n.name == "expired"
+
+
+def _names_claim(node: Any) -> bool:
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, A.Claim):
+            return True
+        if dataclasses.is_dataclass(n) and not isinstance(n, type):
+            stack.extend(getattr(n, f.name) for f in dataclasses.fields(n))
+        elif isinstance(n, tuple):
+            stack.extend(n)
+    return False
+
+
+# ---------------------------------------------------------------- before anything runs
+
+
+def authorize(stmt: A.Statement, scope: Scope) -> None:
+    """The refusals a statement's text and the token's grants decide alone."""
+    if isinstance(stmt, SCHEMA_STATEMENTS):
+        raise denied("a scoped token reads and writes documents; it changes no schema")
+    if _names_claim(stmt):
+        raise FenecError("query", "`$jwt.` claims are read only inside access rules")
+    coll = stmt.collection  # type: ignore[attr-defined]
+    g = scope.grants(coll)
+    if not g.visible:
+        raise FenecError("notfound", f"no collection `{coll}`")
+    if isinstance(stmt, A.Get):
+        if not g.has("read"):
+            raise denied(f"this token may not read `{coll}`")
+    elif isinstance(stmt, (A.Set, A.Del)):
+        if g.append_only:
+            raise denied(f"`{coll}` is append-only: a scoped token only inserts there")
+        if isinstance(stmt, A.Set) and not g.has("update"):
+            raise denied(f"this token may not update rows of `{coll}`")
+        if isinstance(stmt, A.Del) and not g.has("delete"):
+            raise denied(f"this token may not delete rows of `{coll}`")
+        if not g.has("read"):
+            raise denied(f"this token may not read `{coll}`")
+    elif isinstance(stmt, A.Put):
+        if not g.has("insert"):
+            raise denied(f"this token may not insert into `{coll}`")
+        if stmt.documents is not None and any(e.target.name == "id" and not e.target.keys
+                                              for d in stmt.documents for e in d):
+            raise _put_id()
+        if stmt.else_patch is not None:
+            if g.append_only:
+                raise denied(f"`{coll}` is append-only: a scoped token only inserts there")
+            if not g.has("update"):
+                raise denied(f"this token may not update rows of `{coll}`")
+    where = getattr(stmt, "where", None)
+    if mentions(where, _is_expired) and not g.has("expired"):
+        raise denied(f"reading rows past their @ttl with expired() takes the `expired` grant on `{coll}`")
+
+
+def _put_id() -> FenecError:
+    return denied("a scoped token puts new documents, without `id`: one with an `id` could overwrite a row "
+                  "it cannot see")
+
+
+# ---------------------------------------------------------------- compiled rules
+
+
+def _union(rules: tuple[Rule, ...], attr: str = "filter") -> A.Expr | None:
+    """The rows any of the rules admits; None = every row."""
+    exprs = []
+    for r in rules:
+        e = getattr(r, attr)
+        if e is None:
+            return None
+        exprs.append(e)
+    if not exprs:
+        return A.Lit(False)
+    return exprs[0] if len(exprs) == 1 else A.Or(tuple(exprs))
+
+
+def _and(*parts: A.Expr | None) -> A.Expr | None:
+    terms: list[A.Expr] = []
+    for p in parts:
+        terms.extend(and_terms(p))
+    if not terms:
+        return None
+    return terms[0] if len(terms) == 1 else A.And(tuple(terms))
+
+
+def _test(expr: A.Expr | None, schema: Any, new: bool = False) -> Fn | None:
+    """A rule's condition as a test of one row (None = every row); a missing claim keeps none."""
+    if expr is None:
+        return None
+    f = compile_expr(expr, Ctx(schema, where=True, claims=True, new=new))
+    return guard_missing(lambda row, env: V.truthy(f(row, env)))
+
+
+def _reads_clock(e: A.Expr) -> bool:
+    return mentions(e, lambda n: isinstance(n, A.Call) and n.name == "now")
+
+
+class UpdateRule:
+    """One update rule, compiled against a schema: USING on the row as it was, its `new.` terms
+    across the rewrite, and the after-image check on the row as written.
+
+    A transition rule's terms that read the clock (`run_at <= now()`) say when a row may be
+    taken, not what it must stay: the after-image check leaves them out (proposed), else a
+    claim that moves `run_at` ahead could never pass its own rule."""
+
+    __slots__ = ("rule", "using", "across", "after", "fields")
+
+    def __init__(self, rule: Rule, schema: Any) -> None:
+        self.rule = rule
+        self.fields = frozenset(rule.fields) if rule.fields is not None else None
+        self.using = _test(rule.using, schema)
+        self.across = _test(_and(*rule.transition), schema, new=True) if rule.transition else None
+        if rule.transition:
+            kept = [t for t in and_terms(rule.using) if not _reads_clock(t)]
+            self.after = _test(_and(*kept), schema)
+        else:
+            self.after = self.using
+
+
+class InsertRule:
+    __slots__ = ("admits", "pins")
+
+    def __init__(self, rule: Rule, schema: Any) -> None:
+        self.admits = _test(rule.filter, schema)
+        self.pins = []
+        for name, expr in rule.pins:
+            f = schema.fields.get(name)
+            if f is not None:
+                self.pins.append((name, compile_expr(expr, Ctx(schema, row=False, claims=True)), f.type))
+
+
+class Plan:
+    """A scoped statement prepared for one set of rules: the rewritten statement and the
+    rules it is judged by."""
+
+    __slots__ = ("p", "updates", "readable", "inserts", "any_fields")
+
+    def __init__(self, p: Prepared) -> None:
+        self.p = p
+        self.updates: list[UpdateRule] = []
+        self.readable: Fn | None = None
+        self.inserts: list[InsertRule] = []
+        self.any_fields: frozenset[str] | None = None  # every field some update rule may change
+
+
+def _plan(db: Any, text: str, stmt: A.Statement, scope: Scope) -> Plan:
+    g = scope.grants(stmt.collection)  # type: ignore[attr-defined]
+    key = (text, ("scoped", g.key))
+    plan = db._prepared.get(key)
+    if plan is not None:
+        return plan
+    schemas = {n: c.schema for n, c in db.collections.items()}
+    expired = mentions(getattr(stmt, "where", None), _is_expired)
+    extra = _union(g.rules("expired")) if expired else None
+    if isinstance(stmt, A.Get):
+        stmt2 = dataclasses.replace(stmt, where=_and(stmt.where, _union(g.rules("read")), extra))
+        plan = Plan(prepare(stmt2, schemas, allow_claims=True))
+    elif isinstance(stmt, A.Del):
+        returns = stmt.returning is not None or stmt.returning_all
+        reads = _union(g.rules("read")) if returns else None
+        stmt2 = dataclasses.replace(stmt, where=_and(stmt.where, _union(g.rules("delete")), reads, extra))
+        plan = Plan(prepare(stmt2, schemas, allow_claims=True))
+    elif isinstance(stmt, A.Set):
+        stmt2 = dataclasses.replace(stmt, where=_and(stmt.where, _union(g.rules("update"), "using"), extra))
+        plan = Plan(prepare(stmt2, schemas, allow_claims=True))
+        _judges(plan, g, schemas[stmt.collection])
+    else:
+        plan = Plan(prepare(stmt, schemas))
+        schema = schemas[stmt.collection]  # type: ignore[attr-defined]
+        plan.inserts = [InsertRule(r, schema) for r in g.rules("insert")]
+        if getattr(stmt, "else_patch", None) is not None:
+            _judges(plan, g, schema)
+    if len(db._prepared) > 4096:
+        db._prepared.clear()
+    db._prepared[key] = plan
+    return plan
+
+
+def _judges(plan: Plan, g: Any, schema: Any) -> None:
+    plan.updates = [UpdateRule(r, schema) for r in g.rules("update")]
+    plan.readable = _test(_union(g.rules("read")), schema)
+    if all(u.fields is not None for u in plan.updates):
+        plan.any_fields = frozenset().union(*(u.fields for u in plan.updates))
+
+
+# ---------------------------------------------------------------- judging one rewrite
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a is b or (type(a) is type(b) and a == b)
+
+
+def judge_update(plan: Plan, coll: str, old: dict, new: dict, env: Env) -> None:
+    """403 unless one update rule admits this rewrite (fields, before, across, after)."""
+    changed = sorted(k for k in set(old) | set(new) if k != "id" and not _same(old.get(k), new.get(k)))
+    if plan.any_fields is not None:
+        outside = [f for f in changed if f not in plan.any_fields]
+        if outside:
+            raise denied(f"this token may not change {_names(outside)} in `{coll}`")
+    across_env = Env(env.params, env.now, env.claims, new)
+    admitted = []
+    for u in plan.updates:
+        if u.using is not None and not u.using(old, env):
+            continue
+        if u.across is not None and not u.across(old, across_env):
+            continue
+        if u.after is not None and not u.after(new, env):
+            continue
+        admitted.append(u)
+    if not admitted:
+        raise denied(f"the document is outside what this token may write to `{coll}`")
+    if any(u.fields is None or u.fields.issuperset(changed) for u in admitted):
+        return
+    raise denied(f"this token may not change {_names(changed)} of that row of `{coll}`")
+
+
+def _names(fields: list[str]) -> str:
+    return ", ".join(f"`{f}`" for f in fields)
+
+
+def _unique_check(coll: Any, row: dict, alive: Callable, undo: list) -> None:
+    """A scoped token learns which field clashed, never the other row's id or value."""
+    try:
+        coll.unique_check(row, alive, undo)
+    except FenecError as e:
+        m = _UNIQUE.match(e.message) if e.kind == "exists" else None
+        if m is None:
+            raise
+        raise FenecError("exists", f"`{m.group(1)}` is unique, and the value is taken") from None
+
+
+# ---------------------------------------------------------------- running
+
+
+def run(db: Any, text: str, stmt: A.Statement, env: Env, blk: Block | None, scope: Scope) -> Any:
+    """One authorized statement under the token's rules (`env.claims` set to its claims)."""
+    plan = _plan(db, text, stmt, scope)
+    t = type(stmt)
+    if t is A.Get:
+        return run_get(db, plan.p, env)
+    assert blk is not None
+    if t is A.Del:
+        return run_del(db, plan.p, env, blk)
+    if t is A.Set:
+        return _run_set(db, plan, env, blk)
+    return _run_put(db, plan, env, blk, scope)
+
+
+def choose(db: Any, plan: Plan, env: Env, limit: int | None) -> tuple[list[dict], list[dict]]:
+    """The rows a scoped set writes, in its order, and their written forms (§4.4): each
+    candidate is judged (403 for the whole statement), then, with `returning`, passed over when
+    the token could not read it as written. Candidates are read in pages that double."""
+    p = plan.p
+    coll = db.collection(p.coll)
+    schema = coll.schema
+    patch = p.patch
+    fixed = [None if per_row else fn(None, env) for _, fn, _, per_row in patch]
+    fns = [(fn if per_row else None) for _, fn, _, per_row in patch]
+    readable = plan.readable if p.cols is not None else None
+    olds: list[dict] = []
+    news: list[dict] = []
+    need = limit
+    cands = pick(coll, p.query, env, need_override=need)
+    i = 0
+    while True:
+        while i < len(cands) and (limit is None or len(olds) < limit):
+            old = cands[i]
+            i += 1
+            vals = [f(old, env) if f is not None else c for f, c in zip(fns, fixed)]
+            new = _apply_entries(schema, old, patch, vals)
+            judge_update(plan, coll.name, old, new, env)
+            if readable is not None and not readable(new, env):
+                continue
+            olds.append(old)
+            news.append(new)
+        if need is None or len(olds) >= need or len(cands) < need:
+            return olds, news
+        need *= 2
+        cands = pick(coll, p.query, env, need_override=need)
+
+
+def _run_set(db: Any, plan: Plan, env: Env, blk: Block) -> Any:
+    p = plan.p
+    coll = db.collection(p.coll)
+    olds, news = choose(db, plan, env, p.query.limit)
+    if olds:
+        schema = coll.schema
+        blk.touch(coll)
+        req = _needs_required(schema)
+        alive_fn = p.alive
+        alive = (lambda r: alive_fn(r, env)) if alive_fn else (lambda r: True)
+        for old, new in zip(olds, news):
+            if req:
+                _check_required(schema, new)
+            _unique_check(coll, new, alive, blk.undo)
+            coll.replace(old, new, blk.undo)
+            blk.ops.append(("p", coll.name, new["id"], new))
+        blk.writes += 1
+    if p.require is not None and len(olds) != p.require:
+        raise unmet("set", p.coll, len(olds), p.require)
+    if p.cols is not None:
+        return render(p.cols, news, env)
+    return {"affected": len(olds)}
+
+
+def _admit(plan: Plan, coll: Any, doc: dict, rid: int, env: Env) -> dict | None:
+    """The document as written under the first insert rule that admits it, with the fields
+    that rule pins filled in where the document leaves them out; None when none admits it."""
+    for ins in plan.inserts:
+        filled = dict(doc)
+        try:
+            for name, fn, ftype in ins.pins:
+                if name not in filled:
+                    filled[name] = V.coerce(fn(None, env), ftype)
+        except FenecError:
+            continue
+        except Exception:  # a pin reading a claim the token lacks
+            continue
+        row = {"id": rid}
+        for f in coll.schema.fields:
+            if f in filled:
+                row[f] = filled[f]
+        if ins.admits is None or ins.admits(row, env):
+            return row
+    return None
+
+
+def _run_put(db: Any, plan: Plan, env: Env, blk: Block, scope: Scope) -> Any:
+    p = plan.p
+    stmt = p.stmt
+    assert isinstance(stmt, A.Put)
+    coll = db.collection(p.coll)
+    schema = coll.schema
+    docs = _documents(p, env)
+    if any("id" in d for d in docs):
+        raise _put_id()
+    blk.touch(coll)
+    alive_fn = p.alive
+    alive = (lambda r: alive_fn(r, env)) if alive_fn else (lambda r: True)
+    uniques = [t for t, (k, _, _) in coll.indexes.items() if k == "unique"]
+    written = 0
+    for doc in docs:
+        holder = None
+        if stmt.if_absent:
+            for t in uniques:
+                v = _read_target(doc, t)
+                if v is None:
+                    continue
+                for other in coll.index(t).lookup(v):
+                    if alive(coll.rows[other]):
+                        holder = coll.rows[other]
+                        break
+                if holder is not None:
+                    break
+        if holder is not None:
+            if stmt.else_patch is None:
+                continue
+            upd_env = Env(env.params, env.now, env.claims, doc)
+            patch = p.else_patch
+            new = _apply_entries(schema, holder, patch, [fn(holder, upd_env) for _, fn, _, _ in patch])
+            judge_update(plan, coll.name, holder, new, env)
+            _check_required(schema, new)
+            _unique_check(coll, new, alive, blk.undo)
+            coll.replace(holder, new, blk.undo)
+            blk.ops.append(("p", coll.name, new["id"], new))
+            written += 1
+            continue
+        row = _admit(plan, coll, doc, coll.next_id, env)
+        if row is None:
+            raise denied(f"the document is outside what this token may write to `{coll.name}`")
+        _check_required(schema, row)
+        _unique_check(coll, row, alive, blk.undo)
+        coll.insert(row, blk.undo)
+        blk.ops.append(("p", coll.name, row["id"], row))
+        written += 1
+    if written:
+        blk.writes += 1
+    if stmt.require is not None and written != stmt.require:
+        raise unmet(stmt.verb, p.coll, written, stmt.require)
+    return {"affected": written}
+
+
+# ---------------------------------------------------------------- held claims
+
+
+def look(db: Any, text: str, stmt: A.Statement, params: list, scope: Scope, now: Any) -> bool:
+    """Under the read lock: would this scoped set/del take a row now? It reads only the rows
+    the token could take; a rewrite its rules refuse counts as taking (the run answers 403)."""
+    plan = _plan(db, text, stmt, scope)
+    env = Env(params, now, scope.claims)
+    coll = db.collections.get(plan.p.coll)
+    if coll is None:
+        return True
+    if isinstance(stmt, A.Del):
+        return bool(pick(coll, plan.p.query, env, need_override=1))
+    try:
+        olds, _ = choose(db, plan, env, 1)
+    except FenecError:
+        return True
+    return bool(olds)
+
+
+def rule_time_filter(stmt: A.Statement, scope: Scope) -> A.Expr | None:
+    """The rules' part of a held set/del's filter, for the moments the clock changes it."""
+    g = scope.grants(stmt.collection)  # type: ignore[attr-defined]
+    if isinstance(stmt, A.Set):
+        return _union(g.rules("update"), "using")
+    return _union(g.rules("delete"))
