@@ -308,15 +308,21 @@ def serve(db: Any, opts: dict[str, Any], *, host: str, port: int, path: str | No
     except ImportError:  # pragma: no cover
         runner = asyncio.run
     runner(server.serve(sockets=[sock]))
-    seq_before_close = db.seq
+    return shut_down(db)
+
+
+def shut_down(db: Any) -> int:
+    """server.md §6 steps 3-4: `db.close()` takes the write lock for good and fsyncs if anything
+    is dirty; its answer picks the line. Exit 1 when that last fsync fails."""
     try:
         dirty = db.close()
     except Exception as e:
         say(f"sync error: {getattr(e, 'message', e)}")
         return 1
-    if dirty is None:  # the engine does not say whether the final sync wrote: judge by the writes
-        dirty = bool(path) and seq_before_close > 0
-    if dirty:
+    if db.failed:
+        say("shutting down: the disk refused a write earlier (see the sync error above); "
+            "writes since the last good sync may not be on disk")
+    elif dirty:
         say("shutting down: writes were pushed to disk")
     else:
         say("shutting down: no pending writes")
@@ -324,13 +330,25 @@ def serve(db: Any, opts: dict[str, Any], *, host: str, port: int, path: str | No
 
 
 SWEEP_EVERY_S = 15
+COMPACT_CHECK_S = 5.0
+COMPACT_MIN_DEAD = 64 * 1024 * 1024
 
 
-def start_background(db: Any, compact: str, path: str | None) -> Any:
+def compaction_due(db: Any, ratio: float, min_dead: int = COMPACT_MIN_DEAD) -> bool:
+    """server.md §1.2: the dead share of the file is at least `ratio` and the dead part at least
+    `min_dead` bytes (the dead bytes are the estimate of `storage/footprint.py`)."""
+    storage = db.stats().get("storage") or {}
+    size = storage.get("file_bytes") or 0
+    dead = storage.get("reclaimable_bytes") or 0
+    return bool(size) and dead >= min_dead and dead / size >= ratio
+
+
+def start_background(db: Any, compact: str, path: str | None, *, every_s: float = COMPACT_CHECK_S,
+                     min_dead: int = COMPACT_MIN_DEAD) -> Any:
     """The TTL sweeper (expired `@ttl` rows and Idempotency-Keys, physically deleted by
     `db.sweep()`, which itself keeps them a minute past their time), and auto-compaction
-    (server.md §1.2): every 5 s, compact once the dead share of the file reaches the ratio and
-    the dead part is at least 64 MB. Both run in a worker thread: they take the write lock."""
+    (server.md §1.2): every `every_s`, compact once `compaction_due`. Both run in a worker
+    thread: they take the write lock. Tests lower `every_s` and `min_dead`."""
     loop = asyncio.get_running_loop()
 
     async def sweep() -> None:
@@ -348,13 +366,13 @@ def start_background(db: Any, compact: str, path: str | None) -> Any:
 
     async def check() -> None:
         while True:
-            await asyncio.sleep(5)
+            await asyncio.sleep(every_s)
             try:
-                storage = db.stats().get("storage") or {}
-                size = storage.get("file_bytes") or 0
-                dead = storage.get("reclaimable_bytes") or 0
-                if size and dead >= 64 * 1024 * 1024 and dead / size >= ratio:
-                    await asyncio.get_running_loop().run_in_executor(None, db.compact)
+                if not await loop.run_in_executor(None, compaction_due, db, ratio, min_dead):
+                    continue
+                done = await loop.run_in_executor(None, lambda: db.compact(auto=True))
+                say(f"compacted: {done['bytes_before']:,} -> {done['bytes_after']:,} bytes, "
+                    f"log lock held {done['lock_us'] / 1000:.1f} ms")
             except Exception as e:
                 say(f"auto-compaction: {getattr(e, 'message', e)}")
 

@@ -50,6 +50,7 @@ from .plan.compile import Env
 from .plan.schema import FieldInfo, Schema
 from .ql import ast as A
 from .ql.parser import parse
+from .storage.footprint import Footprint
 
 log = logging.getLogger("fenecdb.database")
 
@@ -103,6 +104,8 @@ class Database:
         self._failed: str | None = None
         self.path = path
         self._log: Any = None
+        self._footprint = Footprint()  # the dead-bytes estimate (storage/footprint.py)
+        self.auto_compactions = 0
         if path is not None:
             from .storage import Log
 
@@ -158,14 +161,18 @@ class Database:
         res = self.execute(stmts, block=True)
         return [wrap(a) for a in res.answers]
 
-    def close(self) -> None:
+    def close(self) -> bool:
+        """Stop taking statements, sync what is dirty, close the file. Return whether anything
+        was dirty, i.e. whether the way out had to fsync (False in memory and when closed).
+        Raises the storage error when that last fsync fails."""
         if self._closed:
-            return
+            return False
         self._lock.acquire_write()
         try:
             self._closed = True
             if self._log is not None:
-                self._log.close()
+                return bool(self._log.close())
+            return False
         finally:
             self._lock.release_write()
 
@@ -406,7 +413,9 @@ class Database:
                 out.append(["k", op[1], h.hex(), status, body.decode("utf-8", "surrogateescape"), at, ttl])
             else:
                 out.append(list(op))
-        return json.dumps({"s": self.seq, "o": out}, separators=(",", ":"), ensure_ascii=False).encode()
+        payload = json.dumps({"s": self.seq, "o": out}, separators=(",", ":"), ensure_ascii=False).encode()
+        self._footprint.record(len(payload), self.seq, out, self._documents)
+        return payload
 
     def _replay(self, payload: bytes) -> None:
         rec = json.loads(payload)
@@ -446,6 +455,7 @@ class Database:
             elif kind == "n":
                 self.collections[op[1]].next_id = max(self.collections[op[1]].next_id, op[2])
         self.seq = rec["s"]
+        self._footprint.record(len(payload), rec["s"], rec["o"], self._documents)
 
     def _snapshot_state(self) -> dict:
         """Under the write lock: a consistent copy (rows are immutable, so a shallow one)."""
@@ -455,32 +465,52 @@ class Database:
             "idem": dict(self._idem),
         }
 
-    def _encode_snapshot(self, state: dict) -> bytes:
+    def _encode_snapshot(self, state: dict) -> tuple[bytes, dict]:
+        """The snapshot payload, and the sizes it measured on the way (for `Footprint.calibrate`).
+        Each collection carries `bytes`, the size of its `rows` array, and the snapshot `idem_bytes`."""
+        def dumps(value: Any) -> str:
+            return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
         colls = []
+        sizes: dict[str, tuple[int, int]] = {}
         for schema_json, next_id, rows in state["colls"]:
             schema = Schema.from_json(schema_json)
-            colls.append({"schema": schema_json, "next": next_id,
-                          "rows": [[rid, encode_row(schema, r)] for rid, r in sorted(rows.items())]})
-        idem = [[k, h.hex(), st, b.decode("utf-8", "surrogateescape"), at, ttl]
-                for k, (h, st, b, at, ttl) in state["idem"].items()]
-        return json.dumps({"s": state["s"], "colls": colls, "idem": idem}, separators=(",", ":"),
-                          ensure_ascii=False).encode()
+            rows_json = dumps([[rid, encode_row(schema, r)] for rid, r in sorted(rows.items())])
+            nbytes = len(rows_json.encode())
+            sizes[schema_json["name"]] = (nbytes, len(rows))
+            colls.append(f'{{"schema":{dumps(schema_json)},"next":{int(next_id)},"bytes":{nbytes},"rows":{rows_json}}}')
+        idem_json = dumps([[k, h.hex(), st, b.decode("utf-8", "surrogateescape"), at, ttl]
+                           for k, (h, st, b, at, ttl) in state["idem"].items()])
+        idem_bytes = len(idem_json.encode())
+        payload = (f'{{"s":{int(state["s"])},"colls":[{",".join(colls)}],"idem":{idem_json},'
+                   f'"idem_bytes":{idem_bytes}}}').encode()
+        return payload, {"rows": sizes, "keys": (idem_bytes, len(state["idem"]))}
 
     def _load_snapshot(self, payload: bytes) -> None:
         snap = json.loads(payload)
+        sizes: dict[str, tuple[int, int]] = {}
         for c in snap["colls"]:
             coll = Collection(Schema.from_json(c["schema"]))
             for rid, data in c["rows"]:
                 coll.insert(decode_row(coll.schema, rid, data), None)
             coll.next_id = max(coll.next_id, c["next"])
             self.collections[coll.name] = coll
+            nbytes = c.get("bytes")
+            if nbytes is None:  # a snapshot written before the sizes were
+                nbytes = len(json.dumps(c["rows"], separators=(",", ":"), ensure_ascii=False).encode())
+            sizes[coll.name] = (nbytes, len(c["rows"]))
         for k, h, st, b, at, ttl in snap["idem"]:
             self._idem[k] = (bytes.fromhex(h), st, b.encode("utf-8", "surrogateescape"), at, ttl)
+        idem_bytes = snap.get("idem_bytes")
+        if idem_bytes is None:
+            idem_bytes = len(json.dumps(snap["idem"], separators=(",", ":"), ensure_ascii=False).encode())
+        self._footprint.calibrate(sizes, (idem_bytes, len(snap["idem"])))
         self.seq = snap["s"]
         self.schema_changed()
 
-    def compact(self) -> dict:
-        """Write a snapshot beside the file and swap it in (storage does the safe rename)."""
+    def compact(self, *, auto: bool = False) -> dict:
+        """Write a snapshot beside the file and swap it in (storage does the safe rename).
+        `auto`: run by the background check (counted for `fenec_auto_compactions_total`)."""
         if self._log is None:
             return {}
         self._lock.acquire_write()
@@ -491,8 +521,17 @@ class Database:
         finally:
             self._lock.release_write()
         try:
-            payload = self._encode_snapshot(state)
-            return self._log.compaction_finish(payload, mark)
+            payload, sizes = self._encode_snapshot(state)
+            del state
+            done = self._log.compaction_finish(payload, mark)
+            self._lock.acquire_write()
+            try:
+                self._footprint.calibrate(sizes["rows"], sizes["keys"])
+            finally:
+                self._lock.release_write()
+            if auto:
+                self.auto_compactions += 1
+            return done
         except BaseException:
             try:
                 self._log.compaction_cancel()
@@ -567,10 +606,36 @@ class Database:
 
     @property
     def failed(self) -> str | None:
+        """Why writes are refused since a storage error (the periodic syncer's included), or None."""
+        if self._failed is None and self._log is not None and self._log.failed:
+            self._failed = self._log.failure
         return self._failed
 
     def storage_stats(self) -> dict:
-        return self._log.stats() if self._log is not None else {}
+        """The log's own counts, plus the live and reclaimable bytes of `storage/footprint.py`
+        (`reclaimable_bytes`: what a compaction would give back, estimated). Empty in memory."""
+        if self._log is None:
+            return {}
+        out = self._log.stats()
+        self._lock.acquire_read()
+        try:
+            live = self._live_bytes()
+        finally:
+            self._lock.release_read()
+        out["live_bytes"] = live["total"]
+        out["reclaimable_bytes"] = max(0, out["file_bytes"] - live["total"])
+        out["auto_compactions"] = self.auto_compactions
+        return out
+
+    def _documents(self, name: str) -> int:
+        coll = self.collections.get(name)
+        return len(coll.rows) if coll is not None else 0
+
+    def _live_bytes(self) -> dict:
+        """Under a lock: the footprint's estimate of a snapshot taken now."""
+        docs = {name: len(c.rows) for name, c in self.collections.items()}
+        schemas = {name: len(json.dumps(c.schema.to_json(), separators=(",", ":"))) for name, c in self.collections.items()}
+        return self._footprint.live(docs, schemas, len(self._idem))
 
     def stats(self) -> dict:
         """Documents per collection, and for a queue (a `run_at` timestamp field) how many jobs
@@ -588,7 +653,12 @@ class Database:
                 out["collections"][name] = st
         finally:
             self._lock.release_read()
-        out.update({"storage": self.storage_stats(), "failed": self._failed is not None})
+        storage = self.storage_stats()
+        if storage:
+            live = self._footprint
+            for name, st in out["collections"].items():
+                st["data_bytes"] = int(st["documents"] * live.row_bytes(name))
+        out.update({"storage": storage, "failed": self.failed is not None})
         return out
 
 

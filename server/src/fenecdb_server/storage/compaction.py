@@ -95,7 +95,8 @@ def run(lg: Log, snapshot: bytes, mark: tuple[int, int]) -> dict[str, int]:
             try:
                 files.fsync_dir(lg.path)
             except OSError as error:
-                raise lg._fail(f"fsync of the directory after compaction failed: {error}") from error
+                raise lg._fail(f"fsync of the directory after compaction failed: {error}",
+                               "the compacted file is in place, its rename may not survive a power loss") from error
             held = time.perf_counter() - locked
     except Exception as error:
         if not swapped:

@@ -89,6 +89,13 @@ def _why(error: BaseException) -> str:
     return str(error) or type(error).__name__
 
 
+def _unknown(why: str) -> str:
+    """The 500 of a write appended but never covered by an fsync (server README, Durability)."""
+    return (f"the disk refused a write ({why}): this write's outcome is unknown (it was applied in "
+            "memory, and after a restart the file may or may not hold it); every later write is "
+            "refused until restart")
+
+
 class Log:
     """One data file. `append` is called under the engine's write lock; everything else not."""
 
@@ -194,18 +201,24 @@ class Log:
             self._appended += 1
             return self._appended
 
-    def _fail(self, why: str) -> StorageFailed:
+    def _fail(self, why: str, outcome: str = "this write was not applied") -> StorageFailed:
         with self._cond:
             if self._failure is None:
                 self._failure = why
                 log.error("sync error: %s; every later write is refused until restart", why)
             self._cond.notify_all()
-        return StorageFailed(f"the disk refused a write ({why}); every later write is refused until restart")
+        return StorageFailed(f"the disk refused a write ({why}): {outcome}; "
+                             "every later write is refused until restart")
 
     @property
     def failed(self) -> bool:
         """True once the disk refused a write or an fsync."""
         return self._failure is not None
+
+    @property
+    def failure(self) -> str | None:
+        """Why the log failed (the first refusal), or None."""
+        return self._failure
 
     @property
     def dirty(self) -> bool:
@@ -223,7 +236,7 @@ class Log:
         with cond:
             while self._durable < ticket:
                 if self._failure is not None:
-                    raise StorageFailed(f"writes are refused after a storage error: {self._failure}")
+                    raise StorageFailed(_unknown(self._failure))
                 if self._syncing:
                     cond.wait()
                     continue
@@ -249,7 +262,7 @@ class Log:
                 self._failure = why  # never retried: the OS may have dropped the dirty pages
                 log.error("sync error: %s; every later write is refused until restart", why)
             self._cond.notify_all()
-            raise StorageFailed(f"the disk refused a write ({why}); every later write is refused until restart")
+            raise StorageFailed(_unknown(why))
         self.fsyncs += 1
         if target > self._durable:
             self._durable = target
@@ -306,7 +319,12 @@ class Log:
         }
 
     def close(self) -> bool:
-        """Stop the syncer, fsync if dirty (and not failed), close. Return whether it was dirty."""
+        """Stop the syncer, fsync if dirty (and not failed), close.
+
+        Return whether it was dirty: True when records were waiting for an fsync. If the log
+        had already failed, that fsync is not tried (never retried) and those records are at
+        the OS's mercy: callers check `failed` before saying the writes reached the disk.
+        A failure of this last fsync is raised (StorageFailed), the file closed all the same."""
         if self._syncer is not None:
             self._syncer.stop()
             self._syncer = None
@@ -322,8 +340,6 @@ class Log:
                 if dirty and self._failure is None:
                     with self._cond:
                         self._lead_sync()
-            except StorageFailed:
-                pass  # logged by the leader step; the caller sees `failed`
             finally:
                 self.files.close(self._fd)
                 self._fd = -1
