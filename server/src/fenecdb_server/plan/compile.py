@@ -10,6 +10,7 @@ here, before any row is read (fenecql.md §4.1, proposed).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -97,7 +98,10 @@ def arith(op: str, a: Any, b: Any) -> Any:
     if ta is V.Ts or tb is V.Ts:
         return _ts_arith(op, a, b)
     if (ta is int or ta is float) and (tb is int or tb is float):
-        fa, fb = float(a), float(b)
+        try:
+            fa, fb = float(a), float(b)
+        except OverflowError:
+            raise terr("integer too large to mix with a float") from None
         if op == "+":
             r = fa + fb
         elif op == "-":
@@ -111,7 +115,10 @@ def arith(op: str, a: Any, b: Any) -> Any:
         else:
             if fb == 0:
                 raise terr("division by zero")
-            r = math.fmod(fa, fb)
+            try:
+                r = math.fmod(fa, fb)
+            except ValueError:  # an infinite left side (only a caller in process can send one)
+                raise terr("the result is not a finite number") from None
         if not math.isfinite(r):
             raise terr("the result is not a finite number")
         return r
@@ -124,7 +131,7 @@ def _ts_arith(op: str, a: Any, b: Any) -> Any:
     ta, tb = type(a), type(b)
     if ta is V.Ts and tb is V.Ts:
         if op == "-":
-            return int(a) - int(b)
+            return V.check_int(int(a) - int(b))  # from the first to the last moment is past 64 bits
         raise terr(f"cannot apply `{op}` to timestamp and timestamp")
     if ta is V.Ts:
         other = b
@@ -245,22 +252,25 @@ def within(p: Any, box: Any) -> bool:
 
 # ---------------------------------------------------------------- bucket (§9.8)
 
+_INTERVAL = re.compile(r"\s*([0-9]+)(ms|s|m|h|d|w|mo|y)\s*")
+
+
 def _interval(v: Any) -> tuple[int, str]:
-    """An interval: (n, unit) with unit in ms s m h d w mo y."""
+    """An interval: (n, unit) with unit in ms s m h d w mo y, n above zero."""
     if isinstance(v, A.Duration):
-        return v.n, v.unit
-    t = type(v)
-    if t is int and v > 0:
-        return v, "ms"
-    if t is str:
-        s = v.strip()
-        i = 0
-        while i < len(s) and s[i].isdigit():
-            i += 1
-        unit = s[i:]
-        if i and unit in ("ms", "s", "m", "h", "d", "w", "mo", "y") and int(s[:i]) > 0:
-            return int(s[:i]), unit
-    raise terr(f"bucket takes an interval such as 15m or a number of ms, found {V.kind_name(v)}")
+        n, unit = v.n, v.unit
+    elif type(v) is int or (type(v) is float and math.isfinite(v) and v == int(v)):
+        n, unit = int(v), "ms"
+    elif type(v) is str:
+        m = _INTERVAL.fullmatch(v[:64])
+        if m is None or len(v) > 64:
+            raise terr(f"bucket takes an interval such as 15m or a number of ms, found text {v[:64]!r}")
+        n, unit = int(m.group(1)), m.group(2)
+    else:
+        raise terr(f"bucket takes an interval such as 15m or a number of ms, found {V.kind_name(v)}")
+    if n <= 0:
+        raise terr(f"bucket takes an interval above zero, found {n}{unit}")
+    return n, unit
 
 
 def bucket(t: Any, iv: tuple[int, str]) -> Any:
@@ -286,7 +296,9 @@ def bucket(t: Any, iv: tuple[int, str]) -> Any:
         start = months - months % step
         yy, mm = 1970 + start // 12, start % 12 + 1
         r = V._days_from_civil(yy, mm, 1) * 86_400_000
-    return V.Ts(r) if tt is V.Ts else r
+    if tt is V.Ts:
+        return V.make_ts(r)  # a bucket far wider than the time may start past the 64-bit range
+    return V.check_int(r)
 
 
 # ---------------------------------------------------------------- the compiler
@@ -304,7 +316,7 @@ def _depth(e: A.Expr) -> int:
                 return deepest
         if isinstance(node, (A.And, A.Or)):
             for i, it in enumerate(node.items):
-                stack.append((it, d + i + (1 if i else 0)))
+                stack.append((it, d + i))  # the chain's first item sits at its level; each link adds one
         elif isinstance(node, (A.Arith, A.Cmp, A.Match, A.Has)):
             stack.append((node.left, d + 1))
             stack.append((node.right, d + 1))
