@@ -57,8 +57,10 @@ class TimeTerm:
         self.shift = shift  # compiled: env -> int, or None
 
 
-def _time_terms(where: A.Expr | None, schema: Any) -> list[TimeTerm]:
-    """Every allowed use of now() in the filter, or 400 `time only` for any other use."""
+def _time_terms(where: A.Expr | None, schema: Any, strict: bool = True) -> list[TimeTerm]:
+    """Every allowed use of now() in the filter; any other use is 400 `time only` when `strict`
+    (a set/del filter), and passed over otherwise (a get beside them: http.md §8.2 limits the
+    refusal to set/del filters, since only they decide when the claim runs)."""
     terms: list[TimeTerm] = []
     if where is None:
         return terms
@@ -76,7 +78,7 @@ def _time_terms(where: A.Expr | None, schema: Any) -> list[TimeTerm]:
                     fn = compile_expr(shift, Ctx(schema, row=False)) if shift is not None else None
                     terms.append(TimeTerm(target, op, fn))
                     _mark(other, allowed)
-        if isinstance(n, A.Call) and n.name == "now" and id(n) not in allowed:
+        if strict and isinstance(n, A.Call) and n.name == "now" and id(n) not in allowed:
             raise FenecError("query", "a held claim reads the time only as a field compared with now(), "
                                       "give or take a number: nothing says when this answer would change")
         from ..plan.compile import children
@@ -230,7 +232,7 @@ def make_hold(db: Any, parsed: list[tuple[str, A.Statement, list]], scope: Any =
         if isinstance(stmt, A.Get):
             coll = db.collections.get(stmt.collection)
             if coll is not None:
-                for t in _time_terms(stmt.where, coll.schema):
+                for t in _time_terms(stmt.where, coll.schema, strict=False):
                     h._terms.append((stmt.collection, t, params))
     h.held = bool(h._writes)
     h.line_key = tuple(keys)
