@@ -275,6 +275,14 @@ def test_brackets_after_a_text_still_count():
     refused("get t where " + " and ".join(["a"] * 3000), "too deep")
 
 
+def test_numbers_of_thousands_of_digits_are_400_not_a_crash():
+    big = "9" * 5000  # past what int() reads: it raised a bare ValueError inside lark (a 500)
+    for text in (f"get t where i = {big}", f"get t where i = -{big}", f"get t select bucket(t, {big}m)",
+                 f"get t limit {big}", f"get t where i = ${big}", f"create collection u (t timestamp @ttl({big}m))"):
+        refused(text, "out of range")
+    one(f"get t where f = 0.{big}")  # a long decimal is still a float
+
+
 def test_unicode_names():
     s = one("get çizelge where ağırlık > 1")
     assert s.collection == "çizelge"

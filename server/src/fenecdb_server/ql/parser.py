@@ -671,6 +671,8 @@ def parse(text: str) -> list[A.Statement]:
             raise inner from None
         if isinstance(inner, RecursionError):
             raise _qerr(f"expression too deep: more than {MAX_DEPTH} levels") from None
+        if isinstance(inner, ValueError):  # int() refuses a literal of thousands of digits
+            raise _qerr("a number in the statement is out of range (64-bit)") from None
         raise
     except RecursionError:
         raise _qerr(f"expression too deep: more than {MAX_DEPTH} levels") from None
