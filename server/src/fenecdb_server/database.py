@@ -330,6 +330,11 @@ class Database:
                 raise
             except RecursionError:
                 raise _at(FenecError("query", "expression too deep"), i if block else None) from None
+            except (IndexError, KeyError, TypeError, ValueError, OverflowError, ZeroDivisionError) as e:
+                # As in _run_block: an engine fault is logged and answered as one, never a raw exception.
+                log.exception("internal error reading %r", text[:200])
+                raise _at(FenecError("io", f"internal error: {type(e).__name__}", status=500),
+                          i if block else None) from None
         return answers
 
     def _run_block(self, parsed: list, block: bool, blk: Block, scope: Any = None) -> tuple[list, int]:

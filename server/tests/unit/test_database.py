@@ -301,3 +301,21 @@ def test_sweep_drops_idempotency_keys_past_their_ttl(clock):
     clock.advance(1)
     d.sweep()
     assert d.execute([("put a {x: 1}", None)], idempotency=idem("k", b"new", ttl=1000)).replayed is None
+
+
+def test_a_fault_in_a_read_is_a_500_fenec_error_and_reads_go_on(db, monkeypatch):
+    # Bad input is refused with its 400 before this; a fault left in the engine must still reach
+    # the caller as a FenecError (logged), like a fault in a write block, never a raw exception.
+    import fenecdb_server.database as D
+
+    def broken(*a, **k):
+        raise ZeroDivisionError("integer division or modulo by zero")
+    db.query("put jobs {kind: 'a'}")
+    with monkeypatch.context() as m:
+        m.setattr(D, "run_get", broken)
+        e = fails(lambda: db.query("get jobs"), 500, "internal error: ZeroDivisionError")
+        assert e.at is None
+        e = fails(lambda: db.batch([("get other", None), ("get jobs", None)]), 500)
+        assert e.at == 0
+    assert db.query("get jobs select kind") == [{"kind": "a"}]
+    db.query("put other {x: 1}")  # writes are not refused after it: the disk did not fail
