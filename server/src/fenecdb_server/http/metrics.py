@@ -1,5 +1,8 @@
 """`GET /_metrics`: Prometheus text (server.md §9), the held-claim counters (http.md §8.14) and
-the queue gauges per collection read from `db.stats()`.
+the queue gauges per collection read from `db.stats()`: documents, and for a queue (a `run_at`
+timestamp) jobs ready, leased, delayed and dead and the age of the oldest ready one; for a file
+database the file, live and reclaimable bytes and the auto-compactions; the process's resident
+memory (`process_resident_memory_bytes`, the name Prometheus's own process collector uses).
 
 Counters are plain integers bumped on the event loop thread (no lock: one thread writes them).
 A scrape reads the gauges through `db.stats()`, which takes only the shared lock.
@@ -8,6 +11,7 @@ A scrape reads the gauges through `db.stats()`, which takes only the shared lock
 from __future__ import annotations
 
 import bisect
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +21,20 @@ BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1
 KINDS = ("read", "write")
 QUEUE_GAUGES = (("ready", "fenec_queue_ready"), ("leased", "fenec_queue_leased"),
                 ("delayed", "fenec_queue_delayed"), ("dead", "fenec_queue_dead"))
+STORAGE_GAUGES = (
+    ("file_bytes", "fenec_file_bytes", "Size of the data file."),
+    ("reclaimable_bytes", "fenec_reclaimable_bytes", "What a compaction would give back (estimated)."),
+)
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def resident_bytes() -> int | None:
+    """The process's resident set now (Linux: /proc/self/statm), None where it cannot be read."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class Metrics:
@@ -80,10 +98,19 @@ class Metrics:
             if age is not None:
                 out.append(f'fenec_queue_oldest_ready_seconds{{collection="{_label(name)}"}} {age / 1000:.3f}')
         storage = stats.get("storage") or {}
-        for key, metric in (("file_bytes", "fenec_file_bytes"), ("reclaimable_bytes", "fenec_reclaimable_bytes")):
-            if key in storage:
-                head(metric, "gauge", key.replace("_", " ") + ".")
-                out.append(f"{metric} {storage[key]}")
+        if storage:  # a file database: the byte gauges (estimates: storage/footprint.py)
+            head("fenec_data_bytes", "gauge", "Live bytes per collection (estimated from measured row sizes).")
+            for name, c in sorted(collections.items()):
+                out.append(f'fenec_data_bytes{{collection="{_label(name)}"}} {c.get("data_bytes", 0)}')
+            for key, metric, text in STORAGE_GAUGES:
+                head(metric, "gauge", text)
+                out.append(f"{metric} {storage.get(key, 0)}")
+            head("fenec_auto_compactions_total", "counter", "Background compactions run.")
+            out.append(f"fenec_auto_compactions_total {storage.get('auto_compactions', 0)}")
+        rss = resident_bytes()
+        if rss is not None:
+            head("process_resident_memory_bytes", "gauge", "Resident memory of the server process.")
+            out.append(f"process_resident_memory_bytes {rss}")
         head("fenec_change_sequence", "gauge", "The change counter.")
         out.append(f"fenec_change_sequence {db.seq}")
         head("fenec_storage_failed", "gauge", "1 once the disk refused a write.")

@@ -28,6 +28,19 @@ def schemas(db: Any) -> list[dict[str, Any]]:
     return [{"name": name, "fields": []} for name in sorted(db.stats().get("collections", {}))]
 
 
+FIELD_KEYS = ("name", "type", "index", "required")
+
+
+def documented(schema: dict[str, Any]) -> dict[str, Any]:
+    """A collection in exactly http.md's `GET /collections` shape: its name and its fields'
+    name, type, index and required (the engine's own description also holds path indexes and
+    @ttl durations, which the protocol does not list)."""
+    fields = [{k: f.get(k) for k in FIELD_KEYS} for f in schema.get("fields", [])]
+    for f in fields:
+        f["required"] = bool(f["required"])
+    return {"name": schema["name"], "fields": fields}
+
+
 def build_routes(app: App) -> FastAPI:
     from .app import dumps
 
@@ -44,7 +57,8 @@ def build_routes(app: App) -> FastAPI:
 
     @api.api_route("/collections", methods=["GET", "HEAD"])
     async def collections() -> Response:
-        return Response(dumps(schemas(app.db)), media_type=JSON, headers={**headers, **cors})
+        listed = [documented(c) for c in schemas(app.db)]
+        return Response(dumps(listed), media_type=JSON, headers={**headers, **cors})
 
     @api.api_route("/_metrics", methods=["GET", "HEAD"])
     async def metrics() -> Response:
