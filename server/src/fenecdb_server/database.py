@@ -43,6 +43,7 @@ from .engine.execute import (
 from .engine.holds import Hold, make_hold
 from .engine.prepare import Prepared, prepare
 from .engine.rwlock import RWLock
+from .engine.written import Written
 from .engine.scoped import authorize as authorize_scoped
 from .engine.scoped import run as run_scoped
 from .errors import FenecError
@@ -98,6 +99,7 @@ class Database:
         self._version = 0
         self.seq = 0
         self._listeners: list[Callable[[frozenset[str], int], None]] = []
+        self.written = Written()  # the ids each write put, once held claims bid (track_writes)
         self._idem: dict[str, tuple[bytes, int, bytes, int, int]] = {}
         self._read_only = False
         self._closed = False
@@ -287,6 +289,8 @@ class Database:
                         self.seq -= blk.writes or 1
                         self._failed = e.message
                         raise
+                if self.written.on:
+                    self.written.note(self.seq, blk.ops)
                 touched = frozenset(blk.touched)
                 for cb in self._listeners:
                     cb(touched, self.seq)
@@ -394,6 +398,18 @@ class Database:
         if scope is not None:
             self._authorize(parsed, len(statements) > 1, scope)
         return make_hold(self, parsed, scope=scope)
+
+    def track_writes(self) -> None:
+        """Keep the ids each write puts from now on (`written_since`), for claims that bid."""
+        self._lock.acquire_write()
+        try:
+            self.written.start(self.seq)
+        finally:
+            self._lock.release_write()
+
+    def written_since(self, coll: str, seq: int) -> set[int] | None:
+        """Under the read lock: the ids put in `coll` since change `seq`, None if not known."""
+        return self.written.since(coll, seq)
 
     def look(self, fn: Callable[[], Any]) -> Any:
         """Run fn under the shared read lock (a held claim's look)."""

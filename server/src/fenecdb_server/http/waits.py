@@ -26,10 +26,18 @@ The fairness contract
    comparisons and the `@sorted`/`@ttl` indexes), looks, and runs only if a row is there. A wake
    that comes early goes back to sleep: a delayed job is never taken before its time. With
    nothing written and nothing due, a held request costs no CPU: no timer, no task.
-7. Across lines. One wake pass visits every affected line in ascending `Line.rank()` — today
-   (0, the head's arrival), so on a row several lines could take, the request held longest
-   across lines runs first (§8.7 rules 1 and 2). Claims ordered by their own point ("Who gets
-   the job", §8.7 rule 3) will bid through `rank()` without changing the lines.
+7. Across lines. One wake pass visits every affected line in ascending `Line.rank()`, the
+   head's arrival, so on a row several lines could take, the request held longest across lines
+   runs first (§8.7 rules 1 and 2).
+7b. Bidding (§8.7 rule 3, "Who gets the job"). A claim whose order is its own (a key reads a
+   parameter or a token claim: `order distance(pickup, $1) limit 1`) is a line of its own, and
+   while one is held, every line picking from its collection waits in that collection's
+   `Bidding`. A write makes one pass over them: every line looks, the lines that bid by their
+   own order in one read-locked pass among the rows written since each last looked
+   (`engine/bids.py`); each that finds a row bids its rank. The best bid is the lowest rank, on a
+   tie the head held longest; a line ordered by a field ranks every row alike, so it ties with
+   any bid and its head's wait decides. Only the winner's head runs; the rest wait behind that
+   run and then look again, each for the row it would take then, until a pass finds nothing.
 8. A client gone. Before its head runs, a line checks that the client is still connected; a
    request whose client left is dropped without running and the turn passes at once to the
    next request, which takes the row. A request whose client leaves while nothing is ready is
@@ -50,6 +58,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..engine import bids as B
 
 LOOK_THROTTLE_S = 0.001
 MAX_WAIT_MS = 30_000
@@ -95,7 +105,7 @@ class Held:
 
 class Line:
     __slots__ = ("key", "hold", "queue", "collections", "pumping", "pending", "throttle_until",
-                 "throttle_timer", "time_timer", "moment")
+                 "throttle_timer", "time_timer", "moment", "profile", "bidding", "seen", "extra")
 
     def __init__(self, key: Any, hold: Any) -> None:
         self.key = key
@@ -108,11 +118,33 @@ class Line:
         self.throttle_timer: asyncio.TimerHandle | None = None
         self.time_timer: asyncio.TimerHandle | None = None
         self.moment: int | None = None
+        # bidding (rule 7b): what the line bids with, the change it last looked at (None: look
+        # at the whole collection) and the rows it matched then and did not get
+        self.profile: B.Profile | None = B.profile(hold) if getattr(hold, "scope", None) is None else None
+        self.bidding: Bidding | None = None
+        self.seen: int | None = None
+        self.extra: set[int] = set()
 
     def rank(self) -> tuple[Any, int]:
         """The key a wake pass orders lines by (fairness rule 7)."""
         head = self.queue[0]
         return (0, head.arrival)
+
+
+class Bidding:
+    """The lines picking from one collection while a claim of its own order waits there (7b)."""
+
+    __slots__ = ("home", "lines", "own", "running", "pending", "throttle_until", "timer", "stalled")
+
+    def __init__(self, home: str) -> None:
+        self.home = home
+        self.lines: dict[Line, None] = {}  # in the order they came
+        self.own = 0  # how many of them order by their own key
+        self.running = False
+        self.pending = False
+        self.throttle_until = 0.0
+        self.timer: asyncio.TimerHandle | None = None
+        self.stalled: set[Line] = set()  # ran and took nothing: out of this auction's passes
 
 
 class Waits:
@@ -124,6 +156,7 @@ class Waits:
         self.loop = loop
         self.lines: dict[Any, Line] = {}
         self.by_collection: dict[str, set[Line]] = {}
+        self.biddings: dict[str, Bidding] = {}
         self.closing = False
         self.held = 0
         self.looks = 0
@@ -132,6 +165,9 @@ class Waits:
         self.wakeups = 0
         self._loop_thread = threading.get_ident()
         db.listen(self._announce)
+        track = getattr(db, "track_writes", None)
+        if track is not None:
+            track()  # bidding lines look among the rows written since they last looked
 
     # -- the write announcement (engine thread, under its write lock: keep it cheap) --
 
@@ -160,8 +196,15 @@ class Waits:
         now = self.loop.time()
         # a line behind an older head that is still in its look gap waits for it (rule 7)
         behind = 0.0
+        poked: list[Bidding] = []
         for line in sorted((ln for ln in affected if ln.queue), key=Line.rank):
             self.wakeups += 1
+            b = line.bidding
+            if b is not None:
+                if b not in poked:
+                    poked.append(b)
+                    b.stalled.clear()
+                continue
             if line.pumping:
                 line.pending = True
             elif now < line.throttle_until or now < behind:
@@ -172,6 +215,8 @@ class Waits:
                     line.throttle_timer = self.loop.call_at(until, self._throttle_end, line)
             else:
                 self._start(line)
+        for b in poked:
+            self._poke(b)
 
     def _throttle_end(self, line: Line) -> None:
         line.throttle_timer = None
@@ -207,9 +252,13 @@ class Waits:
         fresh = line is None
         if line is None:
             line = Line(hold.line_key, hold)
+            line.seen = seen_seq
             self.lines[hold.line_key] = line
             for name in line.collections:
                 self.by_collection.setdefault(name, set()).add(line)
+            self._attach(line)
+        elif line.seen is not None and seen_seq < line.seen:
+            line.seen = seen_seq
         line.queue.append(held)
         held.line = line
         self.held += 1
@@ -266,6 +315,8 @@ class Waits:
             self._drop_line(line)
 
     def _drop_line(self, line: Line) -> None:
+        if line.bidding is not None:
+            self._detach(line)
         if self.lines.get(line.key) is line:
             del self.lines[line.key]
         for name in line.collections:
@@ -281,13 +332,22 @@ class Waits:
 
     # -- time (fairness rule 6) --
 
-    def _schedule_time(self, line: Line) -> None:
+    def _schedule_time(self, line: Line, moments: dict | None = None) -> None:
         if line.time_timer is not None:
             line.time_timer.cancel()
             line.time_timer = None
         if not line.queue:
             return
-        moment = line.hold.next_moment()
+        if moments is not None and line.profile is not None and line.profile.incremental \
+                and len(line.collections) == 1:
+            # lines with one filter (its parameters bound) share the moment: work it out once
+            key = tuple(k[:2] for k in line.key)
+            if key in moments:
+                moment = moments[key]
+            else:
+                moment = moments[key] = line.hold.next_moment()
+        else:
+            moment = line.hold.next_moment()
         line.moment = moment
         if moment is None:
             return
@@ -305,7 +365,19 @@ class Waits:
             line.time_timer = self.loop.call_later(max(delay, 0.0005), self._time_due, line)
             return
         self.wakeups += 1
-        if line.pumping:
+        b = line.bidding
+        if b is not None:
+            # the clock gave rows no write announced: every bidding line due now looks at the
+            # whole collection, so the nearest of them still wins (rule 7b)
+            now = self.db.now()
+            for ln in b.lines:
+                if ln is line or (ln.moment is not None and ln.moment <= now):
+                    ln.seen = None
+                    if ln is not line and ln.time_timer is not None:
+                        ln.time_timer.cancel()
+                        ln.time_timer = None
+            self._poke(b, timed=True)
+        elif line.pumping:
             line.pending = True
         else:
             self._start(line, timed=True)
@@ -313,6 +385,10 @@ class Waits:
     # -- the pump: look, run the head, hand off --
 
     def _start(self, line: Line, timed: bool = False) -> None:
+        if line.bidding is not None:
+            line.pending = False
+            self._poke(line.bidding, timed=True)
+            return
         line.pumping = True
         line.pending = False
         if line.throttle_timer is not None:
@@ -350,33 +426,194 @@ class Waits:
             # the same poll wakes the line first: give those turns before picking the head.
             for _ in range(3):
                 await asyncio.sleep(0)
-            while line.queue and line.queue[0].gone:
-                gone = line.queue[0]
-                self._remove(gone)
-                gone.done = True
-            if not line.queue:
+            ran = await self._run_head(line)
+            if ran is None:
                 return
-            head = line.queue[0]
-            head.running = True
-            self.runs += 1
-            try:
-                outcome = await self.runner(head)
-            except Exception:  # the runner answers its own errors; this is a fault
-                head.running = False
-                self._finish(head, Answer(500, b'{"error":"internal fault"}'))
-                continue
-            head.running = False
-            if outcome.final:
-                self.taken += 1
-                self._finish(head, outcome.answer)
+            if ran:
                 continue  # hand-off: the next looks at once (rule 4)
-            head.last = outcome.answer
-            if head.timer is None or head.gone or self.closing:
-                # its deadline fell during the run, or its client left: answer what it found
-                self._finish(head, outcome.answer)
-                continue
             self._schedule_time(line)  # rule 5: wait again from what the run saw
             return
+
+    async def _run_head(self, line: Line) -> bool | None:
+        """Run the line's head, skipping clients that left (rule 8). True: it was answered (it
+        took, or its deadline or client fell during the run), and the next looks at once; False:
+        it took nothing and keeps its place (rule 5); None: no one was left to run."""
+        while line.queue and line.queue[0].gone:
+            gone = line.queue[0]
+            self._remove(gone)
+            gone.done = True
+        if not line.queue:
+            return None
+        head = line.queue[0]
+        head.running = True
+        self.runs += 1
+        try:
+            outcome = await self.runner(head)
+        except Exception:  # the runner answers its own errors; this is a fault
+            head.running = False
+            self._finish(head, Answer(500, b'{"error":"internal fault"}'))
+            return True
+        head.running = False
+        if outcome.final:
+            self.taken += 1
+            self._finish(head, outcome.answer)
+            return True
+        head.last = outcome.answer
+        if head.timer is None or head.gone or self.closing:
+            # its deadline fell during the run, or its client left: answer what it found
+            self._finish(head, outcome.answer)
+            return True
+        return False
+
+    # -- bidding (rule 7b) --
+
+    def _attach(self, line: Line) -> None:
+        """A new line joins its collection's bidding; a line of its own order starts one, which
+        every line already picking from that collection joins."""
+        prof = line.profile
+        if prof is None:
+            return
+        b = self.biddings.get(prof.home)
+        if b is None:
+            if not prof.own:
+                return
+            b = self.biddings[prof.home] = Bidding(prof.home)
+            for ln in self.lines.values():
+                if ln is not line and ln.bidding is None and ln.profile is not None \
+                        and ln.profile.home == prof.home:
+                    ln.bidding = b
+                    b.lines[ln] = None
+        line.bidding = b
+        b.lines[line] = None
+        if prof.own:
+            b.own += 1
+
+    def _detach(self, line: Line) -> None:
+        b = line.bidding
+        if b is None:
+            return
+        line.bidding = None
+        if b.lines.pop(line, False) is None and line.profile is not None and line.profile.own:
+            b.own -= 1
+        b.stalled.discard(line)
+        if b.own <= 0 and not b.running:
+            self._dissolve(b)
+
+    def _dissolve(self, b: Bidding) -> None:
+        """No claim of its own order waits on the collection: its lines go back to their own
+        pumps (a write that came meanwhile makes them look, in the order of their heads)."""
+        if self.biddings.get(b.home) is b:
+            del self.biddings[b.home]
+        if b.timer is not None:
+            b.timer.cancel()
+            b.timer = None
+        lines = list(b.lines)
+        b.lines.clear()
+        for ln in lines:
+            ln.bidding = None
+        if b.pending and not self.closing:
+            for ln in sorted((ln for ln in lines if ln.queue and not ln.pumping), key=Line.rank):
+                self._start(ln)
+
+    def _poke(self, b: Bidding, timed: bool = False) -> None:
+        """A write (or the clock, or a new request: `timed`) for the bidding's lines."""
+        if self.closing:
+            return
+        if b.running:
+            b.pending = True
+            return
+        if not timed and self.loop.time() < b.throttle_until:
+            b.pending = True  # one pass at the end of the look gap answers every write in it
+            if b.timer is None:
+                b.timer = self.loop.call_at(b.throttle_until, self._bid_gap_end, b)
+            return
+        if b.timer is not None:
+            b.timer.cancel()
+            b.timer = None
+        b.running = True
+        b.pending = False
+        self.loop.create_task(self._auction(b))
+
+    def _bid_gap_end(self, b: Bidding) -> None:
+        b.timer = None
+        if b.pending and not b.running and self.biddings.get(b.home) is b:
+            self._poke(b, timed=True)
+
+    async def _auction(self, b: Bidding) -> None:
+        try:
+            while not self.closing:
+                b.pending = False
+                members = [ln for ln in b.lines if ln.queue and not ln.pumping and ln not in b.stalled]
+                if not members:
+                    return
+                winner, seq = self._bid_pass(members)
+                if winner is None:
+                    b.throttle_until = self.loop.time() + LOOK_THROTTLE_S
+                    return
+                # let disconnects already at the socket land before the winner runs (rule 8)
+                for _ in range(3):
+                    await asyncio.sleep(0)
+                ran = await self._run_head(winner)
+                if ran is False:
+                    # it took nothing after all: out of this auction; it waits for new rows
+                    b.stalled.add(winner)
+                    winner.extra = set()
+                    if winner.seen is not None:
+                        winner.seen = seq
+                    self._schedule_time(winner)
+                # the others waited behind that run: they look again, each for the row it would
+                # take now (and the winner's line, for its next request)
+        finally:
+            b.running = False
+            if b.own <= 0 or not b.lines:
+                self._dissolve(b)
+            elif b.pending and not self.closing:
+                self._poke(b)
+
+    def _bid_pass(self, members: list[Line]) -> tuple[Line | None, int]:
+        """Every member looks; the best bid's line, and the change the own-order looks saw."""
+        own: list[Line] = []
+        best_own: tuple | None = None
+        alike: list[Line] = []  # lines that rank every row alike, which found one
+        idle: list[Line] = []
+        for ln in members:
+            if ln.profile is not None and ln.profile.own:
+                own.append(ln)
+                continue
+            self.looks += 1
+            try:
+                found = ln.hold.look()
+            except Exception:
+                found = True  # run it: the client is answered its error
+            (alike if found else idle).append(ln)
+        seq = 0
+        if own:
+            asks = [B.Ask(ln.profile, ln.seen, ln.extra) for ln in own]  # type: ignore[arg-type]
+            seq, looks = B.look_all(self.db, asks)
+            self.looks += len(own)
+            for ln, lk in zip(own, looks):
+                if lk.failed:
+                    alike.append(ln)
+                    continue
+                if lk.matched is not None:
+                    ln.seen = seq
+                    ln.extra = lk.matched
+                if lk.rid is None:
+                    idle.append(ln)
+                    continue
+                key = (lk.rank, ln.queue[0].arrival)
+                if best_own is None or _before(key, best_own[0]):
+                    best_own = (key, ln)
+        now = self.loop.time()
+        moments: dict = {}
+        for ln in idle:
+            ln.throttle_until = now + LOOK_THROTTLE_S
+            self._schedule_time(ln, moments)
+        winner: Line | None = best_own[1] if best_own is not None else None
+        for ln in alike:  # a tie with any bid: the head held longest wins
+            if winner is None or ln.queue[0].arrival < winner.queue[0].arrival:
+                winner = ln
+        return winner, seq
 
     # -- shutdown (rule 10) --
 
@@ -393,3 +630,14 @@ class Waits:
             if not line.queue and not line.pumping:
                 self._drop_line(line)
         return count
+
+
+def _before(a: tuple, b: tuple) -> bool:
+    """Bid `a` beats bid `b`: a lower rank, then the head held longer. Ranks of differently
+    shaped orders that do not compare are a tie."""
+    try:
+        if a[0] != b[0]:
+            return a[0] < b[0]
+    except TypeError:
+        pass
+    return a[1] < b[1]

@@ -1,0 +1,177 @@
+"""Who gets the job: the engine half of held claims that bid (http.md §8.7, seed "Who gets the job").
+
+A held claim whose `order` depends on the request itself — `order distance(pickup, $1) limit 1`,
+each courier its own point, or any order key reading a parameter or a token claim — ranks a job
+its own way, so it is a line of its own and the job goes to the claim that ranks it first. To
+know which, every such line looks when a row is written, and bids the rank of the best row it
+would take. This module makes those looks:
+
+* `profile(hold)`: what a line needs to bid — its one `set`/`del`, the collection it picks from
+  (`home`), whether its order is its own (`own`), and whether it may look among the rows written
+  since it last looked instead of reading the collection (`incremental`: one `set`/`del`; reads
+  beside it in a batch do not change what it takes).
+* `look_all(db, asks)`: one pass, under one read lock, over many lines. Each line examines the
+  ids written since the change it last looked at (`Database.written_since`, shared by the lines
+  that last looked at the same change) plus the rows it matched last time and did not get, runs
+  its filter on just those rows and ranks the matches by its order; a line that cannot look
+  that way (no history that old, a look due to the clock) reads the collection as its claim
+  would (`pick`, one row). The cost is what was written, not what each claim would read.
+
+Ranks compare key by key in FenecQL's total order (a `desc` key reversed); among one line's
+rows, equal ranks go to the lowest id, as the claim's own run orders them.
+"""
+
+from __future__ import annotations
+
+from functools import total_ordering
+from typing import Any
+
+from .. import values as V
+from ..plan.compile import Env, mentions
+from ..ql import ast as A
+from .access import pick
+
+
+@total_ordering
+class Desc:
+    """A sort key compared the other way round (an order key with `desc`)."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: Any) -> None:
+        self.key = key
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Desc) and self.key == other.key
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Desc):
+            return NotImplemented
+        return bool(other.key < self.key)
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __repr__(self) -> str:
+        return f"Desc({self.key!r})"
+
+
+def _own_key(e: A.Expr) -> bool:
+    return mentions(e, lambda n: isinstance(n, (A.Param, A.Claim)))
+
+
+class Profile:
+    """What a held line needs in order to bid."""
+
+    __slots__ = ("home", "own", "incremental", "text", "stmt", "params", "claims")
+
+    def __init__(self, home: str, own: bool, incremental: bool, text: str, stmt: Any, params: list,
+                 claims: Any) -> None:
+        self.home = home
+        self.own = own
+        self.incremental = incremental
+        self.text = text
+        self.stmt = stmt
+        self.params = params
+        self.claims = claims
+
+
+def profile(hold: Any) -> Profile | None:
+    """The bidding profile of an engine `Hold`, or None for one this module cannot read."""
+    writes = getattr(hold, "_writes", None)
+    if not writes:
+        return None
+    text, stmt, params = writes[0]
+    single = len(writes) == 1
+    own = single and any(_own_key(k.expr) for k in stmt.order)
+    return Profile(stmt.collection, own, single, text, stmt, params, getattr(hold, "claims", None))
+
+
+class Look:
+    """One line's look: the best row it would take and its rank, or nothing (`rid` None).
+    `matched` is every row it matched among those it examined (None after a whole look)."""
+
+    __slots__ = ("rank", "rid", "matched", "failed")
+
+    def __init__(self, rank: Any = None, rid: int | None = None, matched: set[int] | None = None,
+                 failed: bool = False) -> None:
+        self.rank = rank
+        self.rid = rid
+        self.matched = matched
+        self.failed = failed  # the look raised: the run will answer the client its error
+
+
+def rank_of(order: list, row: dict, env: Env) -> tuple:
+    out = []
+    for fn, desc in order:
+        k = V.sort_key(fn(row, env))
+        out.append(Desc(k) if desc else k)
+    return tuple(out)
+
+
+class Ask:
+    """A line asking to look: its profile, the change it last looked at (None: look at the
+    whole collection) and the rows it matched then and did not get."""
+
+    __slots__ = ("profile", "seen", "extra")
+
+    def __init__(self, prof: Profile, seen: int | None, extra: set[int]) -> None:
+        self.profile = prof
+        self.seen = seen
+        self.extra = extra
+
+
+def look_all(db: Any, asks: list[Ask]) -> tuple[int, list[Look]]:
+    """One pass under one read lock: each line's look. Returns the change the pass saw."""
+
+    def inner() -> tuple[int, list[Look]]:
+        now = V.Ts(db.now())
+        since: dict[tuple[str, int], set[int] | None] = {}
+        out = []
+        for ask in asks:
+            prof = ask.profile
+            ids: set[int] | None = None
+            if ask.seen is not None and prof.incremental:
+                key = (prof.home, ask.seen)
+                if key in since:
+                    ids = since[key]
+                else:
+                    ids = since[key] = db.written_since(prof.home, ask.seen)
+            try:
+                out.append(_look(db, prof, ids, ask.extra, now))
+            except Exception:
+                out.append(Look(failed=True))
+        return db.seq, out
+    return db.look(inner)
+
+
+def _look(db: Any, prof: Profile, ids: set[int] | None, extra: set[int], now: V.Ts) -> Look:
+    coll = db.collections.get(prof.home)
+    if coll is None:
+        return Look(failed=True)  # run it: the client is answered its 404
+    q = db._prepare(prof.text, 0, prof.stmt).query
+    env = Env(prof.params, now, prof.claims)
+    if ids is None:
+        got = pick(coll, q, env, need_override=1)
+        if not got:
+            return Look(matched=set())
+        row = got[0]
+        return Look(rank_of(q.order, row, env), row["id"], None)
+    if extra:
+        ids = ids | extra
+    rows = coll.rows
+    filt = q.filter
+    order = q.order
+    best: tuple | None = None
+    matched: set[int] = set()
+    for rid in ids:
+        row = rows.get(rid)
+        if row is None or (filt is not None and not filt(row, env)):
+            continue
+        matched.add(rid)
+        key = (rank_of(order, row, env), rid)
+        if best is None or key < best:
+            best = key
+    if best is None:
+        return Look(matched=matched)
+    return Look(best[0], best[1], matched)

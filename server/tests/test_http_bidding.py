@@ -1,0 +1,294 @@
+"""Who gets the job (http.md §8.7, issue 10): held claims ordered by their own point bid, and the
+nearest waiting courier takes each order — against a real `fenec-server`, plus the engine's look
+among the rows written since a change, in process."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import httpx
+import pytest
+from fenecdb_server import Database
+from fenecdb_server.engine import bids
+from test_http_e2e import Server, q
+from test_http_held import Waiter, request, wait_held
+
+
+@pytest.fixture(scope="module")
+def server() -> Any:
+    s = Server("--max-connections", "0")
+    yield s
+    assert s.stop() == 0
+
+
+_n = iter(range(10**6))
+
+RIDES = "create collection rides (pickup geo @geo, run_at timestamp @sorted, owner text, attempts int)"
+NEAREST = ("set rides {owner: $1, run_at: now() + 30000, attempts: attempts + 1} "
+           "where run_at <= now() order distance(pickup, $2) limit 1 returning id, owner, pickup")
+OLDEST = ("set rides {owner: $1, run_at: now() + 30000, attempts: attempts + 1} "
+          "where run_at <= now() order run_at limit 1 returning id, owner, pickup")
+
+
+@pytest.fixture
+def rides(server: Server) -> Any:
+    """A fresh rides collection per test: (client, name)."""
+    name = f"r{next(_n)}"
+    with server.client() as c:
+        assert q(c, RIDES.replace("rides", name, 1)).status_code == 200
+        yield c, name
+
+
+def point(i: int) -> list[float]:
+    """Courier i's point: 1.1 km apart along a street."""
+    return [29.0 + 0.013 * i, 41.0]
+
+
+def courier(server: Server, name: str, who: str, at: list[float]) -> Waiter:
+    return Waiter(server, request(NEAREST.replace("rides", name), who, at, wait=20000))
+
+
+def put_order(c: httpx.Client, name: str, at: list[float]) -> int:
+    r = q(c, f"put {name} {{pickup: $1, run_at: now(), attempts: 0}}", at)
+    assert r.status_code == 200, r.text
+    return last_ids(c, name, 1)[0]
+
+
+def last_ids(c: httpx.Client, name: str, n: int) -> list[int]:
+    rows = q(c, f"get {name} select id order id desc limit {n}").json()
+    return sorted(row["id"] for row in rows)
+
+
+def counter(c: httpx.Client, metric: str) -> int:
+    m = re.search(rf"^{metric} (\d+)$", c.get("/_metrics").text, re.M)
+    assert m, metric
+    return int(m.group(1))
+
+
+def answered(waiters: dict[str, Waiter]) -> list[str]:
+    return [who for who, w in waiters.items() if not w.thread.is_alive()]
+
+
+def took(w: Waiter) -> dict:
+    status, rows = w.result()
+    assert status == 200 and len(rows) == 1, (status, rows)
+    return rows[0]
+
+
+def close_all(waiters: Any) -> None:
+    for w in waiters:
+        w.close()
+
+
+def test_each_order_goes_to_the_nearest_waiting_courier_alone(server: Server, rides: Any) -> None:
+    c, name = rides
+    waiters: dict[str, Waiter] = {}
+    try:
+        for i in range(10):
+            waiters[f"c{i}"] = courier(server, name, f"c{i}", point(i))
+            wait_held(c, i + 1)
+        # the orders land near couriers in an order unrelated to how long they waited
+        for n, k in enumerate([6, 2, 9, 0, 4]):
+            runs = counter(c, "fenec_held_runs_total")
+            at = [point(k)[0] + 0.002, point(k)[1] + 0.001]  # 200 m from courier k, 900 m+ from the rest
+            oid = put_order(c, name, at)
+            row = took(waiters[f"c{k}"])
+            assert (row["id"], row["owner"]) == (oid, f"c{k}")
+            # only that courier's claim answered; the others still wait, and it ran once
+            time.sleep(0.15)
+            assert sorted(answered(waiters)) == sorted(f"c{j}" for j in [6, 2, 9, 0, 4][: n + 1])
+            assert counter(c, "fenec_held_runs_total") - runs == 1
+        assert q(c, f"get {name} where owner = null").json() == []
+    finally:
+        close_all(waiters.values())
+
+
+def test_a_tie_goes_to_the_courier_waiting_longest(server: Server, rides: Any) -> None:
+    c, name = rides
+    east, west = [0.01, 41.0], [-0.01, 41.0]
+    waiters = {}
+    try:
+        # two at one point and one as far on the other side, the one to the east first
+        for who, at in (("e1", east), ("w1", west), ("e2", east)):
+            waiters[who] = courier(server, name, who, at)
+            wait_held(c, len(waiters))
+        middle = [0.0, 41.0]  # as far from east as from west, to the last bit
+        got = []
+        for _ in range(3):
+            put_order(c, name, middle)
+            time.sleep(0.05)
+            done = [who for who in answered(waiters) if who not in got]
+            assert len(done) == 1, done
+            got.append(done[0])
+        assert got == ["e1", "w1", "e2"]
+        # and at one point: the one held longest, whatever its place in the line of points
+        more = {}
+        for who in ("x1", "x2"):
+            more[who] = waiters[who] = courier(server, name, who, east)
+            wait_held(c, len(more))
+        put_order(c, name, east)
+        assert took(more["x1"])["owner"] == "x1"
+        time.sleep(0.1)
+        assert more["x2"].thread.is_alive()
+    finally:
+        close_all(waiters.values())
+
+
+def test_a_burst_of_orders_each_to_its_nearest_courier(server: Server, rides: Any) -> None:
+    c, name = rides
+    waiters: dict[str, Waiter] = {}
+    try:
+        for i in range(5):
+            waiters[f"c{i}"] = courier(server, name, f"c{i}", point(i))
+            wait_held(c, i + 1)
+        near = {k: [point(k)[0] + 0.001, 41.0005] for k in (3, 1, 4)}
+        r = q(c, f"put {name} [" + ", ".join(f"{{pickup: ${n + 1}, run_at: now(), attempts: 0}}"
+                                             for n in range(3)) + "]", *near.values())
+        assert r.status_code == 200, r.text
+        ids = dict(zip(near, last_ids(c, name, 3)))
+        for k in (3, 1, 4):
+            row = took(waiters[f"c{k}"])
+            assert row["id"] == ids[k]
+        time.sleep(0.15)
+        assert waiters["c0"].thread.is_alive() and waiters["c2"].thread.is_alive()
+        assert q(c, f"get {name} where owner = null").json() == []
+    finally:
+        close_all(waiters.values())
+
+
+def test_more_orders_than_the_nearest_can_take_go_on_down_the_line(server: Server, rides: Any) -> None:
+    c, name = rides
+    waiters: dict[str, Waiter] = {}
+    try:
+        for i in range(4):
+            waiters[f"c{i}"] = courier(server, name, f"c{i}", point(i))
+            wait_held(c, i + 1)
+        # two orders at courier 0's door: it takes one, the next nearest (courier 1) the other
+        near0 = [point(0)[0] - 0.001, 41.0]
+        q(c, f"put {name} [{{pickup: $1, run_at: now(), attempts: 0}}, {{pickup: $1, run_at: now(), attempts: 0}}]",
+          near0)
+        assert took(waiters["c0"])["owner"] == "c0"
+        assert took(waiters["c1"])["owner"] == "c1"
+        time.sleep(0.1)
+        assert answered(waiters) == ["c0", "c1"]
+    finally:
+        close_all(waiters.values())
+
+
+def test_a_courier_that_disconnects_mid_bid_leaves_its_order_to_the_next_nearest(
+        server: Server, rides: Any) -> None:
+    c, name = rides
+    waiters: dict[str, Waiter] = {}
+    try:
+        for i in range(4):
+            waiters[f"c{i}"] = courier(server, name, f"c{i}", point(i))
+            wait_held(c, i + 1)
+        waiters["c2"].close()  # the nearest to the order goes away as it is placed
+        oid = put_order(c, name, [point(2)[0] + 0.004, 41.0])  # then c3 is nearest, then c1
+        row = took(waiters["c3"])
+        assert (row["id"], row["owner"]) == (oid, "c3")
+        assert q(c, f"get {name} where owner = 'c2'").json() == []  # never leased to no one
+        time.sleep(0.1)
+        assert waiters["c0"].thread.is_alive() and waiters["c1"].thread.is_alive()
+    finally:
+        close_all(waiters.values())
+
+
+def test_field_ordered_and_point_ordered_claims_on_one_collection(server: Server, rides: Any) -> None:
+    c, name = rides
+    waiters: dict[str, Waiter] = {}
+    try:
+        waiters["c0"] = courier(server, name, "c0", point(0))
+        wait_held(c, 1)
+        waiters["f"] = Waiter(server, request(OLDEST.replace("rides", name), "f", wait=20000))
+        wait_held(c, 2)
+        waiters["c1"] = courier(server, name, "c1", point(1))
+        wait_held(c, 3)
+        # at c0's door: c0 is nearest, and has waited longer than the claim that takes the oldest
+        put_order(c, name, point(0))
+        assert took(waiters["c0"])["owner"] == "c0"
+        time.sleep(0.1)
+        assert answered(waiters) == ["c0"]
+        # at c1's door: a field order ranks every job alike, so it ties with c1, and has waited longer
+        put_order(c, name, point(1))
+        assert took(waiters["f"])["owner"] == "f"
+        time.sleep(0.1)
+        assert sorted(answered(waiters)) == ["c0", "f"]
+        # the next goes to c1, wherever it is
+        put_order(c, name, point(0))
+        assert took(waiters["c1"])["owner"] == "c1"
+        # and field-ordered claims beside couriers keep first come, first served among themselves
+        fifo = {}
+        for who in ("f1", "f2", "f3"):
+            fifo[who] = Waiter(server, request(OLDEST.replace("rides", name), who, wait=20000))
+            wait_held(c, len(fifo))
+        waiters.update(fifo)
+        waiters["c9"] = courier(server, name, "c9", point(9))
+        wait_held(c, 4)
+        q(c, f"put {name} [{{pickup: $1, run_at: now() - 3, attempts: 0}}, {{pickup: $1, run_at: now() - 2, "
+             f"attempts: 0}}, {{pickup: $1, run_at: now() - 1, attempts: 0}}]", point(9))
+        got = {who: took(w) for who, w in fifo.items()}
+        assert [got[w]["id"] for w in ("f1", "f2", "f3")] == sorted(got[w]["id"] for w in got)
+        time.sleep(0.1)
+        assert waiters["c9"].thread.is_alive()  # it waited last: every field claim came before it
+    finally:
+        close_all(waiters.values())
+
+
+def test_a_delayed_order_goes_to_the_nearest_when_it_comes_due(server: Server, rides: Any) -> None:
+    c, name = rides
+    waiters: dict[str, Waiter] = {}
+    try:
+        due = int(time.time() * 1000) + 700
+        q(c, f"put {name} {{pickup: $1, run_at: $2, attempts: 0}}", [point(3)[0] + 0.001, 41.0], due)
+        for i in range(5):
+            waiters[f"c{i}"] = courier(server, name, f"c{i}", point(i))
+            wait_held(c, i + 1)
+        row = took(waiters["c3"])
+        assert row["owner"] == "c3" and waiters["c3"].at * 1000 >= due
+        time.sleep(0.1)
+        assert answered(waiters) == ["c3"]
+    finally:
+        close_all(waiters.values())
+
+
+def test_a_look_reads_the_rows_written_since_not_the_collection(monkeypatch: pytest.MonkeyPatch) -> None:
+    db = Database()
+    db.query(RIDES)
+    db.track_writes()
+    db.query("put rides [" + ", ".join(f"{{pickup: [{29 + i / 1000}, 41], run_at: now() + 600000, attempts: 0}}"
+                                       for i in range(2000)) + "]")
+    before = db.seq
+    couriers = [[29 + i / 100, 41.0] for i in range(20)]
+    holds = [db.prepare_hold([(NEAREST, [f"c{i}", at])]) for i, at in enumerate(couriers)]
+    profiles = [bids.profile(h) for h in holds]
+    assert all(p is not None and p.own and p.incremental for p in profiles)
+    assert bids.profile(db.prepare_hold([(OLDEST, ["f"])])).own is False  # type: ignore[union-attr]
+    db.query("put rides {pickup: [29.101, 41], run_at: now(), attempts: 0}")
+    new = 2001
+
+    def no_scan(*a: Any, **k: Any) -> Any:
+        raise AssertionError("a look read the collection")
+
+    monkeypatch.setattr(bids, "pick", no_scan)
+    seq, looks = bids.look_all(db, [bids.Ask(p, before, set()) for p in profiles])  # type: ignore[arg-type]
+    assert seq == db.seq
+    assert [lk.rid for lk in looks] == [new] * 20
+    assert [lk.matched for lk in looks] == [{new}] * 20
+    nearest = min(range(20), key=lambda i: looks[i].rank)
+    assert nearest == 10  # courier 10 stands at 29.10
+    # after it is taken, each looks at the write that took it, finds nothing, and reads nothing else
+    db.query("set rides {owner: 'c10', run_at: now() + 30000} where id = $1", [new])
+    _, again = bids.look_all(db, [bids.Ask(p, seq, {new}) for p in profiles])  # type: ignore[arg-type]
+    assert all(lk.rid is None and lk.matched == set() for lk in again)
+    # a change older than the history holds: the look reads the collection as the claim would
+    monkeypatch.undo()
+    db2 = Database()
+    db2.query(RIDES)
+    db2.query("put rides {pickup: [29, 41], run_at: now(), attempts: 0}")
+    db2.track_writes()
+    h = db2.prepare_hold([(NEAREST, ["c", [29, 41]])])
+    _, (lk,) = bids.look_all(db2, [bids.Ask(bids.profile(h), 0, set())])  # type: ignore[arg-type]
+    assert lk.rid == 1 and lk.matched is None
