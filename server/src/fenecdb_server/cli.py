@@ -18,6 +18,7 @@ from typing import Any
 
 USAGE = """usage: fenec-server [--file <path>] [--http <addr>] [options]
        fenec-server --ping [--http <addr>]
+       fenec-server --mint-token '<claims JSON>' (--jwt-secret <s> | --jwt-secret-file <p>)
        fenec-server --help"""
 
 # (flag, default shown in --help, what it does). Value-taking flags have a default other than None.
@@ -31,6 +32,14 @@ FLAGS: list[tuple[str, str | None, str]] = [
     ("--idle-timeout <s>", "60", "close a keep-alive connection silent this long, 0 = never"),
     ("--idempotency-ttl <s>", "86400", "how long an Idempotency-Key and its answer are kept"),
     ("--http-token <value>", "env FENEC_HTTP_TOKEN", "the server token: full access"),
+    ("--jwt-secret <value>", "env FENEC_JWT_SECRET", "HS256 secret (>= 32 bytes) of scoped tokens"),
+    ("--jwt-secret-file <path>", "none", "the HS256 secret read from a file (trailing CR/LF trimmed)"),
+    ("--jwt-require-exp on|off", "on", "refuse tokens without exp"),
+    ("--jwt-max-age <s>", "0 = no bound", "refuse tokens whose exp is further ahead"),
+    ("--policy <path>", "none", "the rules of scoped tokens (needs a JWT secret)"),
+    ("--mint-token <claims>", "", "print an HS256 token of these claims (exp: now + 3600) and exit"),
+    ("--admin-token <value>", "none", "may read /_metrics, and nothing else"),
+    ("--auth-delay <ms>", "100", "delay before a 401, doubled per refusal from an address, max 5 s; 0 = off"),
     ("--http-read-only", "off", "every write over HTTP is refused 403"),
     ("--http-cors <origin>", "none", "send CORS headers for this origin (* allowed)"),
     ("--slow-ms <ms>", "off", "log each statement at least this slow (0 = every statement)"),
@@ -41,11 +50,9 @@ FLAGS: list[tuple[str, str | None, str]] = [
 ]
 
 VALUE_FLAGS = {"--file", "-f", "--http", "--sync", "--auto-compact", "--max-connections", "--idle-timeout",
-               "--idempotency-ttl", "--http-token", "--http-cors", "--slow-ms"}
+               "--idempotency-ttl", "--http-token", "--http-cors", "--slow-ms", "--jwt-secret", "--jwt-secret-file",
+               "--jwt-require-exp", "--jwt-max-age", "--policy", "--mint-token", "--admin-token", "--auth-delay"}
 SWITCHES = {"--insecure", "--http-read-only", "--no-mmap", "--no-checkpoint", "--ping", "--help", "-h"}
-# Access flags come with the access issue; until then they are refused by name.
-NOT_BUILT_ACCESS = {"--jwt-secret", "--jwt-secret-file", "--jwt-require-exp", "--jwt-max-age", "--policy",
-                    "--mint-token", "--admin-token", "--auth-delay"}
 NEXT_TIER = {"--jwt-keys", "--max-memory", "--audit", "--metrics", "--replication-token", "--replica-of",
              "--promote", "--replication-buffer"}
 NOT_IN_PROJECT = {"--dir", "--http-max-streams", "--http-keepalive", "--changes", "--cdc"}
@@ -89,9 +96,6 @@ def parse(argv: list[str]) -> dict[str, Any]:
     while i < len(argv):
         arg = argv[i]
         name, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
-        if name in NOT_BUILT_ACCESS:
-            raise Exit(2, f"{name}: access rules (JWT, policy, admin token) are not built yet; "
-                          f"only --http-token is")
         if name in NEXT_TIER:
             raise Exit(2, f"{name}: a next-tier flag, not built yet")
         if name in NOT_IN_PROJECT:
@@ -191,6 +195,15 @@ def _main(argv: list[str]) -> int:
         return 0
     if opts.get("ping"):
         return ping(opts.get("http", "127.0.0.1:8080"))
+    from .http.auth import SetupError, configure, mint_token
+
+    try:
+        if "mint-token" in opts:
+            print(mint_token(opts, os.environ))
+            return 0
+        access = configure(opts, os.environ)  # the start-up refusals of access.md §2.1
+    except SetupError as e:
+        raise Exit(2, e.message) from None
 
     path = opts.get("file")
     host, port = parse_addr(opts.get("http", "127.0.0.1:8080"))
@@ -208,8 +221,8 @@ def _main(argv: list[str]) -> int:
     ttl = parse_int("--idempotency-ttl", opts.get("idempotency-ttl", "86400"), minimum=1)
     slow = opts.get("slow-ms")
     slow_ms = float(parse_int("--slow-ms", slow)) if slow is not None else None
-    token = opts.get("http-token") or os.environ.get("FENEC_HTTP_TOKEN") or None
-    if not is_loopback(host) and token is None and not opts.get("insecure"):
+    token = access.server_token_text
+    if not is_loopback(host) and access.open and not opts.get("insecure"):
         say(f"refusing to bind {host}:{port} with no token: set --http-token, or pass --insecure")
         return 1
 
@@ -225,11 +238,12 @@ def _main(argv: list[str]) -> int:
     if opts.get("http-read-only"):
         db.set_read_only(True)
     return serve(db, opts, host=host, port=port, path=path, sync=sync, max_conn=max_conn, idle=idle,
-                 ttl=ttl, slow_ms=slow_ms, token=token, compact=compact)
+                 ttl=ttl, slow_ms=slow_ms, token=token, compact=compact, access=access)
 
 
 def serve(db: Any, opts: dict[str, Any], *, host: str, port: int, path: str | None, sync: str | int,
-          max_conn: int, idle: int, ttl: int, slow_ms: float | None, token: str | None, compact: str) -> int:
+          max_conn: int, idle: int, ttl: int, slow_ms: float | None, token: str | None, compact: str,
+          access: Any = None) -> int:
     import uvicorn
 
     from .http.app import App, Config
@@ -251,7 +265,8 @@ def serve(db: Any, opts: dict[str, Any], *, host: str, port: int, path: str | No
 
     server_box: list[Any] = []
     app = App(db, Config(version=version(), token=token, cors=opts.get("http-cors"), idempotency_ttl_s=ttl,
-                         slow_ms=slow_ms, threaded=bool(path) and sync == "always"),
+                         slow_ms=slow_ms, threaded=bool(path) and sync == "always",
+                         auth=access.auth if access else None, auth_delay_ms=access.delay_ms if access else 100),
               connections=lambda: len(server_box[0].server_state.connections) if server_box else 0)
 
     class Protocol(FenecProtocol):
@@ -263,7 +278,7 @@ def serve(db: Any, opts: dict[str, Any], *, host: str, port: int, path: str | No
                             timeout_graceful_shutdown=2)
     ver = version()
     sync_label = {"always": "every write", "off": "on shutdown"}.get(sync, f"{sync} ms")  # type: ignore[arg-type]
-    auth = "token" if token else "no auth"
+    auth = "no auth" if (access.open if access is not None else not token) else "token"
     if opts.get("http-read-only"):
         auth += ", read only"
 

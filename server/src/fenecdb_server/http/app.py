@@ -10,13 +10,14 @@ claim. The routes nobody calls in a loop
 Order of checks for every request (each refuses before the next is looked at):
 `/_health` (no token, no lock, before routing) → header block over 64 KiB (431) → method
 (501) → `OPTIONS` preflight (204) → chunked body (411) → body over 64 MiB (413, before reading
-it) → token (401) → route (404) → the body itself (400) → the engine.
+it) → token (401, after the auth delay; auth.py) → route (404) → the body itself (400) → the engine.
+A scoped token's requests run under its policy scope (`db.execute(..., scope=...)`); the server
+token, or anyone on an open server, runs with no scope (everything).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -27,7 +28,16 @@ from typing import Any
 
 from ..errors import FenecError
 from . import errors as E
-from .idempotency import DEFAULT_TTL_S, check_key, make_idem, namespaced, request_hash
+from .auth import OPEN, Auth, AuthDelay, AuthRefused, Caller
+from .idempotency import (
+    DEFAULT_TTL_S,
+    IDEM_NO_SUB,
+    check_key,
+    make_idem,
+    namespace_of,
+    namespaced,
+    request_hash,
+)
 from .limits import BODY_CEILING, METHODS, parse_length, parse_wait
 from .metrics import Metrics
 from .waits import Answer, Held, Outcome, Waits
@@ -72,9 +82,11 @@ class Config:
 
     def __init__(self, *, version: str = "0.0.0", token: str | None = None, cors: str | None = None,
                  idempotency_ttl_s: int = DEFAULT_TTL_S, slow_ms: float | None = None,
-                 threaded: bool = False) -> None:
+                 threaded: bool = False, auth: Auth | None = None, auth_delay_ms: int = 100) -> None:
         self.version = version
-        self.token = token.encode() if token else None
+        # the tokens accepted (auth.py); `token` alone is a server token and nothing else
+        self.auth = auth if auth is not None else Auth(server_token=token)
+        self.auth_delay_ms = auth_delay_ms
         self.cors = cors
         self.idempotency_ttl_ms = idempotency_ttl_s * 1000
         self.slow_ms = slow_ms
@@ -88,7 +100,8 @@ class Config:
 class Request:
     """The few things read from the headers, in one pass."""
 
-    __slots__ = ("method", "path", "target", "length", "chunked", "auth", "wait", "idem", "origin")
+    __slots__ = ("method", "path", "target", "length", "chunked", "auth", "wait", "idem", "origin", "peer",
+                 "caller")
 
     def __init__(self, scope: Scope) -> None:
         self.method: str = scope["method"]
@@ -102,6 +115,9 @@ class Request:
         self.wait: bytes | None = None
         self.idem: bytes | None = None
         self.origin: bytes | None = None
+        client = scope.get("client")
+        self.peer: str = client[0] if client else ""
+        self.caller: Caller = OPEN
         for name, value in scope["headers"]:
             if name == b"content-length":
                 self.length = value
@@ -132,6 +148,8 @@ class App:
         self.config = config or Config()
         self.connections = connections
         self.metrics = Metrics(self.config.version)
+        self.auth = self.config.auth
+        self.delay = AuthDelay(self.config.auth_delay_ms)
         self.waits: Waits | None = None
         self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fenec-exec") if self.config.threaded else None
         self.version_header = (b"x-fenecdb-version", self.config.version.encode())
@@ -207,9 +225,14 @@ class App:
         if path == "/_openapi.json" and method in ("GET", "HEAD"):
             await self.cold(scope, receive, send)
             return
-        if self.config.token is not None and not self.authorized(req.auth):
-            await self.respond(send, 401, E.body(E.NO_TOKEN), ((b"www-authenticate", b"Bearer"),))
+        try:
+            caller = self.auth.metrics(req.auth) if path == "/_metrics" else self.auth.data(req.auth)
+        except AuthRefused as r:
+            await self.refuse(send, req.peer, r.message)
             return
+        if caller is not OPEN:
+            self.delay.cleared(req.peer)
+        req.caller = caller
         if method == "POST":
             if path == "/query":
                 await self.query(req, receive, send)
@@ -218,18 +241,22 @@ class App:
                 await self.batch(req, receive, send)
                 return
         elif method in ("GET", "HEAD") and path in ("/", "/collections", "/_metrics"):
+            scope["fenec.caller"] = caller
             await self.cold(scope, receive, send)
+            return
+        elif method in ("GET", "HEAD") and path == "/_whoami":
+            body = dumps(caller.whoami())
+            await self.respond(send, 200, b"" if method == "HEAD" else body, (), api=True,
+                               length=len(body))
             return
         await self.respond(send, 404, E.no_route(method, path), ())
 
-    def authorized(self, auth: bytes | None) -> bool:
-        token = self.config.token
-        if auth is None or token is None:
-            return token is None
-        scheme, _, value = auth.partition(b" ")
-        if scheme.lower() != b"bearer":
-            return False
-        return hmac.compare_digest(value.strip(), token)
+    async def refuse(self, send: Send, peer: str, message: str) -> None:
+        """A 401, written after the address's auth delay (access.md §2.3)."""
+        delay = self.delay.refused(peer)
+        if delay > 0:
+            await asyncio.sleep(delay)
+        await self.respond(send, 401, E.body(message), ((b"www-authenticate", b"Bearer"),))
 
     async def preflight(self, send: Send) -> None:
         headers: list[tuple[bytes, bytes]] = []
@@ -244,8 +271,8 @@ class App:
         await send({"type": "http.response.body", "body": b""})
 
     async def respond(self, send: Send, status: int, body: bytes,
-                      extra: Any, *, api: bool = False) -> None:
-        headers = [JSON_TYPE, (b"content-length", str(len(body)).encode())]
+                      extra: Any, *, api: bool = False, length: int | None = None) -> None:
+        headers = [JSON_TYPE, (b"content-length", str(len(body) if length is None else length).encode())]
         if api:
             headers.append(self.version_header)
         headers.extend(extra)
@@ -363,12 +390,16 @@ class App:
                 raise Refusal(400, E.body(E.WAIT_NOT_MS))
             wait = parsed
         idem = None
+        caller = req.caller
         if req.idem is not None:
             if not check_key(req.idem):
                 raise Refusal(400, E.body(E.IDEM_SIZE))
-            idem = make_idem(namespaced(req.idem), request_hash(req.method, req.target, raw),
-                                  self.config.idempotency_ttl_ms)
-        return Job(statements, block, idem, wait)
+            namespace = namespace_of(caller.sub) if caller.scoped else None
+            if caller.scoped and namespace is None:
+                raise Refusal(400, E.body(IDEM_NO_SUB))
+            key = namespaced(req.idem) if namespace is None else namespaced(req.idem, namespace)
+            idem = make_idem(key, request_hash(req.method, req.target, raw), self.config.idempotency_ttl_ms)
+        return Job(statements, block, idem, wait, caller)
 
     async def serve(self, job: Job, receive: Receive, send: Send, started: float,
                     req: Request, raw: bytes) -> None:
@@ -376,7 +407,10 @@ class App:
         waits = self.waits or self.start()
         if job.wait > 0 and not waits.closing:
             try:
-                hold = self.db.prepare_hold(job.statements)
+                if job.caller.scoped:  # held and woken under the token's scope (http.md §8.9)
+                    hold = self.db.prepare_hold(job.statements, scope=job.caller.scope)
+                else:
+                    hold = self.db.prepare_hold(job.statements)
             except FenecError as e:
                 status, body = E.answer(e, batch=job.block)
                 await self.respond(send, status, body, (), api=True)
@@ -400,6 +434,10 @@ class App:
         held = waits.hold(hold, job, outcome.answer, job.wait, seen)
         answer = await self.await_held(held, receive)
         if answer is not None:
+            if answer.status == 401:  # its token expired while it waited: a refusal like any
+                delay = self.delay.refused(req.peer)
+                if delay > 0:
+                    await asyncio.sleep(delay)
             await self.send_answer(send, answer)
             self.account(started, "write", answer.status >= 400, req, raw)
 
@@ -425,7 +463,11 @@ class App:
         return None
 
     async def _run_held(self, held: Held) -> Outcome:
-        outcome, _kind = await self.run(held.payload, held=True)
+        job = held.payload
+        expired = self.auth.recheck(job.caller)
+        if expired is not None:  # every run asks the token again (http.md §8.9): nothing runs
+            return Outcome(True, Answer(401, E.body(expired), [(b"www-authenticate", b"Bearer")]))
+        outcome, _kind = await self.run(job, held=True)
         return outcome
 
     async def run(self, job: Job, *, held: bool) -> tuple[Outcome, str]:
@@ -439,13 +481,17 @@ class App:
             rendered.append(out)
             return out
 
+        # only a scoped token passes a scope: the server token runs as it always did
+        scoped = {"scope": job.caller.scope} if job.caller.scoped else {}
         try:
             if self.pool is not None:
                 loop = asyncio.get_running_loop()
                 result = await loop.run_in_executor(self.pool, partial(
-                    self.db.execute, job.statements, block=job.block, idempotency=job.idem, render=render))
+                    self.db.execute, job.statements, block=job.block, idempotency=job.idem, render=render,
+                    **scoped))
             else:
-                result = self.db.execute(job.statements, block=job.block, idempotency=job.idem, render=render)
+                result = self.db.execute(job.statements, block=job.block, idempotency=job.idem, render=render,
+                                         **scoped)
         except FenecError as e:
             status, body = E.answer(e, batch=job.block)
             kind = "write" if e.kind in ("unmet", "exists", "conflict", "io") else "read"
@@ -487,13 +533,15 @@ class App:
 class Job:
     """One request's statements, as the engine runs them (again, when held)."""
 
-    __slots__ = ("statements", "block", "idem", "wait")
+    __slots__ = ("statements", "block", "idem", "wait", "caller")
 
-    def __init__(self, statements: list[tuple[str, Any]], block: bool, idem: Any, wait: int) -> None:
+    def __init__(self, statements: list[tuple[str, Any]], block: bool, idem: Any, wait: int,
+                 caller: Caller = OPEN) -> None:
         self.statements = statements
         self.block = block
         self.idem = idem
         self.wait = wait
+        self.caller = caller
 
 
 def _without_params(raw: bytes) -> str:

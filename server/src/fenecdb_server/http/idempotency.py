@@ -9,17 +9,31 @@ same request (method, target with its query string, body; headers are not part o
 from __future__ import annotations
 
 import hashlib
+import json
 
 MAX_KEY_BYTES = 255
 DEFAULT_TTL_S = 86_400
 # Under the server token, or on an open server, every caller shares one namespace; a scoped
-# token's key will live under its `sub` (the access issue adds that namespace).
+# token's key lives under its `sub` (access.md §4.5), so two users may use the same key.
 SHARED_NAMESPACE = "*"
+IDEM_NO_SUB = "an Idempotency-Key needs a token with a subject (`sub`)"
 
 
 def check_key(raw: bytes) -> bool:
     """A key is any header value of 1 to 255 bytes."""
     return 0 < len(raw) <= MAX_KEY_BYTES
+
+
+def namespace_of(sub: object) -> str | None:
+    """A scoped token's namespace: its `sub`, length-prefixed so that no `sub` and key can
+    spell another's (`a:b` + `c` against `a` + `b:c`), and never the shared one. None without
+    a `sub` (such a token may not send a key: 400)."""
+    if sub is None:
+        return None
+    if isinstance(sub, str):
+        return f"@{len(sub)}:{sub}"
+    text = json.dumps(sub, separators=(",", ":"), sort_keys=True)  # a `sub` of another type: its JSON
+    return f"#{len(text)}:{text}"
 
 
 def namespaced(raw: bytes, namespace: str = SHARED_NAMESPACE) -> str:

@@ -1,14 +1,16 @@
 """The routes nobody calls in a loop, as a FastAPI app behind the raw hot path (app.py):
 `GET /`, `GET /collections`, `GET /_metrics`, `GET /_openapi.json` (HEAD alike).
 
-The token, the method and the body ceilings were already checked by `App.http`.
+The token, the method and the body ceilings were already checked by `App.http`, which leaves
+the caller in the ASGI scope (`fenec.caller`): a scoped token is listed only the collections it
+may read (access.md §3.2: one it may only insert into is not listed to it).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from .openapi import document_bytes
@@ -20,12 +22,22 @@ JSON = "application/json; charset=utf-8"
 PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 
 
-def schemas(db: Any) -> list[dict[str, Any]]:
-    """`GET /collections`: every collection's fields, as the engine describes them."""
+def schemas(db: Any, scope: Any = None) -> list[dict[str, Any]]:
+    """`GET /collections`: every collection's fields, as the engine describes them; under a
+    scoped token only the collections it may read."""
     describe = getattr(db, "schemas", None) or getattr(db, "collections", None)
     if callable(describe):
-        return list(describe())
-    return [{"name": name, "fields": []} for name in sorted(db.stats().get("collections", {}))]
+        found = list(describe())
+    else:
+        found = [{"name": name, "fields": []} for name in sorted(db.stats().get("collections", {}))]
+    if scope is None:
+        return found
+    return [c for c in found if scope.grants(c["name"]).has("read")]
+
+
+def _scope(request: Request) -> Any:
+    caller = request.scope.get("fenec.caller")
+    return caller.scope if caller is not None else None
 
 
 FIELD_KEYS = ("name", "type", "index", "required")
@@ -50,14 +62,14 @@ def build_routes(app: App) -> FastAPI:
     cors = {k.decode(): v.decode() for k, v in app.cors_headers}
 
     @api.api_route("/", methods=["GET", "HEAD"])
-    async def root() -> Response:
-        names = [c["name"] for c in schemas(app.db)]
+    async def root(request: Request) -> Response:
+        names = [c["name"] for c in schemas(app.db, _scope(request))]
         return Response(dumps({"fenecdb": version, "collections": names}), media_type=JSON,
                         headers={**headers, **cors})
 
     @api.api_route("/collections", methods=["GET", "HEAD"])
-    async def collections() -> Response:
-        listed = [documented(c) for c in schemas(app.db)]
+    async def collections(request: Request) -> Response:
+        listed = [documented(c) for c in schemas(app.db, _scope(request))]
         return Response(dumps(listed), media_type=JSON, headers={**headers, **cors})
 
     @api.api_route("/_metrics", methods=["GET", "HEAD"])
