@@ -170,7 +170,7 @@ def test_startup_lines_health_root_collections_openapi(server: Server, c: httpx.
     assert doc.status_code == 200
     assert doc.json() == json.loads(OPENAPI.read_text())
     assert "jobs" not in doc.text  # no collection names in it
-    assert set(doc.json()["paths"]) == {"/query", "/batch", "/_health", "/_metrics", "/", "/collections",
+    assert set(doc.json()["paths"]) == {"/query", "/batch", "/_health", "/_metrics", "/_whoami", "/", "/collections",
                                         "/_openapi.json"}
 
 

@@ -107,6 +107,13 @@ def document() -> dict[str, Any]:
                 "responses": {"200": _json(_ref("Root"), "Version and collection names."),
                               "401": {**_err("A token is required."), "headers": _AUTH}},
             }},
+            "/_whoami": {"get": {
+                "operationId": "whoami", "summary": "What the caller's token may do.",
+                "responses": {"200": _json(_ref("Whoami"), "The rules that apply to the token; "
+                                                           "`full` for the server token or an open server."),
+                              "401": {**_err("A token is required and is missing, unknown, forged or expired."),
+                                      "headers": _AUTH}},
+            }},
             "/collections": {"get": {
                 "operationId": "collections", "summary": "Every collection's schema.",
                 "responses": {"200": _json({"type": "array", "items": _ref("Collection")}, "Schemas."),
@@ -135,6 +142,17 @@ def document() -> dict[str, Any]:
                 "Health": {"type": "object", "required": ["ok"], "properties": {"ok": {"type": "boolean"}}},
                 "Root": {"type": "object", "required": ["fenecdb", "collections"], "properties": {
                     "fenecdb": {"type": "string"}, "collections": {"type": "array", "items": {"type": "string"}}}},
+                "Whoami": {"type": "object", "required": ["sub", "rules"], "properties": {
+                    "sub": {"description": "The token's subject; null for the server token."},
+                    "full": {"type": "boolean", "description": "Everything: the server token, an open server."},
+                    "append_only": {"type": "array", "items": {"type": "string"}},
+                    "rules": {"type": "array", "items": _ref("Rule")}}},
+                "Rule": {"type": "object", "required": ["collection", "grants", "fields", "rows"], "properties": {
+                    "collection": {"type": "string"},
+                    "grants": {"type": "array", "items": {"type": "string"}},
+                    "fields": {"type": ["array", "null"], "items": {"type": "string"},
+                               "description": "update's field list; null: any field."},
+                    "rows": {"type": ["string", "null"], "description": "The filter as written; null: every row."}}},
                 "Field": {"type": "object", "required": ["name", "type"], "properties": {
                     "name": {"type": "string"}, "type": {"type": "string"},
                     "index": {"type": ["string", "null"]}, "required": {"type": "boolean"}}},

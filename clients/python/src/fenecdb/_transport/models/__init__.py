@@ -13,7 +13,9 @@ from .message import Message
 from .openapi_response_200 import OpenapiResponse200
 from .query_response_200_type_0_item import QueryResponse200Type0Item
 from .root import Root
+from .rule import Rule
 from .statement import Statement
+from .whoami import Whoami
 
 __all__ = (
     "Affected",
@@ -29,5 +31,7 @@ __all__ = (
     "OpenapiResponse200",
     "QueryResponse200Type0Item",
     "Root",
+    "Rule",
     "Statement",
+    "Whoami",
 )
