@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from fenecdb_server import Database
+from fenecdb_server import Database, FenecError
 from fenecdb_server import values as V
 from fenecdb_server.engine.access import Query, pick
 from fenecdb_server.plan.compile import Env
@@ -207,6 +207,29 @@ def test_hash_lookups_find_every_spelling_a_scan_finds():
         got = b.query(text, params)
         assert [r["id"] for r in got] == want, text
         assert a.query(text, params) == got, text
+
+
+def test_a_bound_that_raises_is_no_plan():
+    # `and` stops at the first false term (§9.5): a plain scan never works out a later term's
+    # bound when no row passes the terms before it, so an index must not raise on it either.
+    a, b = twins("create collection t (j int, s text @sorted, h text @hash, n int @unique, g geo @geo)",
+                 "create collection t (j int, s text, h text, n int, g geo)",
+                 ["put t [{j: 1, s: 'a', h: 'x', n: 1}, {j: 2, s: 'b', h: 'y', n: 2}]"])
+    for text, params in [
+        ("get t where j = 5 and s >= timestamp($1) select id", [2.5]),
+        ("get t where j = 5 and s < lower($1) order s limit 1 select id", [3]),
+        ("get t where j = 5 and h = $1 + 1 select id", ["x"]),
+        ("get t where j = 5 and h in [$1, 'x'] and n = upper($1) select id", [7]),
+        ("get t where j = 5 and distance(g, $1) <= 10 select id", [[500, 0]]),
+        ("get t where j = 5 and within(g, $1) select id", [[0, "a", 1, 1]]),
+        ("get t where j = 5 and distance(g, $1) <= $2 select id", [[0, 0], "far"]),
+    ]:
+        assert b.query(text, params) == [], text
+        assert a.query(text, params) == [], text
+    for db in (a, b):  # where the plain evaluation meets the bad bound, both refuse it alike
+        with pytest.raises(FenecError) as ei:
+            db.query("get t where j = 1 and h = $1 + 1", ["x"])
+        assert ei.value.status == 400
 
 
 def test_geo_plans_never_change_answers():

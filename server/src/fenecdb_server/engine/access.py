@@ -82,7 +82,10 @@ def _range_bounds(coll: Collection, terms: list[RangeTerm], env: Env) -> tuple[A
     lo = hi = None
     lo_incl = hi_incl = True
     for t in terms:
-        raw = t.bound(None, env)
+        try:
+            raw = t.bound(None, env)
+        except Exception:
+            return None  # the scan meets the bound in the filter's own order (see _bounds)
         if raw is None and t.op == "=":
             return None  # `f = null` holds for null rows, which no range holds
         ok, b = _bound_value(coll, t.target, raw)
@@ -100,6 +103,18 @@ def _range_bounds(coll: Collection, terms: list[RangeTerm], env: Env) -> tuple[A
     if lo is not None and hi is not None and (lo > hi or (lo == hi and not (lo_incl and hi_incl))):
         raise _Empty()
     return lo, lo_incl, hi, hi_incl
+
+
+def _bounds(fns: list[Callable], env: Env) -> list[Any] | None:
+    """The values of a term's bounds, or None when one raises. A bound is worked out before any
+    row is read, while the filter meets it only after the terms on its left hold for some row:
+    `j = 5 and n >= timestamp($1)` never reads a bad $1 when no row has j = 5 (§9.5). So a bound
+    that raises (or reads a claim the token lacks) is no plan: the scan raises if, and only if,
+    the plain evaluation does."""
+    try:
+        return [b(None, env) for b in fns]
+    except Exception:
+        return None
 
 
 def _eq_ids(coll: Collection, target: str, values: Iterable[Any]) -> list[int] | None:
@@ -185,7 +200,8 @@ def pick(coll: Collection, q: Query, env: Env, need_override: int | None = None)
     try:
         cands: list[int] | None = None
         for eqt in acc.eqs:
-            ids = _eq_ids(coll, eqt.target, [b(None, env) for b in eqt.bounds])
+            vals = _bounds(eqt.bounds, env)
+            ids = None if vals is None else _eq_ids(coll, eqt.target, vals)
             if ids is not None and (cands is None or len(ids) < len(cands)):
                 cands = ids
         if cands is not None:
@@ -312,10 +328,10 @@ def _walk(coll: Collection, q: Query, env: Env, need: int, bounds: tuple | None)
 
 def _geo_walk(coll: Collection, q: Query, env: Env, need: int) -> list[dict] | None:
     tgt = q.access.geo_walk
-    p = q.access.geo_point(None, env)
-    if p is None:
-        return None
     try:
+        p = q.access.geo_point(None, env)
+        if p is None:
+            return None
         pt = V.to_point(p)
     except Exception:
         return None
@@ -361,5 +377,7 @@ def _geo_ids(coll: Collection, g: Any, env: Env) -> list[int] | None:
             return None
         pt = V.to_point(p)
         return idx.radius_ids(pt[0], pt[1], float(r), budget)
-    except (TypeError, ValueError):
+    except _Empty:
+        raise
+    except Exception:  # a bound that raises, or a bad point: the scan meets it in the filter's order
         return None
