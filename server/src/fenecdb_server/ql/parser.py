@@ -16,11 +16,12 @@ import sys
 from itertools import accumulate
 from typing import Any
 
-from lark import Lark, Token, Transformer, Tree, v_args
+from lark import Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from ..errors import FenecError
 from . import ast as A
+from .grammar_cache import build as build_parser
 
 MAX_NAME = 128
 MAX_DEPTH = 512
@@ -48,7 +49,7 @@ _EXPECT_NAMES = {
 }
 
 _GRAMMAR = importlib.resources.files(__package__).joinpath("grammar.lark").read_text(encoding="utf-8")
-_LARK = Lark(_GRAMMAR, parser="lalr", lexer="contextual", propagate_positions=False, maybe_placeholders=False)
+_LARK = build_parser(_GRAMMAR, parser="lalr", lexer="contextual", propagate_positions=False, maybe_placeholders=False)
 
 
 def _unescape(body: str) -> str:
