@@ -29,6 +29,7 @@ from typing import Any
 from .. import values as V
 from ..plan.compile import Env, mentions
 from ..ql import ast as A
+from . import scoped
 from .access import pick
 
 
@@ -63,17 +64,21 @@ def _own_key(e: A.Expr) -> bool:
 class Profile:
     """What a held line needs in order to bid."""
 
-    __slots__ = ("home", "own", "incremental", "text", "stmt", "params", "claims")
+    __slots__ = ("home", "own", "incremental", "text", "stmt", "params", "scope", "filter_key", "filter_id")
 
     def __init__(self, home: str, own: bool, incremental: bool, text: str, stmt: Any, params: list,
-                 claims: Any) -> None:
+                 scope: Any) -> None:
         self.home = home
         self.own = own
         self.incremental = incremental
         self.text = text
         self.stmt = stmt
         self.params = params
-        self.claims = claims
+        self.scope = scope  # a token's scope: its rules are part of the filter, its claims bound
+        # lines whose filters are one (parameters and rules bound) share its verdict on a row in
+        # a pass: `filter_id` names that filter, set by whoever keeps the lines (None: not shared)
+        self.filter_key: Any = None
+        self.filter_id: int | None = None
 
 
 def profile(hold: Any) -> Profile | None:
@@ -84,7 +89,12 @@ def profile(hold: Any) -> Profile | None:
     text, stmt, params = writes[0]
     single = len(writes) == 1
     own = single and any(_own_key(k.expr) for k in stmt.order)
-    return Profile(stmt.collection, own, single, text, stmt, params, getattr(hold, "claims", None))
+    prof = Profile(stmt.collection, own, single, text, stmt, params, getattr(hold, "scope", None))
+    key = getattr(hold, "line_key", None)
+    if single and type(key) is tuple and len(key) == 1 and type(key[0]) is tuple:
+        k = key[0]
+        prof.filter_key = (type(stmt).__name__, k[0], k[1], *k[3:])  # all but the order
+    return prof
 
 
 class Look:
@@ -127,6 +137,7 @@ def look_all(db: Any, asks: list[Ask]) -> tuple[int, list[Look]]:
     def inner() -> tuple[int, list[Look]]:
         now = V.Ts(db.now())
         since: dict[tuple[str, int], set[int] | None] = {}
+        verdicts: dict[tuple[int, int], bool] = {}
         out = []
         for ask in asks:
             prof = ask.profile
@@ -138,19 +149,24 @@ def look_all(db: Any, asks: list[Ask]) -> tuple[int, list[Look]]:
                 else:
                     ids = since[key] = db.written_since(prof.home, ask.seen)
             try:
-                out.append(_look(db, prof, ids, ask.extra, now))
+                out.append(_look(db, prof, ids, ask.extra, now, verdicts))
             except Exception:
                 out.append(Look(failed=True))
         return db.seq, out
     return db.look(inner)
 
 
-def _look(db: Any, prof: Profile, ids: set[int] | None, extra: set[int], now: V.Ts) -> Look:
+def _look(db: Any, prof: Profile, ids: set[int] | None, extra: set[int], now: V.Ts,
+          verdicts: dict[tuple[int, int], bool]) -> Look:
     coll = db.collections.get(prof.home)
     if coll is None:
         return Look(failed=True)  # run it: the client is answered its 404
-    q = db._prepare(prof.text, 0, prof.stmt).query
-    env = Env(prof.params, now, prof.claims)
+    if prof.scope is None:
+        q = db._prepare(prof.text, 0, prof.stmt).query
+        env = Env(prof.params, now)
+    else:  # the statement as the token runs it: its rules ANDed into the filter
+        q = scoped._plan(db, prof.text, prof.stmt, prof.scope).p.query
+        env = Env(prof.params, now, prof.scope.claims)
     if ids is None:
         got = pick(coll, q, env, need_override=1)
         if not got:
@@ -164,10 +180,20 @@ def _look(db: Any, prof: Profile, ids: set[int] | None, extra: set[int], now: V.
     order = q.order
     best: tuple | None = None
     matched: set[int] = set()
+    fid = prof.filter_id
     for rid in ids:
         row = rows.get(rid)
-        if row is None or (filt is not None and not filt(row, env)):
+        if row is None:
             continue
+        if filt is not None:
+            if fid is None:
+                ok = filt(row, env)
+            else:
+                ok = verdicts.get((fid, rid))
+                if ok is None:
+                    ok = verdicts[(fid, rid)] = bool(filt(row, env))
+            if not ok:
+                continue
         matched.add(rid)
         key = (rank_of(order, row, env), rid)
         if best is None or key < best:

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -62,6 +63,9 @@ from typing import Any
 from ..engine import bids as B
 
 LOOK_THROTTLE_S = 0.001
+# Bidding is how held claims work; `FENEC_HELD_BIDDING=off` races them instead (each line looks
+# and runs on its own, the first run to write wins) for `bench/bidding_bench.py` to compare.
+BIDDING = os.environ.get("FENEC_HELD_BIDDING", "on") != "off"
 MAX_WAIT_MS = 30_000
 
 
@@ -120,7 +124,7 @@ class Line:
         self.moment: int | None = None
         # bidding (rule 7b): what the line bids with, the change it last looked at (None: look
         # at the whole collection) and the rows it matched then and did not get
-        self.profile: B.Profile | None = B.profile(hold) if getattr(hold, "scope", None) is None else None
+        self.profile: B.Profile | None = B.profile(hold)
         self.bidding: Bidding | None = None
         self.seen: int | None = None
         self.extra: set[int] = set()
@@ -157,6 +161,8 @@ class Waits:
         self.lines: dict[Any, Line] = {}
         self.by_collection: dict[str, set[Line]] = {}
         self.biddings: dict[str, Bidding] = {}
+        self._filters: dict[Any, int] = {}  # a bidding line's filter -> its id (B.Profile.filter_id)
+        self._filter_ids = itertools.count()
         self.closing = False
         self.held = 0
         self.looks = 0
@@ -194,17 +200,24 @@ class Waits:
         if not affected:
             return
         now = self.loop.time()
+        poked: list[Bidding] = []
+        if self.biddings:
+            # bidding lines look together, in one pass of their collection's bidding (rule 7b)
+            rest: set[Line] = set()
+            for line in affected:
+                b = line.bidding
+                if b is None:
+                    rest.add(line)
+                elif line.queue:
+                    self.wakeups += 1
+                    if b not in poked:
+                        poked.append(b)
+                        b.stalled.clear()
+            affected = rest
         # a line behind an older head that is still in its look gap waits for it (rule 7)
         behind = 0.0
-        poked: list[Bidding] = []
         for line in sorted((ln for ln in affected if ln.queue), key=Line.rank):
             self.wakeups += 1
-            b = line.bidding
-            if b is not None:
-                if b not in poked:
-                    poked.append(b)
-                    b.stalled.clear()
-                continue
             if line.pumping:
                 line.pending = True
             elif now < line.throttle_until or now < behind:
@@ -333,21 +346,25 @@ class Waits:
     # -- time (fairness rule 6) --
 
     def _schedule_time(self, line: Line, moments: dict | None = None) -> None:
+        if not line.queue:
+            if line.time_timer is not None:
+                line.time_timer.cancel()
+                line.time_timer = None
+            return
+        fid = line.profile.filter_id if line.profile is not None else None
+        if moments is not None and fid is not None and len(line.collections) == 1:
+            # lines with one filter (its parameters and rules bound) share the moment
+            if fid in moments:
+                moment = moments[fid]
+            else:
+                moment = moments[fid] = line.hold.next_moment()
+            if moment == line.moment and line.time_timer is not None:
+                return  # its timer is already set for that moment
+        else:
+            moment = line.hold.next_moment()
         if line.time_timer is not None:
             line.time_timer.cancel()
             line.time_timer = None
-        if not line.queue:
-            return
-        if moments is not None and line.profile is not None and line.profile.incremental \
-                and len(line.collections) == 1:
-            # lines with one filter (its parameters bound) share the moment: work it out once
-            key = tuple(k[:2] for k in line.key)
-            if key in moments:
-                moment = moments[key]
-            else:
-                moment = moments[key] = line.hold.next_moment()
-        else:
-            moment = line.hold.next_moment()
         line.moment = moment
         if moment is None:
             return
@@ -471,8 +488,15 @@ class Waits:
         """A new line joins its collection's bidding; a line of its own order starts one, which
         every line already picking from that collection joins."""
         prof = line.profile
-        if prof is None:
+        if prof is None or not BIDDING:
             return
+        if prof.filter_key is not None:
+            if len(self._filters) > 10_000:
+                self._filters.clear()  # ids are never reused: lines made later just share less
+            fid = self._filters.get(prof.filter_key)
+            if fid is None:
+                fid = self._filters[prof.filter_key] = next(self._filter_ids)
+            prof.filter_id = fid
         b = self.biddings.get(prof.home)
         if b is None:
             if not prof.own:
@@ -554,7 +578,11 @@ class Waits:
                 for _ in range(3):
                     await asyncio.sleep(0)
                 ran = await self._run_head(winner)
-                if ran is False:
+                if ran:
+                    # its answer goes out before the others look again
+                    for _ in range(3):
+                        await asyncio.sleep(0)
+                elif ran is False:
                     # it took nothing after all: out of this auction; it waits for new rows
                     b.stalled.add(winner)
                     winner.extra = set()
