@@ -275,9 +275,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--only", choices=["inproc", "durable", "http"], action="append")
+    ap.add_argument("--only", choices=["inproc", "durable", "http", "bidding"], action="append")
     args = ap.parse_args()
-    only = set(args.only or ["inproc", "durable", "http"])
+    only = set(args.only or ["inproc", "durable", "http", "bidding"])
     info = machine()
     print(f"queue-bench: {info['cpu']}, {info['cores']} cores, Python {info['python']}; "
           f"{args.jobs:,} jobs, medians of {args.rounds} rounds (min–max in brackets)", flush=True)
@@ -311,6 +311,11 @@ def main() -> int:
             results["http"] = http_bench.run(rounds=args.rounds)
         else:
             print("\nSKIP http: bench/http_bench.py is not there")
+    if "bidding" in only:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import bidding_bench  # type: ignore[import-not-found]
+
+        results["bidding"] = bidding_bench.run()
     out = Path(__file__).resolve().parent / "results"
     out.mkdir(exist_ok=True)
     (out / "queue-bench.json").write_text(json.dumps(results, indent=2, default=str))
