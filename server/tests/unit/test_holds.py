@@ -175,3 +175,19 @@ def test_a_read_beside_the_claim_may_use_the_clock(db):
     assert h.held
     assert hold(db, ("get jobs where run_at = now() or now() > plain", None), (CLAIM, ["w"])).held
     refused(db, "time only", ("get jobs where run_at = now()", None), ("del jobs where run_at = now()", None))
+
+
+def test_next_moment_reads_text_as_time_and_floats_at_whole_ms(db, clock):
+    # A held claim may compare a text field (or a path holding text) with now(): §3.4 reads the text
+    # as a time, so the wake-up moment is when the clock reaches it. A @sorted text field raised a
+    # TypeError here (its index keys are text), and a plain one never woke on time.
+    db.query("create collection tx (s text @sorted, u text, f float @sorted, meta json)")
+    db.query("put tx [{s: $1, u: $2, f: $3, meta: {at: $4}}, {s: 'not a time', u: 'b', meta: {at: $5}}]",
+             ["2026-05-03T09:20:05Z", "2026-05-03T09:20:07+00:00", NOW + 2.5, "2026-05-03T09:20:09Z", NOW + 4])
+    for where, ahead in [("s <= now()", 5000), ("u <= now()", 7000), ("meta.at <= now()", 4),
+                         ("f <= now()", 3), ("f < now()", 3), ("f <= now() - 1", 4), ("now() - 1000 > s", 6001)]:
+        h = db.prepare_hold([(f"del tx where {where}", None)])
+        assert h.look() is False and h.next_moment() == NOW + ahead, where
+    clock.advance(5000)
+    h = db.prepare_hold([("del tx where s <= now()", None)])
+    assert h.look() is True and h.next_moment() is None

@@ -15,6 +15,7 @@ be held, which line it waits in, a cheap look, and the next moment the clock can
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .. import values as V
@@ -177,25 +178,39 @@ def _next_for(coll: Any, target: str, op: str, k: int, now: int) -> int | None:
     plus = 1 if op in ("<", ">=") else 0
     # moment = v - k + plus > now  <=>  v > now + k - plus
     bound = now + k - plus
-    idx = coll.index(target) if target != "id" else None
+    f = coll.schema.fields.get(target)
+    idx = coll.index(target) if f is not None and f.type in ("int", "timestamp") else None
     if idx is not None and hasattr(idx, "first_above") and not getattr(idx, "keyed", True):
         v = idx.first_above(bound, False)
         if v is None:
             return None
         return int(v) - k + plus
+    # Any other field or path: text is read as a time, and a float flips at a whole ms (§3.4).
     best = None
     name, *keys = target.split(".")
     for row in coll.rows.values():
         v = row.get(name)
         for kk in keys:
             v = v.get(kk) if type(v) is dict else None
-        if type(v) not in (int, V.Ts) or isinstance(v, bool):
+        x = _as_ms(v)
+        if x is None:
             continue
-        if v > bound:
-            m = int(v) - k + plus
-            if best is None or m < best:
-                best = m
+        m = (math.floor(x) + 1 if plus else math.ceil(x)) - k
+        if m > now and (best is None or m < best):
+            best = m
     return best
+
+
+def _as_ms(v: Any) -> int | float | None:
+    """A value as the ms it stands for when compared with a timestamp, or None."""
+    t = type(v)
+    if t is int or t is V.Ts:
+        return v
+    if t is float:
+        return v if math.isfinite(v) else None
+    if t is str:
+        return V.parse_time(v)
+    return None
 
 
 def make_hold(db: Any, parsed: list[tuple[str, A.Statement, list]], scope: Any = None) -> Hold:
