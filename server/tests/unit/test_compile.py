@@ -343,6 +343,22 @@ def test_numbers_too_large_for_floats_are_400():
     refused("$1 - $2", "64-bit", params=[V.Ts(V.TS_MAX), V.Ts(V.TS_MIN)])  # ms between, past 64 bits
 
 
+def test_a_field_of_lists_or_objects_compares_by_the_total_order():
+    # `field <= value` took a shortcut for two values of one Python type, and lists holding mixed
+    # kinds or objects raised TypeError (a 500) instead of ordering by §3.4 rule 6.
+    row = {**ROW, "j": [1, "x"], "l": [1, 2]}
+    assert keeps("j <= $1", params=[["y", 2]], row=row) is True  # 1 < "y": numbers below text
+    assert keeps("j <= $1", params=[[1, 2]], row=row) is False
+    assert keeps("j <= j", row=row) is True
+    assert keeps("l <= $1", params=[[1, "a"]], row=row) is True
+    obj = {**ROW, "j": {"a": 1}}
+    assert keeps("j <= $1", params=[{"a": 2}], row=obj) is True
+    assert keeps("j <= $1", params=[{"a": 0}], row=obj) is False
+    assert keeps("j <= $1", params=[{"a": 1}], row=obj) is True
+    assert keeps("b <= $1", params=[False]) is False and keeps("b <= $1", params=[True]) is True
+    assert keeps("t <= $1", params=[int(NOW)]) is True and keeps("t <= $1", params=[int(NOW) - 1]) is False
+
+
 def test_time_text_of_thousands_of_digits_is_no_crash():
     huge = "9" * 5000 + "-01-01"
     assert keeps("t < $1", params=[huge]) is True

@@ -530,7 +530,11 @@ def _cmp(e: A.Cmp, ctx: Ctx) -> Fn:
             b = rf(row, env)
             if a is None or b is None:
                 return False
-            if type(a) is type(b) or (type(a) is V.Ts and type(b) is int):
+            ta = type(a)
+            if ta is type(b):
+                if ta is V.Ts or ta is int or ta is str or ta is float:
+                    return a <= b  # lists and objects are not Python-comparable: cmp3 orders them
+            elif ta is V.Ts and type(b) is int:
                 return a <= b
             return cmp3(a, b) <= 0
         return le_field
