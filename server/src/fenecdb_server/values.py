@@ -339,8 +339,8 @@ def sort_key(v: Any) -> tuple:
         return (3, v.decode("utf-8", "surrogateescape"))
     if t is list or t is tuple:
         return (4, tuple(sort_key(x) for x in v))
-    if t is dict:
-        return (5, tuple((k, sort_key(x)) for k, x in v.items()))
+    if t is dict:  # members in key order, as objects keep them (§3.3): a parameter may come unsorted
+        return (5, tuple((k, sort_key(v[k])) for k in sorted(v)))
     return (6, repr(v))
 
 

@@ -209,6 +209,18 @@ def test_hash_lookups_find_every_spelling_a_scan_finds():
         assert a.query(text, params) == got, text
 
 
+def test_an_object_parameter_finds_the_stored_object_in_any_key_order():
+    a, b = twins("create collection t (j json)", "create collection t (j json)",
+                 ["put t [{j: {h: {b: 1, a: [1, {d: 2, c: 3}]}}}, {j: {h: 'x'}}]"])
+    a.query("create index on t (j.h) @hash")
+    param = {"a": [1, {"c": 3, "d": 2}], "b": 1}
+    for text, p in [("get t where j.h = $1 select id", [param]), ("get t where j.h = $1 select id", [dict(reversed(param.items()))]),
+                    ("get t where j.h in [$1, 'y'] select id", [dict(reversed(param.items()))]),
+                    ("get t where j = $1 select id", [{"h": dict(reversed(param.items()))}])]:
+        assert b.query(text, p) == [{"id": 1}], text
+        assert a.query(text, p) == [{"id": 1}], text
+
+
 def test_a_bound_that_raises_is_no_plan():
     # `and` stops at the first false term (§9.5): a plain scan never works out a later term's
     # bound when no row passes the terms before it, so an index must not raise on it either.

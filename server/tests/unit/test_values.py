@@ -295,3 +295,13 @@ def test_numbers_too_large_for_a_float_are_type_errors():
     refused(10**400, "float", "too large")
     refused([10**5000, 0], "geo", "out of range")
     refused([0, -(10**30)], "geo", "out of range")
+
+
+def test_objects_compare_member_by_member_in_key_order_whatever_order_they_came_in():
+    # A json parameter keeps its sender's key order; stored objects are sorted (§3.3). `=` and the
+    # order compared members in arrival order, so {k: 1, h: "x"} never equalled the stored object.
+    assert V.equal({"k": 1, "h": "x"}, {"h": "x", "k": 1})
+    assert V.compare({"b": 1, "a": 2}, {"a": 2, "b": 1}) == 0
+    assert V.compare({"b": 1, "a": 1}, {"a": 2}) < 0  # a: 1 < a: 2 decides
+    assert V.compare({"b": 0, "a": 2}, {"a": 2}) > 0  # same first member: the larger object is above
+    assert V.equal([{"z": 1, "y": [1, {"q": 1, "p": 2}]}], [{"y": [1, {"p": 2, "q": 1}], "z": 1}])
