@@ -197,6 +197,9 @@ def to_json_value(v: Any, depth: int = 0) -> Any:
     if t is Ts:
         return format_time(v)
     if t is dict:
+        for k in v:
+            if type(k) is not str:  # only a caller in process can send one: JSON keys are text
+                raise FenecError("type", f"expected json, found an object key of kind {kind_name(k)}")
         return {k: to_json_value(v[k], depth + 1) for k in sorted(v)}
     if t is list:
         return [to_json_value(x, depth + 1) for x in v]
@@ -340,7 +343,7 @@ def sort_key(v: Any) -> tuple:
     if t is list or t is tuple:
         return (4, tuple(sort_key(x) for x in v))
     if t is dict:  # members in key order, as objects keep them (§3.3): a parameter may come unsorted
-        return (5, tuple((k, sort_key(v[k])) for k in sorted(v)))
+        return (5, tuple(sorted((k if type(k) is str else repr(k), sort_key(x)) for k, x in v.items())))
     return (6, repr(v))
 
 

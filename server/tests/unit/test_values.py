@@ -305,3 +305,9 @@ def test_objects_compare_member_by_member_in_key_order_whatever_order_they_came_
     assert V.compare({"b": 1, "a": 1}, {"a": 2}) < 0  # a: 1 < a: 2 decides
     assert V.compare({"b": 0, "a": 2}, {"a": 2}) > 0  # same first member: the larger object is above
     assert V.equal([{"z": 1, "y": [1, {"q": 1, "p": 2}]}], [{"y": [1, {"p": 2, "q": 1}], "z": 1}])
+
+
+def test_objects_with_keys_that_are_not_text_are_refused_or_ordered_never_a_crash():
+    refused({1: "a", "b": 2}, "json", "object key of kind int")
+    refused({"a": {(1, 2): 1}}, "json", "object key")
+    assert V.compare({1: "a", "b": 2}, {"b": 2}) != 0  # ordered (by the key's text), no TypeError
