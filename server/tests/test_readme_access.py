@@ -1,0 +1,73 @@
+"""The server README's "Access: a job-queue setup" runs as written: its `sh` blocks, in order, in an
+empty directory, with `fenec-server` and `curl` on the PATH; the one thing changed is the port
+(8080 → a free one). What they print must be the README's `text` block, exactly."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+SECTION = "## Access: a job-queue setup"
+
+
+def section() -> str:
+    text = README.read_text(encoding="utf-8")
+    start = text.index(SECTION)
+    end = text.find("\n## ", start + len(SECTION))
+    return text[start: end if end != -1 else len(text)]
+
+
+def blocks(text: str, lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", text, flags=re.S)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_section_has_the_whole_setup() -> None:
+    text = section()
+    script = "\n".join(blocks(text, "sh"))
+    for needed in ("jobs.policy", "jwt.secret", "--mint-token", "--policy", "--jwt-secret-file", "curl",
+                   '"role":"worker"', '"role":"producer"', "del jobs"):
+        assert needed in script, needed
+    assert len(blocks(text, "text")) == 1
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_readme_access_setup_runs_as_written(tmp_path: Path) -> None:
+    text = section()
+    port = str(free_port())
+    script = "set -euo pipefail\n" + "\n".join(blocks(text, "sh")).replace("127.0.0.1:8080", f"127.0.0.1:{port}")
+    assert "8080" not in script
+    (expected,) = blocks(text, "text")
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
+    for name in ("FENEC_HTTP_TOKEN", "FENEC_JWT_SECRET"):
+        env.pop(name, None)
+    proc = subprocess.Popen(["bash", "-c", script], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        # the script's server too, should the script have stopped before its `kill`
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    log = (tmp_path / "server.log").read_text() if (tmp_path / "server.log").exists() else ""
+    assert proc.returncode == 0, out + err + log
+    assert out == expected, out + err + log
+    assert "listening on: http://127.0.0.1:" + port in log and "[token]" in log
+    assert (tmp_path / "q.fenec").exists()
