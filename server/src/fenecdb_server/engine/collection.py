@@ -15,7 +15,7 @@ from ..errors import FenecError
 from ..plan.schema import Schema
 from .geo_index import GeoIndex
 from .hash_index import HashIndex
-from .sorted_index import SortedIndex
+from .sorted_index import PackedIndex, SortedIndex
 
 
 def _reader(target: str) -> Callable[[dict], Any]:
@@ -57,8 +57,12 @@ class Collection:
 
     def _make_index(self, target: str, kind: str) -> Any:
         keyed = "." in target
-        if kind in ("sorted", "ttl"):
-            idx: Any = SortedIndex(keyed)
+        f = None if keyed else self.schema.fields.get(target)
+        ftype = f.type if f is not None else None
+        if kind in ("sorted", "ttl") and ftype in ("int", "timestamp"):
+            idx: Any = PackedIndex(ftype == "timestamp")
+        elif kind in ("sorted", "ttl"):
+            idx = SortedIndex(keyed)
         elif kind in ("hash", "unique"):
             idx = HashIndex(kind == "unique", keyed)
         elif kind == "geo":

@@ -8,6 +8,7 @@ are stored under `values.sort_key` (the total order of §3.4).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -98,3 +99,100 @@ class SortedIndex:
 
 
 _SENTINEL = object()
+
+_SHIFT = 64
+_MASK = (1 << _SHIFT) - 1
+
+
+def _least(b: Any, incl: bool) -> int | None:
+    """The least whole value >= b (> b when not incl); None above every value (b = inf)."""
+    if type(b) is float and not math.isfinite(b):
+        return None if b > 0 else -(1 << 80)
+    return math.ceil(b) if incl else math.floor(b) + 1
+
+
+def _greatest(b: Any, incl: bool) -> int | None:
+    """The greatest whole value <= b (< b when not incl); None above every value."""
+    if type(b) is float and not math.isfinite(b):
+        return None if b > 0 else -(1 << 80)
+    return math.floor(b) if incl else math.ceil(b) - 1
+
+
+class PackedIndex(SortedIndex):
+    """An ordered index over a typed `int` or `timestamp` field: each (value, id) pair is one
+    integer, value << 64 | id, so the SortedList compares machine-sized integers instead of
+    tuples — a claim moves ten entries, and this halves what each move costs (measured:
+    bench/README.md). Ids are 64-bit, so the low bits hold any id; the high bits keep the
+    value's sign, so the order of the integers is the order of (value, id)."""
+
+    __slots__ = ("ts",)
+
+    def __init__(self, ts: bool) -> None:
+        super().__init__(False)
+        self.ts = ts  # values come back as timestamps
+
+    def add(self, rid: int, v: Any) -> None:
+        if v is None:
+            self.nulls[rid] = None
+        else:
+            self.items.add((int(v) << _SHIFT) | rid)
+
+    def remove(self, rid: int, v: Any) -> None:
+        if v is None:
+            self.nulls.pop(rid, None)
+        else:
+            self.items.remove((int(v) << _SHIFT) | rid)
+
+    def _value(self, key: int) -> Any:
+        v = key >> _SHIFT
+        return V.Ts(v) if self.ts else v
+
+    def _bounds(self, lo: Any, lo_incl: bool, hi: Any, hi_incl: bool) -> tuple[int, int]:
+        sl = self.items
+        if lo is None:
+            i = 0
+        else:
+            first = _least(lo, lo_incl)
+            i = sl.bisect_left(first << _SHIFT) if first is not None else len(sl)
+        if hi is None:
+            j = len(sl)
+        else:
+            last = _greatest(hi, hi_incl)
+            j = sl.bisect_left((last + 1) << _SHIFT) if last is not None else len(sl)
+        return i, max(i, j)
+
+    def walk(self, lo: Any, lo_incl: bool, hi: Any, hi_incl: bool, desc: bool, with_nulls: bool) -> Iterator[int]:
+        i, j = self._bounds(lo, lo_incl, hi, hi_incl)
+        sl = self.items
+        if not desc:
+            if with_nulls:
+                yield from list(self.nulls)
+            for key in sl.islice(i, j):
+                yield key & _MASK
+        else:
+            group: list[int] = []
+            last = None
+            for key in sl.islice(i, j, reverse=True):
+                v = key >> _SHIFT
+                if v != last and group:
+                    yield from reversed(group)
+                    group = []
+                last = v
+                group.append(key & _MASK)
+            if group:
+                yield from reversed(group)
+            if with_nulls:
+                yield from list(self.nulls)
+
+    def first_above(self, bound: Any, incl: bool) -> Any:
+        first = _least(bound, incl)
+        sl = self.items
+        if first is None:
+            return None
+        k = sl.bisect_left(first << _SHIFT)
+        if k >= len(sl):
+            return None
+        return self._value(sl[k])
+
+    def min_value(self) -> Any:
+        return self._value(self.items[0]) if self.items else None
