@@ -36,11 +36,15 @@ SMALL_RANGE = 4096
 class Query:
     """A compiled read: the filter (expiry folded in), the access terms, order and page."""
 
-    __slots__ = ("filter", "access", "order", "limit", "offset")
+    __slots__ = ("filter", "access", "order", "limit", "offset", "walk_filter")
 
     def __init__(self, filt: Callable[[dict, Env], Any] | None, access: Access,
-                 order: list[tuple[Callable, bool]], limit: int | None, offset: int) -> None:
+                 order: list[tuple[Callable, bool]], limit: int | None, offset: int,
+                 walk_filter: Any = False) -> None:
         self.filter = filt
+        # What a bounded walk of the `walk` index still tests per row: None when the filter is
+        # nothing but the range the walk is bounded by (`run_at <= now()`), else the filter.
+        self.walk_filter = filt if walk_filter is False else walk_filter
         self.access = access
         self.order = order
         self.limit = limit
@@ -301,7 +305,7 @@ def sort_rows(rows: list[dict], order: list[tuple[Callable, bool]], env: Env) ->
 def _walk(coll: Collection, q: Query, env: Env, need: int, bounds: tuple | None) -> list[dict] | None:
     tgt = q.access.walk
     rows = coll.rows
-    filt = q.filter
+    filt = q.filter if bounds is None else q.walk_filter
     out: list[dict] = []
     budget = max(64, len(rows) >> 3)
     if tgt == "id":

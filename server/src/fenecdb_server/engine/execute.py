@@ -176,15 +176,9 @@ def run_set(eng: Any, p: Prepared, env: Env, blk: Block) -> Any:
     if picked:
         schema = coll.schema
         blk.touch(coll)
-        patch = p.patch
         # Work every value out over the rows as they were, before writing any (§6.3); a value
-        # that reads no row is worked out once.
-        fixed = [None if per_row else fn(None, env) for _, fn, _, per_row in patch]
-        fns = [(fn if per_row else None) for _, fn, _, per_row in patch]
-        news = []
-        for old in picked:
-            vals = [f(old, env) if f is not None else c for f, c in zip(fns, fixed)]
-            news.append(_apply_entries(schema, old, patch, vals))
+        # that reads no row is worked out, and converted to its field's type, once.
+        news = _rewrite_plain(p.plain, picked, env) if p.plain is not None else _rewrite(schema, p.patch, picked, env)
         req = _needs_required(schema)
         uniq = any(k == "unique" for k, _, _ in coll.indexes.values())
         alive = p.alive
@@ -204,6 +198,29 @@ def run_set(eng: Any, p: Prepared, env: Env, blk: Block) -> Any:
     if p.cols is not None:
         return render(p.cols, news if picked else [], env)
     return {"affected": len(picked)}
+
+
+def _rewrite_plain(plain: tuple[list, list], picked: list[dict], env: Env) -> list[dict]:
+    coerce = V.coerce
+    fixed = {name: coerce(fn(None, env), ftype) for name, fn, ftype in plain[0]}
+    per_row = plain[1]
+    news = []
+    for old in picked:
+        new = {**old, **fixed}
+        for name, fn, ftype in per_row:
+            new[name] = coerce(fn(old, env), ftype)
+        news.append(new)
+    return news
+
+
+def _rewrite(schema: Schema, patch: list, picked: list[dict], env: Env) -> list[dict]:
+    fixed = [None if per_row else fn(None, env) for _, fn, _, per_row in patch]
+    fns = [(fn if per_row else None) for _, fn, _, per_row in patch]
+    news = []
+    for old in picked:
+        vals = [f(old, env) if f is not None else c for f, c in zip(fns, fixed)]
+        news.append(_apply_entries(schema, old, patch, vals))
+    return news
 
 
 def run_del(eng: Any, p: Prepared, env: Env, blk: Block) -> Any:

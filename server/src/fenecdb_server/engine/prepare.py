@@ -13,7 +13,7 @@ from typing import Any
 from .. import values as V
 from ..errors import FenecError
 from ..plan.compile import Ctx, compile_expr, field_reader, guard_missing, mentions
-from ..plan.planner import plan_access
+from ..plan.planner import bindable, and_terms, plan_access
 from ..plan.schema import Schema
 from ..ql import ast as A
 from .access import Query
@@ -79,7 +79,7 @@ def render(cols: list[Column] | AllColumns, rows: list[dict], env: Any) -> list[
 
 class Prepared:
     __slots__ = ("stmt", "kind", "coll", "query", "cols", "patch", "docs", "else_patch", "nparams",
-                 "uses_claims", "require", "count", "verb", "alive", "schema")
+                 "uses_claims", "require", "count", "verb", "alive", "schema", "plain")
 
     def __init__(self, stmt: A.Statement) -> None:
         self.stmt = stmt
@@ -97,6 +97,9 @@ class Prepared:
         self.verb = getattr(stmt, "verb", "")
         self.alive: Callable | None = None
         self.schema: Schema | None = None
+        # A patch of whole fields only, split into the values that read no row (worked out
+        # once per run) and those that read it: (fixed, per_row), each [(field, fn, type)].
+        self.plain: tuple[list, list] | None = None
 
 
 def make_alive(schema: Schema) -> Callable[[dict, Any], bool] | None:
@@ -129,9 +132,31 @@ def _query(schema: Schema, where: A.Expr | None, order: tuple[A.OrderKey, ...], 
             filt = lambda row, env: alive(row, env) and f0(row, env)  # noqa: E731
     okeys = [(compile_expr(k.expr, Ctx(schema, claims=ctx.claims)), k.desc) for k in order]
     acc = plan_access(schema, where, order, ctx)
-    q = Query(filt, acc, okeys, limit, offset or 0)
+    covered = alive is None and not ctx.claims and _range_only(schema, where, acc)
+    q = Query(filt, acc, okeys, limit, offset or 0, None if covered else False)
     ctx.nparams = max(ctx.nparams, wctx.nparams)
     return q
+
+
+def _range_only(schema: Schema, where: A.Expr | None, acc: Any) -> bool:
+    """Whether the filter is only `f < x`, `f <= x`, `f > x`, `f >= x` terms on the walked
+    `@sorted` int or timestamp field, with bounds that read no row: the bounded walk then yields
+    exactly the rows the filter keeps (the index holds no nulls in a range, and compares these
+    types as the filter does), so the walk need not test each row again."""
+    tgt = acc.walk
+    if where is None or tgt is None or tgt == "id" or "." in tgt:
+        return False
+    f = schema.fields.get(tgt)
+    if f is None or f.type not in ("int", "timestamp") or f.index not in ("sorted", "ttl"):
+        return False
+    terms = and_terms(where)
+    for t in terms:
+        if not (isinstance(t, A.Cmp) and t.op in ("<", "<=", ">", ">=")):
+            return False
+        if not ((isinstance(t.left, A.Field) and t.left.name == tgt and bindable(t.right))
+                or (isinstance(t.right, A.Field) and t.right.name == tgt and bindable(t.left))):
+            return False
+    return len(terms) == len(acc.ranges.get(tgt, ()))
 
 
 def _target_type(schema: Schema, t: A.Target, coll: str) -> Any:
@@ -167,6 +192,7 @@ def prepare(stmt: A.Statement, schemas: dict[str, Schema], allow_claims: bool = 
             p.cols = columns(schema, None if stmt.returning_all else stmt.returning, Ctx(schema))
         if isinstance(stmt, A.Set):
             p.patch = _patch(schema, stmt.patch, coll, Ctx(schema, claims=allow_claims))
+            p.plain = _plain(p.patch)
     elif isinstance(stmt, A.Put):
         vctx = Ctx(schema, row=False)
         if stmt.documents is not None:
@@ -190,6 +216,14 @@ def _patch(schema: Schema, entries: tuple[A.Entry, ...], coll: str, ctx: Ctx) ->
         per_row = mentions(e.value, lambda n: isinstance(n, (A.Field, A.Path, A.New)))
         out.append((e.target, compile_expr(e.value, ctx), ftype, per_row))
     return out
+
+
+def _plain(patch: list) -> tuple[list, list] | None:
+    names = [t.name for t, _, _, _ in patch]
+    if any(t.keys for t, _, _, _ in patch) or len(set(names)) != len(names):
+        return None
+    return ([(t.name, fn, ftype) for t, fn, ftype, per_row in patch if not per_row],
+            [(t.name, fn, ftype) for t, fn, ftype, per_row in patch if per_row])
 
 
 def _doc(schema: Schema, entries: tuple[A.Entry, ...], coll: str, ctx: Ctx) -> list:

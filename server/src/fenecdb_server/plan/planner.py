@@ -54,7 +54,7 @@ class Access:
 FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "="}
 
 
-def _bindable(e: A.Expr) -> bool:
+def bindable(e: A.Expr) -> bool:
     """No row is read: literals, parameters, claims, now(), arithmetic and lists of those."""
     return not mentions(e, lambda n: isinstance(n, (A.Field, A.Path, A.New))
                         or (isinstance(n, A.Call) and n.name in ("expired",)))
@@ -94,9 +94,9 @@ def plan_access(schema: Schema, where: A.Expr | None, order: tuple[A.OrderKey, .
     for term in and_terms(where):
         if isinstance(term, A.Cmp) and term.op != "!=":
             lt, rt = _target(term.left), _target(term.right)
-            if lt is not None and _bindable(term.right):
+            if lt is not None and bindable(term.right):
                 tgt, op, other = lt, term.op, term.right
-            elif rt is not None and _bindable(term.left):
+            elif rt is not None and bindable(term.left):
                 tgt, op, other = rt, FLIP[term.op], term.left
             else:
                 tgt = None
@@ -114,13 +114,13 @@ def plan_access(schema: Schema, where: A.Expr | None, order: tuple[A.OrderKey, .
                 acc.geos.append(geo)
         elif isinstance(term, A.In) and term.items is not None:
             tgt = _target(term.left)
-            if tgt is not None and all(_bindable(i) for i in term.items):
+            if tgt is not None and all(bindable(i) for i in term.items):
                 kind = index_kind(schema, tgt)
                 if kind in ("hash", "unique", "id"):
                     acc.eqs.append(EqTerm(tgt, [compile_expr(i, bctx) for i in term.items]))
         elif isinstance(term, A.Call) and term.name == "within" and len(term.args) == 2:
             tgt = _target(term.args[0])
-            if tgt is not None and index_kind(schema, tgt) == "geo" and _bindable(term.args[1]):
+            if tgt is not None and index_kind(schema, tgt) == "geo" and bindable(term.args[1]):
                 acc.geos.append(GeoTerm(tgt, "box", box=compile_expr(term.args[1], bctx)))
     if len(order) == 1:
         key = order[0]
@@ -132,9 +132,9 @@ def plan_access(schema: Schema, where: A.Expr | None, order: tuple[A.OrderKey, .
               and len(key.expr.args) == 2):
             a, b = key.expr.args
             ta, tb = _target(a), _target(b)
-            if ta is not None and index_kind(schema, ta) == "geo" and _bindable(b):
+            if ta is not None and index_kind(schema, ta) == "geo" and bindable(b):
                 acc.geo_walk, acc.geo_point = ta, compile_expr(b, bctx)
-            elif tb is not None and index_kind(schema, tb) == "geo" and _bindable(a):
+            elif tb is not None and index_kind(schema, tb) == "geo" and bindable(a):
                 acc.geo_walk, acc.geo_point = tb, compile_expr(a, bctx)
     return acc
 
@@ -147,12 +147,12 @@ def _geo_radius(term: A.Cmp, schema: Schema, bctx: Ctx) -> GeoTerm | None:
         op = FLIP.get(op, op)
     if not (isinstance(call, A.Call) and call.name == "distance" and len(call.args) == 2):
         return None
-    if op not in ("<", "<=") or not _bindable(other):
+    if op not in ("<", "<=") or not bindable(other):
         return None
     a, b = call.args
     ta, tb = _target(a), _target(b)
-    if ta is not None and index_kind(schema, ta) == "geo" and _bindable(b):
+    if ta is not None and index_kind(schema, ta) == "geo" and bindable(b):
         return GeoTerm(ta, "radius", point=compile_expr(b, bctx), radius=compile_expr(other, bctx))
-    if tb is not None and index_kind(schema, tb) == "geo" and _bindable(a):
+    if tb is not None and index_kind(schema, tb) == "geo" and bindable(a):
         return GeoTerm(tb, "radius", point=compile_expr(a, bctx), radius=compile_expr(other, bctx))
     return None
