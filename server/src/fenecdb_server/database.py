@@ -43,9 +43,9 @@ from .engine.execute import (
 from .engine.holds import Hold, make_hold
 from .engine.prepare import Prepared, prepare
 from .engine.rwlock import RWLock
-from .engine.written import Written
 from .engine.scoped import authorize as authorize_scoped
 from .engine.scoped import run as run_scoped
+from .engine.written import Written
 from .errors import FenecError
 from .plan.compile import Env
 from .plan.schema import FieldInfo, Schema
@@ -399,11 +399,15 @@ class Database:
             self._authorize(parsed, len(statements) > 1, scope)
         return make_hold(self, parsed, scope=scope)
 
-    def track_writes(self) -> None:
-        """Keep the ids each write puts from now on (`written_since`), for claims that bid."""
+    def track_writes(self, on: bool = True) -> None:
+        """Keep the ids each write puts from now on (`written_since`), for claims that bid; or,
+        `on` False, stop and forget them."""
         self._lock.acquire_write()
         try:
-            self.written.start(self.seq)
+            if on:
+                self.written.start(self.seq)
+            else:
+                self.written.stop()
         finally:
             self._lock.release_write()
 

@@ -8,14 +8,14 @@ the ids it put in each collection (deletions never give a claim a row, so they a
 The history is bounded: it keeps at most `MAX_IDS` ids. Asked about a `seq` older than what it
 still holds, or across a schema change of the collection, it answers None, and the caller looks
 the ordinary way instead. It is kept only while someone asked for it (`on`), so a database used
-in process pays nothing.
+in process, or a server with no claim bidding, pays nothing.
 """
 
 from __future__ import annotations
 
 from collections import deque
 
-MAX_IDS = 200_000
+MAX_IDS = 100_000
 SCHEMA = "*"  # an entry marking a schema change of the collection: ids before it mean nothing
 
 
@@ -32,6 +32,11 @@ class Written:
         if not self.on:
             self.on = True
             self.floor = seq
+
+    def stop(self) -> None:
+        self.on = False
+        self.entries.clear()
+        self.count = 0
 
     def note(self, seq: int, ops: list) -> None:
         """Under the write lock, after a write committed as change `seq`: remember its ids."""

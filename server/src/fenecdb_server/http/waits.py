@@ -171,9 +171,8 @@ class Waits:
         self.wakeups = 0
         self._loop_thread = threading.get_ident()
         db.listen(self._announce)
-        track = getattr(db, "track_writes", None)
-        if track is not None:
-            track()  # bidding lines look among the rows written since they last looked
+        # while a collection has a bidding, its lines look among the rows written since
+        self._track = getattr(db, "track_writes", None)
 
     # -- the write announcement (engine thread, under its write lock: keep it cheap) --
 
@@ -501,6 +500,8 @@ class Waits:
         if b is None:
             if not prof.own:
                 return
+            if not self.biddings and self._track is not None:
+                self._track(True)  # its first pass reads the collection: no history before now
             b = self.biddings[prof.home] = Bidding(prof.home)
             for ln in self.lines.values():
                 if ln is not line and ln.bidding is None and ln.profile is not None \
@@ -528,6 +529,8 @@ class Waits:
         pumps (a write that came meanwhile makes them look, in the order of their heads)."""
         if self.biddings.get(b.home) is b:
             del self.biddings[b.home]
+            if not self.biddings and self._track is not None:
+                self._track(False)
         if b.timer is not None:
             b.timer.cancel()
             b.timer = None
