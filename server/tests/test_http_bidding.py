@@ -292,3 +292,52 @@ def test_a_look_reads_the_rows_written_since_not_the_collection(monkeypatch: pyt
     h = db2.prepare_hold([(NEAREST, ["c", [29, 41]])])
     _, (lk,) = bids.look_all(db2, [bids.Ask(bids.profile(h), 0, set())])  # type: ignore[arg-type]
     assert lk.rid == 1 and lk.matched is None
+
+
+COURIER_POLICY = """\
+zones  read                            where owner = $jwt.sub                                                       for courier
+zones  update(owner, run_at, attempts) where zone = $jwt.zone and run_at <= now() and new.owner = $jwt.sub   for courier
+"""
+ZONES = ("create collection zones (zone text, pickup geo @geo, run_at timestamp @sorted, owner text, "
+         "attempts int)")
+SECRET = "a secret for the bidding tests, longer than 32 bytes"
+
+
+def test_couriers_with_tokens_bid_only_for_the_orders_their_rules_let_them_take(tmp_path: Any) -> None:
+    from fenecdb_server.http.tokens import mint_claims
+
+    (tmp_path / "couriers.policy").write_text(COURIER_POLICY)
+    (tmp_path / "jwt.secret").write_text(SECRET + "\n")
+    root = "root-token-for-the-bidding-test"
+    s = Server("--http-token", root, "--jwt-secret-file", str(tmp_path / "jwt.secret"), "--policy",
+               str(tmp_path / "couriers.policy"), "--max-connections", "0", "--auth-delay", "0")
+    waiters: dict[str, Waiter] = {}
+    try:
+        with s.client(headers={"Authorization": f"Bearer {root}"}) as c:
+            assert q(c, ZONES).status_code == 200
+            claim = NEAREST.replace("rides", "zones")
+            spots = [[-0.01, 41.0], [0.0, 41.0], [0.01, 41.0]]
+            for i, zone in enumerate(("north", "south", "north")):
+                token = mint_claims({"exp": int(time.time() + 600), "sub": f"c{i}", "role": "courier",
+                                     "zone": zone}, SECRET.encode())
+                body = request(claim, f"c{i}", spots[i], wait=20000)
+                body = body.replace(b"\r\n\r\n", f"\r\nAuthorization: Bearer {token}\r\n\r\n".encode(), 1)
+                waiters[f"c{i}"] = Waiter(s, body)
+                wait_held(c, i + 1)
+            # at c1's door, but in the north: c1 (south) may not take it, so the nearest northern courier does
+            runs = counter(c, "fenec_held_runs_total")
+            q(c, "put zones {zone: 'north', pickup: $1, run_at: now(), attempts: 0}", spots[1])
+            # c0 and c2 stand as far from it: the tie goes to c0, which waited longer
+            time.sleep(0.2)
+            assert answered(waiters) == ["c0"]
+            assert took(waiters["c0"])["owner"] == "c0"
+            assert counter(c, "fenec_held_runs_total") - runs == 1  # c1 never bid: its rules refuse the row
+            time.sleep(0.1)
+            assert answered(waiters) == ["c0"]
+            q(c, "put zones {zone: 'south', pickup: $1, run_at: now(), attempts: 0}", [0.02, 41.0])
+            assert took(waiters["c1"])["owner"] == "c1"  # the only southern courier, however far
+            time.sleep(0.1)
+            assert sorted(answered(waiters)) == ["c0", "c1"]
+    finally:
+        close_all(waiters.values())
+        assert s.stop() == 0
