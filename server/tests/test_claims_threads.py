@@ -35,9 +35,16 @@ class Ledger:
         self.acked: dict[int, int] = {}
         self.failed: dict[int, int] = {}
         self.problems: list[str] = []
+        # claims sent and not yet booked: while one is, a job may be held that `holder` lacks
+        self.claiming = 0
+
+    def claiming_one(self) -> None:
+        with self.lock:
+            self.claiming += 1
 
     def claimed(self, owner: str, rows: list[dict]) -> None:
         with self.lock:
+            self.claiming -= 1
             for row in rows:
                 job = row["id"]
                 if job in self.holder:
@@ -80,6 +87,7 @@ def run_workers(db, clock: TestClock, ledger: Ledger, fail_one_in: int | None) -
                 n += 1
                 owner = f"w{w}:{n}"
                 seen = clock()
+                ledger.claiming_one()
                 rows = db.query(CLAIM, [owner])
                 ledger.claimed(owner, rows)
                 if not rows:
@@ -87,7 +95,9 @@ def run_workers(db, clock: TestClock, ledger: Ledger, fail_one_in: int | None) -
                     if left == 0:
                         return
                     with ledger.lock:
-                        held = bool(ledger.holder)
+                        # a claim answered but not booked yet holds jobs too: moving the clock then
+                        # could lapse its lease (a GIL slice fits many empty claims)
+                        held = bool(ledger.holder) or ledger.claiming > 0
                     if held:
                         # other workers still hold jobs: wait for their acks, with the clock standing still
                         time.sleep(0.0005)
