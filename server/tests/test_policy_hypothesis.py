@@ -163,7 +163,8 @@ def model(stmt, rows: dict, rules: list[ModelRule], cl: dict, next_id: int):
     by = {g: [r for r in mine if g in r.grants] for g in ("read", "insert", "update", "delete")}
     if not mine:
         return 404, None, rows, next_id
-    readable = (lambda row: any(r.admits(row, cl) for r in by["read"]))
+    def readable(row):
+        return (any(r.admits(row, cl) for r in by["read"]))
     if kind == "get":
         _, f, limit, count = stmt
         if not by["read"]:

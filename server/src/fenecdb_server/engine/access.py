@@ -194,7 +194,6 @@ def pick(coll: Collection, q: Query, env: Env, need_override: int | None = None)
     rows = coll.rows
     if not rows:
         return []
-    filt = q.filter
     acc = q.access
     limit = q.limit if need_override is None else need_override
     need = None if limit is None else q.offset + limit

@@ -134,7 +134,7 @@ def _set_path(obj: Any, keys: tuple[str, ...], value: Any, target: str) -> dict:
 
 def _apply_entries(schema: Schema, base: dict, entries: list, vals: list) -> dict:
     row = dict(base)
-    for (target, _, ftype, _), v in zip(entries, vals):
+    for (target, _, ftype, _), v in zip(entries, vals, strict=False):
         if target.keys:
             jv = V.to_json_value(v)
             row[target.name] = _set_path(row.get(target.name), target.keys, jv, target.text)
@@ -185,7 +185,7 @@ def run_set(eng: Any, p: Prepared, env: Env, blk: Block) -> Any:
         undo = blk.undo
         ops = blk.ops
         name = coll.name
-        for old, new in zip(picked, news):
+        for old, new in zip(picked, news, strict=False):
             if req:
                 _check_required(schema, new)
             if uniq:
@@ -218,7 +218,7 @@ def _rewrite(schema: Schema, patch: list, picked: list[dict], env: Env) -> list[
     fns = [(fn if per_row else None) for _, fn, _, per_row in patch]
     news = []
     for old in picked:
-        vals = [f(old, env) if f is not None else c for f, c in zip(fns, fixed)]
+        vals = [f(old, env) if f is not None else c for f, c in zip(fns, fixed, strict=False)]
         news.append(_apply_entries(schema, old, patch, vals))
     return news
 

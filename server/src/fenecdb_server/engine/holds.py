@@ -243,7 +243,7 @@ def make_hold(db: Any, parsed: list[tuple[str, A.Statement, list]], scope: Any =
                          scope.line_key(stmt.collection)))
             continue
         keys.append((stmt.collection, _bind(stmt.where, params), _bind(stmt.order, params)))
-    for text, stmt, params in parsed:
+    for _text, stmt, params in parsed:
         if isinstance(stmt, A.Get):
             coll = db.collections.get(stmt.collection)
             if coll is not None:

@@ -13,7 +13,7 @@ from typing import Any
 from .. import values as V
 from ..errors import FenecError
 from ..plan.compile import Ctx, compile_expr, field_reader, guard_missing, mentions
-from ..plan.planner import bindable, and_terms, plan_access
+from ..plan.planner import and_terms, bindable, plan_access
 from ..plan.schema import Schema
 from ..ql import ast as A
 from .access import Query

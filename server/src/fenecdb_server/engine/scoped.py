@@ -328,7 +328,7 @@ def choose(db: Any, plan: Plan, env: Env, limit: int | None) -> tuple[list[dict]
         while i < len(cands) and (limit is None or len(olds) < limit):
             old = cands[i]
             i += 1
-            vals = [f(old, env) if f is not None else c for f, c in zip(fns, fixed)]
+            vals = [f(old, env) if f is not None else c for f, c in zip(fns, fixed, strict=False)]
             new = _apply_entries(schema, old, patch, vals)
             judge_update(plan, coll.name, old, new, env)
             if readable is not None and not readable(new, env):
@@ -351,7 +351,7 @@ def _run_set(db: Any, plan: Plan, env: Env, blk: Block) -> Any:
         req = _needs_required(schema)
         alive_fn = p.alive
         alive = (lambda r: alive_fn(r, env)) if alive_fn else (lambda r: True)
-        for old, new in zip(olds, news):
+        for old, new in zip(olds, news, strict=False):
             if req:
                 _check_required(schema, new)
             _unique_check(coll, new, alive, blk.undo)

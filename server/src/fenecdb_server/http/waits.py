@@ -622,7 +622,7 @@ class Waits:
             asks = [B.Ask(ln.profile, ln.seen, ln.extra) for ln in own]  # type: ignore[arg-type]
             seq, looks = B.look_all(self.db, asks)
             self.looks += len(own)
-            for ln, lk in zip(own, looks):
+            for ln, lk in zip(own, looks, strict=False):
                 if lk.failed:
                     alike.append(ln)
                     continue
