@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -26,6 +26,17 @@ CLAIM = ("set jobs {owner: $1, run_at: now() + 30000, attempts: attempts + 1} "
          "where run_at <= now() order run_at limit 1 returning *")
 CLAIM10 = CLAIM.replace("limit 1", "limit 10")
 ACK = "del jobs where id = $1 and owner = $2 require 1"
+READ_PAGE = "get jobs select id where run_at <= now() order run_at limit 10"
+
+
+def CAS(n: int) -> str:
+    ids = ", ".join(f"${i + 2}" for i in range(n))
+    return f"set jobs {{owner: $1, run_at: now() + 30000, attempts: attempts + 1}} where id in [{ids}] and run_at <= now()"
+
+
+def READ_BACK(n: int) -> str:
+    ids = ", ".join(f"${i + 2}" for i in range(n))
+    return f"get jobs select id where owner = $1 and id in [{ids}]"
 
 
 def start(*flags: str) -> tuple[subprocess.Popen[bytes], tuple[str, int]]:
@@ -145,13 +156,33 @@ def workers(addr: tuple[str, int], jobs: int, clients: int, mode: str) -> tuple[
         fill.query(f"put jobs [{items}]")
     claim_lat: list[float] = []
     done = [0]
+    read = [0]
     lock = threading.Lock()
 
     def run(k: int) -> None:
         c = Conn(addr)
         owner = f"w{k}"
+        n = 0
         while True:
+            n += 1
             t0 = time.perf_counter()
+            if mode == "three":
+                # what a client without `returning` sends: read the ready page, set those still
+                # ready, read back which it won (a race lost between the first two is a job read again)
+                page = [r["id"] for r in c.query(READ_PAGE)]
+                if not page:
+                    break
+                mine = f"{owner}:{n}"
+                c.query(CAS(len(page)), mine, *page)
+                rows = c.query(READ_BACK(len(page)), mine, *page)
+                dt = time.perf_counter() - t0
+                r = c.batch([(ACK, [row["id"], mine]) for row in rows]) if rows else {"ok": 0}
+                assert r["ok"] == len(rows), r
+                with lock:
+                    claim_lat.append(dt)
+                    done[0] += len(rows)
+                    read[0] += len(page)
+                continue
             rows = c.query(CLAIM10, owner)
             dt = time.perf_counter() - t0
             if not rows:
@@ -174,7 +205,8 @@ def workers(addr: tuple[str, int], jobs: int, clients: int, mode: str) -> tuple[
         t.join()
     elapsed = time.perf_counter() - t0
     assert done[0] == jobs, done
-    return jobs / elapsed, claim_lat
+    lost = 1 - done[0] / read[0] if read[0] else 0.0
+    return jobs / elapsed, claim_lat, lost
 
 
 def micro() -> list[str]:
@@ -255,10 +287,10 @@ def micro() -> list[str]:
     return out
 
 
-def main() -> None:
-    quick = "--quick" in sys.argv
+def measure(quick: bool) -> dict[str, dict[str, float]]:
+    """One round of every HTTP row: {row: {measure: value}}."""
     n = 60 if quick else 200
-    lines = []
+    rows: dict[str, dict[str, float]] = {}
     proc, addr = start()
     try:
         Conn(addr).query(JOBS)
@@ -270,39 +302,76 @@ def main() -> None:
             put.query("put jobs {payload: $1, run_at: null, attempts: 0}", i)
             rtt.append(time.perf_counter() - t0)
         put.query("del jobs")
-        lines.append(f"baseline, one put round trip after 10 ms idle (nobody waiting): p50 {pct(rtt, .5) * 1e3:.2f} ms, "
-                     f"p99 {pct(rtt, .99) * 1e3:.2f} ms")
+        rows["a put's round trip after 10 ms idle (baseline)"] = {"p50_ms": pct(rtt, .5) * 1e3,
+                                                                 "p99_ms": pct(rtt, .99) * 1e3}
         lat, claims = wake_held(addr, n)
-        lines.append(f"wake latency, held claim (Fenec-Wait): p50 {pct(lat, .5) * 1e3:.2f} ms, "
-                     f"p99 {pct(lat, .99) * 1e3:.2f} ms, {claims} claims for {n} jobs")
+        rows["wake: held claim (Fenec-Wait) woken by a put"] = {
+            "p50_ms": pct(lat, .5) * 1e3, "p99_ms": pct(lat, .99) * 1e3, "claims_per_job": claims / n}
         for every in (0.010, 0.100):
             m = n if every < 0.05 else max(n // 4, 30)
             lat, claims = wake_polling(addr, m, every)
-            lines.append(f"wake latency, polling every {every * 1e3:.0f} ms: p50 {pct(lat, .5) * 1e3:.2f} ms, "
-                         f"p99 {pct(lat, .99) * 1e3:.2f} ms, {claims} claims for {m} jobs")
+            rows[f"wake: polling every {every * 1e3:.0f} ms"] = {
+                "p50_ms": pct(lat, .5) * 1e3, "p99_ms": pct(lat, .99) * 1e3, "claims_per_job": claims / m}
         late = delayed_lateness(addr, max(n // 4, 30))
-        lines.append(f"delayed job lateness (answer after run_at): p50 {pct(late, .5):.1f} ms, "
-                     f"p99 {pct(late, .99):.1f} ms, min {min(late):.1f} ms (never before its time)")
+        rows["a delayed job's lateness (answer after run_at)"] = {
+            "p50_ms": pct(late, .5), "p99_ms": pct(late, .99), "min_ms": min(late)}
     finally:
         proc.terminate()
         proc.wait()
     jobs = 4000 if quick else 20000
-    for mode in ("batch", "single"):
+    for mode, how in (("batch", "claim 10 + one /batch of acks (2 round trips)"),
+                      ("single", "claim 10 + 10 single acks (11 round trips)"),
+                      ("three", "read page / set if ready / read back + /batch of acks (4 round trips)")):
         proc, addr = start()
         try:
             Conn(addr).query(JOBS)
-            rate, cl = workers(addr, jobs, 16, mode)
-            how = "claim 10 + one /batch of acks (2 round trips)" if mode == "batch" else \
-                "claim 10 + 10 single acks (11 round trips)"
-            lines.append(f"16 HTTP clients, {how}: {rate:.0f} jobs/s, claim p50 {pct(cl, .5) * 1e3:.2f} ms, "
-                         f"p99 {pct(cl, .99) * 1e3:.2f} ms")
+            rate, cl, lost = workers(addr, jobs, 16, mode)
+            row = {"jobs_per_s": rate, "claim_p50_ms": pct(cl, .5) * 1e3, "claim_p99_ms": pct(cl, .99) * 1e3}
+            if mode == "three":
+                row["lost_share"] = lost
+            rows[f"16 HTTP clients, {how}"] = row
         finally:
             proc.terminate()
             proc.wait()
-    lines.extend(micro())
-    print(f"# http_bench on {os.cpu_count()} cores" + (" (quick)" if quick else ""))
-    for line in lines:
-        print(line)
+    return rows
+
+
+def line(name: str, row: dict[str, float], spread: dict[str, list[float]] | None = None) -> str:
+    parts = []
+    for k, v in row.items():
+        txt = f"{v:,.2f}" if v < 100 else f"{v:,.0f}"
+        if spread and k in spread and spread[k][0] != spread[k][1]:
+            lo, hi = spread[k]
+            txt += f" ({lo:,.2f}–{hi:,.2f})" if hi < 100 else f" ({lo:,.0f}–{hi:,.0f})"
+        parts.append(f"{k} {txt}")
+    return f"  {name:<76} " + ", ".join(parts)
+
+
+def run(rounds: int = 3, quick: bool = False) -> dict[str, Any]:
+    """The HTTP rows of `make queue-bench`: medians over `rounds` (min–max in brackets), and the
+    in-process costs behind the app's choices."""
+    print(f"\nover HTTP, {rounds} round(s), medians (min–max)" + (" (quick)" if quick else ""), flush=True)
+    runs = []
+    for r in range(rounds):
+        runs.append(measure(quick))
+        print(f"  round {r + 1} of {rounds} done", flush=True)
+    out: dict[str, Any] = {}
+    for name in runs[0]:
+        med = {k: statistics.median(x[name][k] for x in runs) for k in runs[0][name]}
+        spread = {k: [min(x[name][k] for x in runs), max(x[name][k] for x in runs)] for k in runs[0][name]}
+        out[name] = {**med, "spread": spread}
+        print(line(name, med, spread), flush=True)
+    micro_lines = micro()
+    for m in micro_lines:
+        print(f"  {m}", flush=True)
+    out["micro"] = micro_lines
+    return out
+
+
+def main() -> None:
+    quick = "--quick" in sys.argv
+    rounds = 1 if quick else 3
+    run(rounds, quick)
 
 
 if __name__ == "__main__":
