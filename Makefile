@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PY_PARTS := server/pyproject.toml $(wildcard clients/python/pyproject.toml)
 
-.PHONY: help serve test test-server check queue-bench conformance conformance-vectors
+.PHONY: help serve test test-server check queue-bench conformance conformance-vectors queue-compare
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -34,6 +34,13 @@ check: $(STAMP) ## lint and types (ruff, mypy)
 
 queue-bench: $(STAMP) ## the job-queue benchmarks (bench/README.md has the measured table)
 	$(BIN)/python bench/queue_bench.py
+
+$(VENV)/.compare-installed: $(STAMP) bench/compare/requirements.txt
+	$(BIN)/pip install -q -r bench/compare/requirements.txt
+	@touch $@
+
+queue-compare: $(VENV)/.compare-installed ## FenecDB beside PostgreSQL, Redis and beanstalkd (ARGS=--quick to try it)
+	$(BIN)/python -m bench.compare $(ARGS)
 
 conformance: $(STAMP) ## the shared suite: every present SDK's vectors and worker scenarios against a live server
 	$(BIN)/python conformance/run.py

@@ -53,6 +53,8 @@ def main() -> int:
 
     python = str(VENV_BIN / "python")
     record("server", run("server", [python, "-m", "pytest", "server/tests"]))
+    # the queue-compare table's statistics and writer (no peer server needed)
+    record("bench", run("bench", [python, "-m", "pytest", "bench/compare"]))
 
     if (ROOT / "clients/python/pyproject.toml").exists():
         record("python", run("python", [python, "-m", "pytest", "clients/python/tests"]))

@@ -1,0 +1,141 @@
+"""FenecDB: `fenec-server` with a file in a temporary directory (--sync 250, its default, or --sync always),
+used over HTTP through its own Python client, the claim of the seed page, a /batch of acks, Fenec-Wait."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import queue
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import fenecdb
+
+from . import procs
+
+SCHEMA = "create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int, error text)"
+CLAIM = ("set jobs {{owner: $1, run_at: now() + 30000, attempts: attempts + 1}} "
+         "where run_at <= now() order run_at limit {n} returning *")  # limit takes a literal, not a parameter
+ACK = "del jobs where id = $1 and owner = $2 require 1"
+PUT = "put jobs {payload: $1, run_at: now(), attempts: 0}"
+HOUR_MS = 3_600_000
+
+
+class Session:
+    def __init__(self, url: str) -> None:
+        self.db = fenecdb.Client(url, timeout=60)
+
+    def claim(self, n: int, owner: str) -> list[Any]:
+        return list(self.db.query(CLAIM.format(n=n), [owner]))
+
+    def ack(self, jobs: list[Any], owner: str) -> None:
+        if jobs:
+            self.db.batch([(ACK, [j["id"], owner]) for j in jobs])
+
+    def put(self, payload: dict) -> None:
+        self.db.query(PUT, [payload])
+
+    def wait_claim(self, timeout: float, owner: str) -> Any | None:
+        rows = self.db.query(CLAIM.format(n=1), [owner], wait=timeout)
+        return rows[0] if rows else None
+
+    @staticmethod
+    def payload(job: Any) -> Any:
+        return job["payload"]
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class System:
+    key = "fenecdb"
+    name = "FenecDB"
+    durable_setting = "--sync always"
+    everyday_setting = "--sync 250 (its default)"
+    load_method = "`put jobs $1`, 10 000 documents a request"
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.url = ""
+        try:  # the server's version: it is the server that is compared, whatever the client's is
+            self.version = importlib.metadata.version("fenecdb-server")
+        except importlib.metadata.PackageNotFoundError:
+            self.version = "unknown"
+        self.admin: Session | None = None
+
+    def start(self, workdir: str, durable: bool, timeout: float = 60) -> None:
+        exe = Path(sys.executable).parent / "fenec-server"
+        cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "fenecdb_server.cli"]
+        cmd += ["--http", "127.0.0.1:0", "--max-connections", "0", "--file", os.path.join(workdir, "q.fenec"),
+                "--sync", "always" if durable else "250"]
+        self.proc = procs.spawn(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+        assert self.proc.stderr is not None
+        found: queue.Queue = queue.Queue()
+        threading.Thread(target=_read_stderr, args=(self.proc.stderr, found), daemon=True).start()
+        try:  # bounded: a server that neither prints its address nor exits must not hang the run
+            self.url = found.get(timeout=timeout)
+        except queue.Empty:
+            self.url = None
+        if not self.url:
+            raise RuntimeError(f"fenec-server did not start (exit status {self.proc.poll()})")
+        self.admin = Session(self.url)
+        self.admin.db.query(SCHEMA)
+
+    def stop(self) -> None:
+        if self.admin is not None:
+            try:
+                self.admin.close()
+            except Exception:
+                pass
+            self.admin = None
+        procs.stop(self.proc)
+        self.proc = None
+
+    def _admin(self) -> Session:
+        if self.admin is None:
+            raise RuntimeError("fenec-server is not running")
+        return self.admin
+
+    def spec(self) -> tuple[str, tuple]:
+        return ("fenec", (self.url,))
+
+    def session(self) -> Session:
+        return Session(self.url)
+
+    def reset(self) -> None:
+        self._admin().db.query("drop collection jobs")
+        self._admin().db.query(SCHEMA)
+
+    def load(self, n: int, ready: bool, chunk: int = 10_000) -> None:
+        """`n` jobs ready now, or (ready=False) half delayed an hour and half leased for an hour."""
+        now = int(time.time() * 1000)
+        for start in range(0, n, chunk):
+            docs = []
+            for i in range(start, min(n, start + chunk)):
+                doc: dict[str, Any] = {"payload": {"n": i}, "attempts": 0}
+                if ready:
+                    doc["run_at"] = now - 1000
+                else:
+                    doc["run_at"] = now + HOUR_MS
+                    if i % 2:
+                        doc["owner"] = "w0"
+                        doc["attempts"] = 1
+                docs.append(doc)
+            self._admin().db.query("put jobs $1", [docs])
+
+
+def _read_stderr(err: IO[bytes], found: queue.Queue) -> None:
+    """Hands the listening address over, then drains the server's stderr so it never blocks on a full pipe."""
+    try:
+        for raw in err:
+            m = re.search(rb"listening on: (http://[\d.]+:\d+)", raw)
+            if m:
+                found.put(m.group(1).decode())
+    except (OSError, ValueError):  # the pipe closed under us as the server was stopped
+        pass
+    found.put(None)  # the server exited (or closed stderr) without printing its address

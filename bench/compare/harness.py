@@ -1,0 +1,251 @@
+"""The run: every present system through the same phases, round after round, in an order rotated each round so
+drift (a warming disk, a neighbour's load) falls on all alike; then the table."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import os
+import platform
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from . import loadgen
+from .procs import Missing
+from .progress import Progress
+from .stats import Row
+
+# module, key, name: the systems in the order of the first round
+MODULES = (("fenec", "fenecdb", "FenecDB"), ("postgres", "postgres", "PostgreSQL"), ("redisq", "redis", "Redis"),
+           ("beanstalk", "beanstalkd", "beanstalkd"))
+DRIVERS = "pip install -r bench/compare/requirements.txt"
+
+
+@dataclasses.dataclass
+class Sizes:
+    jobs: int = 1_000_000        # the full queue of the claim rows
+    rounds: int = 3
+    claims: int = 1000           # timed claims of 10 from the full queue
+    few_ready: int = 300         # timed claims of the 3 ready among `jobs` leased or delayed
+    wakes: int = 100             # jobs handed to a waiting worker, per way of waiting
+    seconds: float = 3.0         # each throughput window
+    durable_seconds: float = 2.0
+
+
+QUICK = Sizes(jobs=100_000, rounds=3, claims=200, few_ready=100, wakes=30, seconds=1.0, durable_seconds=1.0)
+WORKERS = (1, 4, 8)
+WRITERS = (1, 8)
+
+
+def rows(jobs: int) -> list[Row]:
+    n = f"{jobs:,}".replace(",", " ")
+    out = [Row("load", f"load {n} ready jobs", "jobs/s", "higher"),
+           Row("claim_p50", f"claim 10 of {n} ready, p50", "ms", "lower"),
+           Row("claim_p99", f"claim 10 of {n} ready, p99", "ms", "lower")]
+    out += [Row(f"tput_{w}", f"claim 10 + ack, {w} worker{'s' if w > 1 else ''}", "jobs/s", "higher")
+            for w in WORKERS]
+    out += [Row("wake_block_p50", "wake a blocked worker, p50", "ms", "lower"),
+            Row("wake_block_p99", "wake a blocked worker, p99", "ms", "lower"),
+            Row("wake_poll_p50", "polling every 10 ms, p50", "ms", "lower"),
+            Row("wake_poll_p99", "polling every 10 ms, p99", "ms", "lower"),
+            Row("wake_poll_claims", "polling every 10 ms, claims a job", "claims", ""),
+            Row("few_p50", f"claim with {n} leased/delayed and 3 ready, p50", "ms", "lower"),
+            Row("few_p99", f"claim with {n} leased/delayed and 3 ready, p99", "ms", "lower")]
+    out += [Row(f"durable_{w}", f"durable writes, {w} writer{'s' if w > 1 else ''}", "writes/s", "higher")
+            for w in WRITERS]
+    return out
+
+
+PHASES_PER_ROUND = 7 + len(WORKERS) + len(WRITERS) - 1  # the `phase` calls of `one_round`
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine() -> dict:
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform()}
+
+
+def discover(only: list[str] | None) -> tuple[dict[str, Any], dict[str, dict]]:
+    """The systems to run, and every system's entry for the report (a missing one with how to install it)."""
+    present: dict[str, Any] = {}
+    info: dict[str, dict] = {}
+    for mod, key, name in MODULES:
+        if only and key not in only:
+            continue
+        try:
+            cls = importlib.import_module("." + mod, __package__).System
+        except ImportError as e:  # its Python driver is not installed (`make queue-compare` installs them)
+            info[key] = {"name": name, "skipped": f"{e}; install the drivers with: {DRIVERS}"}
+            continue
+        try:
+            system = cls()
+        except Missing as e:
+            info[cls.key] = {"name": cls.name, "skipped": str(e)}
+            continue
+        present[cls.key] = system
+        info[cls.key] = {"name": cls.name, "version": system.version, "everyday": cls.everyday_setting,
+                         "durable": cls.durable_setting, "load": cls.load_method}
+    return present, info
+
+
+class Workdirs:
+    """A directory per server start, under one temporary base removed at the end."""
+
+    def __init__(self, parent: str | None) -> None:
+        self.base = tempfile.mkdtemp(prefix="queue-compare-", dir=parent)
+        os.chmod(self.base, 0o755)  # PostgreSQL, started as its own user when we are root, must reach its dir
+        self.n = 0
+
+    def new(self, key: str) -> str:
+        self.n += 1
+        path = os.path.join(self.base, f"{key}-{self.n}")
+        os.mkdir(path)
+        return path
+
+    def remove(self) -> None:
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def server(system: Any, dirs: Workdirs, durable: bool) -> Iterator[None]:
+    """One start of a system's server in a fresh data directory, stopped (and the directory removed) after,
+    whatever happens — a server that failed to start included."""
+    wd = dirs.new(system.key)
+    try:
+        system.start(wd, durable=durable)
+        yield
+    finally:
+        system.stop()
+        shutil.rmtree(wd, ignore_errors=True)
+
+
+def one_round(system: Any, sizes: Sizes, dirs: Workdirs, record: Callable[[str, float], None],
+              phase: Callable[[str], None], note: Callable[[str], None]) -> None:
+    """The phases of one system in one round; `phase` is called after each (PHASES_PER_ROUND in all).
+
+    Three server starts, each on a fresh data directory: the wake rows and the million ready jobs; the
+    million leased or delayed (a fresh server rather than a dropped queue, so no system is still reclaiming
+    the last million — FenecDB's auto-compaction, Redis's AOF rewrite, beanstalkd's old tube, PostgreSQL's
+    dead rows — while the row is measured); the durable writes at the strongest setting."""
+    with server(system, dirs, durable=False):
+        r = loadgen.wake_latency(system, sizes.wakes, None)
+        record("wake_block_p50", r["p50"])
+        record("wake_block_p99", r["p99"])
+        phase("wake, polling every 10 ms")
+        r = loadgen.wake_latency(system, sizes.wakes, 0.01)
+        record("wake_poll_p50", r["p50"])
+        record("wake_poll_p99", r["p99"])
+        record("wake_poll_claims", r["claims_per_job"])
+        phase(f"load {sizes.jobs} ready")
+        system.reset()
+        t0 = time.perf_counter()
+        system.load(sizes.jobs, ready=True)
+        record("load", sizes.jobs / (time.perf_counter() - t0))
+        phase("claim 10")
+        s = system.session()
+        try:
+            r = loadgen.claim_latency(s, sizes.claims)
+        finally:
+            s.close()
+        record("claim_p50", r["p50"])
+        record("claim_p99", r["p99"])
+        taken = sizes.claims * 10  # claimed and acked
+        for w in WORKERS:
+            phase(f"claim + ack, {w} worker(s)")
+            if taken:  # top the queue up to `jobs` ready again, so no window finds it running dry
+                system.load(taken, ready=True)
+            r = loadgen.run_workers(system, "claim-ack", w, sizes.seconds)
+            if r["dry"]:
+                note(f"{system.name}: the queue ran dry in the {w}-worker window (use more --jobs)")
+            record(f"tput_{w}", r["rate"])
+            taken = r["done"]
+        phase(f"restart, load {sizes.jobs} leased/delayed")
+    with server(system, dirs, durable=False):
+        system.load(sizes.jobs, ready=False)
+        phase("claim 3 ready among the leased")
+        s = system.session()
+        try:
+            r = loadgen.few_ready_latency(s, sizes.few_ready)
+        finally:
+            s.close()
+        record("few_p50", r["p50"])
+        record("few_p99", r["p99"])
+        phase("restart, durable")
+    with server(system, dirs, durable=True):
+        for i, w in enumerate(WRITERS):
+            if i:
+                phase(f"durable writes, {w} writers")
+            record(f"durable_{w}", loadgen.run_workers(system, "put", w, sizes.durable_seconds)["rate"])
+    phase("done")
+
+
+def run(sizes: Sizes, only: list[str] | None, workdir: str | None, log: Callable[[str], None]) -> dict[str, Any]:
+    present, info = discover(only)
+    for entry in info.values():
+        if "skipped" in entry:
+            log(f"queue-compare: skipping {entry['name']}: {entry['skipped']}")
+    results: dict[str, Any] = {
+        "machine": machine(), "settings": dataclasses.asdict(sizes), "systems": info,
+        "rows": [dataclasses.asdict(r) for r in rows(sizes.jobs)], "values": {}, "errors": [], "notes": [],
+        "phase_seconds": {},
+        "order": [], "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    keys = list(present)
+    if not keys:
+        return results
+    prog = Progress(sizes.rounds * len(keys) * PHASES_PER_ROUND)
+    dirs = Workdirs(workdir)
+    try:
+        for rnd in range(sizes.rounds):
+            shift = rnd % len(keys)
+            order = keys[shift:] + keys[:shift]
+            results["order"].append(order)
+            for key in order:
+                system = present[key]
+                done_before = prog.done
+                label = f"round {rnd + 1}/{sizes.rounds} {system.name}"
+
+                def record(row: str, value: float, key: str = key, rnd: int = rnd) -> None:
+                    results["values"].setdefault(row, {}).setdefault(key, {})[str(rnd)] = value
+
+                clock = {"t": time.monotonic(), "what": "start, wake a blocked worker"}
+
+                def phase(what: str, label: str = label, key: str = key, clock: dict = clock) -> None:
+                    now = time.monotonic()
+                    spent = results["phase_seconds"].setdefault(key, {})
+                    spent[clock["what"]] = spent.get(clock["what"], 0.0) + now - clock["t"]
+                    clock.update(t=now, what=what)
+                    prog.step(f"{label}: {what}")
+
+                prog.show(f"{label}: {clock['what']}")
+                try:
+                    one_round(system, sizes, dirs, record, phase, results["notes"].append)
+                except Exception as e:  # a failed system-round is reported, and the run goes on
+                    results["errors"].append(f"round {rnd + 1} {system.name}: {e!r}")
+                    log(f"\nqueue-compare: round {rnd + 1} {system.name} failed: {e!r}")
+                    prog.done = done_before + PHASES_PER_ROUND
+                    prog.show(f"{label}: failed")
+    finally:
+        prog.finish()
+        for system in present.values():  # each stopped already, unless a Ctrl-C or an error came mid-round
+            try:
+                system.stop()
+            except Exception as e:
+                log(f"queue-compare: stopping {system.name}: {e!r}")
+        dirs.remove()
+    results["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return results
