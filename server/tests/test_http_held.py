@@ -280,6 +280,12 @@ def test_1000_idle_held_claims_cost_next_to_no_cpu() -> None:
         assert idle < 0.25
         with s.client() as c:
             q(c, "put jobs {payload: 1, run_at: now(), attempts: 0}")
+            # the put is answered before a line runs its claim: stopping at once could answer
+            # every claim [] (the job stays ready, nothing lost), so wait until one took it
+            deadline = time.monotonic() + 10
+            while q(c, "get jobs select owner where payload = 1").json() == [{"owner": None}]:
+                assert time.monotonic() < deadline, "no held claim took the job"
+                time.sleep(0.01)
         # exactly one of them took the job; the rest are answered [] at shutdown
         assert s.stop() == 0
         answers = []
