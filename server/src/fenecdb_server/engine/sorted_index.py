@@ -4,11 +4,19 @@ Nulls are kept apart, in id order, since `null` is the lowest value (fenecql.md 
 ascending yields them first, descending last, and a range never includes them. Values of a
 typed field are all of one kind and compare natively; a path's values may mix kinds, so they
 are stored under `values.sort_key` (the total order of §3.4).
+
+Readers share the engine's read lock, but a SortedList is not read-only when read: a write that
+splits or joins its sublists drops its positional index, and the next positional read
+(`bisect_*`, `islice`, `[k]`) builds it again. Two readers building it at once saw a half-built
+index (an IndexError, a 500, under 16 threads reading one million jobs), so every positional
+read takes the index's own small lock (`_pos`); it is uncontended but for concurrent reads, and
+the iterators it hands out read the sublists themselves, which no reader changes.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,12 +28,13 @@ _INF = float("inf")
 
 
 class SortedIndex:
-    __slots__ = ("items", "nulls", "keyed")
+    __slots__ = ("items", "nulls", "keyed", "_pos")
 
     def __init__(self, keyed: bool) -> None:
         self.items = SortedList()
         self.nulls: dict[int, None] = {}
         self.keyed = keyed  # values go in under sort_key (paths)
+        self._pos = threading.Lock()  # positional reads (see the module's docstring)
 
     def key(self, v: Any) -> Any:
         return V.sort_key(v) if self.keyed else v
@@ -58,23 +67,36 @@ class SortedIndex:
         return i, max(i, j)
 
     def count(self, lo: Any, lo_incl: bool, hi: Any, hi_incl: bool) -> int:
-        i, j = self._bounds(lo, lo_incl, hi, hi_incl)
+        with self._pos:
+            i, j = self._bounds(lo, lo_incl, hi, hi_incl)
         return j - i
+
+    def _range(self, lo: Any, lo_incl: bool, hi: Any, hi_incl: bool, reverse: bool) -> Iterator[Any]:
+        """The stored keys of a range, in order (or reversed)."""
+        with self._pos:
+            i, j = self._bounds(lo, lo_incl, hi, hi_incl)
+            return self.items.islice(i, j, reverse=reverse)
+
+    def _key_at_or_above(self, key: Any, right: bool) -> Any:
+        """The first stored key at or past `key` (past it when `right`), or None."""
+        sl = self.items
+        with self._pos:
+            k = sl.bisect_right(key) if right else sl.bisect_left(key)
+            return sl[k] if k < len(sl) else None
 
     def walk(self, lo: Any, lo_incl: bool, hi: Any, hi_incl: bool, desc: bool, with_nulls: bool) -> Iterator[int]:
         """Every id in order of value: asc gives nulls first, desc last; ties by ascending id."""
-        i, j = self._bounds(lo, lo_incl, hi, hi_incl)
-        sl = self.items
+        keys = self._range(lo, lo_incl, hi, hi_incl, desc)
         if not desc:
             if with_nulls:
                 yield from list(self.nulls)
-            for item in sl.islice(i, j):
+            for item in keys:
                 yield item[1]
         else:
             # Descending by value, but ties still by ascending id: walk groups of equal values.
             group: list[int] = []
             last = _SENTINEL
-            for item in sl.islice(i, j, reverse=True):
+            for item in keys:
                 v = item[0]
                 if v != last and group:
                     yield from reversed(group)
@@ -88,11 +110,8 @@ class SortedIndex:
 
     def first_above(self, bound: Any, incl: bool) -> Any:
         """The least value > bound (>= when incl), or None."""
-        sl = self.items
-        k = sl.bisect_left((bound, 0)) if incl else sl.bisect_right((bound, _INF))
-        if k >= len(sl):
-            return None
-        return sl[k][0]
+        item = self._key_at_or_above((bound, 0) if incl else (bound, _INF), not incl)
+        return None if item is None else item[0]
 
     def min_value(self) -> Any:
         return self.items[0][0] if self.items else None
@@ -162,17 +181,16 @@ class PackedIndex(SortedIndex):
         return i, max(i, j)
 
     def walk(self, lo: Any, lo_incl: bool, hi: Any, hi_incl: bool, desc: bool, with_nulls: bool) -> Iterator[int]:
-        i, j = self._bounds(lo, lo_incl, hi, hi_incl)
-        sl = self.items
+        keys = self._range(lo, lo_incl, hi, hi_incl, desc)
         if not desc:
             if with_nulls:
                 yield from list(self.nulls)
-            for key in sl.islice(i, j):
+            for key in keys:
                 yield key & _MASK
         else:
             group: list[int] = []
             last = None
-            for key in sl.islice(i, j, reverse=True):
+            for key in keys:
                 v = key >> _SHIFT
                 if v != last and group:
                     yield from reversed(group)
@@ -186,13 +204,10 @@ class PackedIndex(SortedIndex):
 
     def first_above(self, bound: Any, incl: bool) -> Any:
         first = _least(bound, incl)
-        sl = self.items
         if first is None:
             return None
-        k = sl.bisect_left(first << _SHIFT)
-        if k >= len(sl):
-            return None
-        return self._value(sl[k])
+        key = self._key_at_or_above(first << _SHIFT, False)
+        return None if key is None else self._value(key)
 
     def min_value(self) -> Any:
         return self._value(self.items[0]) if self.items else None
