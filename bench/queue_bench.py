@@ -319,7 +319,7 @@ def main() -> int:
     out = Path(__file__).resolve().parent / "results"
     out.mkdir(exist_ok=True)
     (out / "queue-bench.json").write_text(json.dumps(results, indent=2, default=str))
-    print(f"\nwritten: bench/results/queue-bench.json")
+    print("\nwritten: bench/results/queue-bench.json")
     return 0
 
 
