@@ -20,23 +20,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from queue_bench import CAS, READ_BACK, READ_PAGE  # the same three statements as in process
+
 ROOT = Path(__file__).resolve().parent.parent
 JOBS = "create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int)"
 CLAIM = ("set jobs {owner: $1, run_at: now() + 30000, attempts: attempts + 1} "
          "where run_at <= now() order run_at limit 1 returning *")
 CLAIM10 = CLAIM.replace("limit 1", "limit 10")
 ACK = "del jobs where id = $1 and owner = $2 require 1"
-READ_PAGE = "get jobs select id where run_at <= now() order run_at limit 10"
-
-
-def CAS(n: int) -> str:
-    ids = ", ".join(f"${i + 2}" for i in range(n))
-    return f"set jobs {{owner: $1, run_at: now() + 30000, attempts: attempts + 1}} where id in [{ids}] and run_at <= now()"
-
-
-def READ_BACK(n: int) -> str:
-    ids = ", ".join(f"${i + 2}" for i in range(n))
-    return f"get jobs select id where owner = $1 and id in [{ids}]"
 
 
 def start(*flags: str) -> tuple[subprocess.Popen[bytes], tuple[str, int]]:
