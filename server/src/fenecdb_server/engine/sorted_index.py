@@ -139,9 +139,9 @@ def _greatest(b: Any, incl: bool) -> int | None:
 
 class PackedIndex(SortedIndex):
     """An ordered index over a typed `int` or `timestamp` field: each (value, id) pair is one
-    integer, value << 64 | id, so the SortedList compares machine-sized integers instead of
-    tuples — a claim moves ten entries, and this halves what each move costs (measured:
-    bench/README.md). Ids are 64-bit, so the low bits hold any id; the high bits keep the
+    integer, value << 64 | id, so the SortedList compares integers instead of tuples — a claim
+    moves ten entries, and a move (the first entry out, one in at the end, among 1 000 000)
+    went from 4.0 µs to 3.0 µs. Ids are 64-bit, so the low bits hold any id; the high bits keep the
     value's sign, so the order of the integers is the order of (value, id)."""
 
     __slots__ = ("ts",)
