@@ -44,7 +44,8 @@ def run(db, text, params=()):
     def counting(row, env):
         seen[0] += 1
         return filt(row, env)
-    q2 = Query(counting if filt else None, q.access, q.order, q.limit, q.offset)
+    # the walk asks the filter too, so every row a plan reads is counted
+    q2 = Query(counting if filt else None, q.access, q.order, q.limit, q.offset, counting if filt else None)
     got = pick(db.collection("jobs"), q2, Env(list(params), V.Ts(NOW)))
     return [r["id"] for r in got], seen[0]
 

@@ -40,11 +40,11 @@ class Query:
 
     def __init__(self, filt: Callable[[dict, Env], Any] | None, access: Access,
                  order: list[tuple[Callable, bool]], limit: int | None, offset: int,
-                 walk_filter: Any = False) -> None:
+                 walk_filter: Callable[[dict, Env], Any] | None) -> None:
         self.filter = filt
         # What a bounded walk of the `walk` index still tests per row: None when the filter is
         # nothing but the range the walk is bounded by (`run_at <= now()`), else the filter.
-        self.walk_filter = filt if walk_filter is False else walk_filter
+        self.walk_filter = walk_filter
         self.access = access
         self.order = order
         self.limit = limit

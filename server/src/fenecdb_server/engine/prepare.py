@@ -133,7 +133,7 @@ def _query(schema: Schema, where: A.Expr | None, order: tuple[A.OrderKey, ...], 
     okeys = [(compile_expr(k.expr, Ctx(schema, claims=ctx.claims)), k.desc) for k in order]
     acc = plan_access(schema, where, order, ctx)
     covered = alive is None and not ctx.claims and _range_only(schema, where, acc)
-    q = Query(filt, acc, okeys, limit, offset or 0, None if covered else False)
+    q = Query(filt, acc, okeys, limit, offset or 0, None if covered else filt)
     ctx.nparams = max(ctx.nparams, wctx.nparams)
     return q
 
