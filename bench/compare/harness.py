@@ -156,11 +156,8 @@ def one_round(system: Any, sizes: Sizes, dirs: Workdirs, record: Callable[[str, 
         system.load(sizes.jobs, ready=True)
         record("load", sizes.jobs / (time.perf_counter() - t0))
         phase("claim 10")
-        s = system.session()
-        try:
+        with contextlib.closing(system.session()) as s:
             r = loadgen.claim_latency(s, sizes.claims)
-        finally:
-            s.close()
         record("claim_p50", r["p50"])
         record("claim_p99", r["p99"])
         taken = sizes.claims * 10  # claimed and acked
@@ -177,11 +174,8 @@ def one_round(system: Any, sizes: Sizes, dirs: Workdirs, record: Callable[[str, 
     with server(system, dirs, durable=False):
         system.load(sizes.jobs, ready=False)
         phase("claim 3 ready among the leased")
-        s = system.session()
-        try:
+        with contextlib.closing(system.session()) as s:
             r = loadgen.few_ready_latency(s, sizes.few_ready)
-        finally:
-            s.close()
         record("few_p50", r["p50"])
         record("few_p99", r["p99"])
         phase("restart, durable")
