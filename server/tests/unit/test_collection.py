@@ -26,7 +26,7 @@ def state(c):
     out = {"rows": {rid: dict(r) for rid, r in c.rows.items()}, "next": c.next_id}
     for target, (kind, idx, _) in c.indexes.items():
         if kind in ("sorted", "ttl"):
-            out[target] = (list(idx.items), sorted(idx.nulls))
+            out[target] = (list(idx.walk(None, True, None, True, False, False)), sorted(idx.nulls))
         elif kind in ("hash", "unique"):
             out[target] = sorted((repr(k), sorted(v)) for k, v in idx.map.items())
         else:
@@ -67,6 +67,31 @@ def test_undo_puts_everything_back():
     after["next"] = before["next"]  # ids handed out are handed out again by the engine, not undo_one
     assert after == before
     assert list(c.ids_in_order()) == [1, 2, 3]
+
+
+def test_replace_all_is_replace_for_each_row_and_undoes_the_same():
+    """The batch a claim uses: rows and every index end as after one `replace` each, nulls
+    included (a value set to null, a null given a value), and undo puts them back."""
+    def fill(c):
+        c.insert(row(1, n=1, k="x", at=V.Ts(10)), None)
+        c.insert(row(2, n=2, k="y"), None)
+        c.insert(row(3, n=None, k="z", at=V.Ts(30)), None)
+        c.insert(row(4, n=4, p=(1.0, 1.0)), None)
+
+    news = [row(1, n=7, k="x", at=V.Ts(10)), row(2, n=None, k="q"), row(3, n=3, k="z", at=None),
+            row(4, n=4, p=(2.0, 2.0))]
+    one, batch = make(), make()
+    fill(one)
+    fill(batch)
+    before = state(batch)
+    for new in news:
+        one.replace(one.rows[new["id"]], new, [])
+    undo: list = []
+    batch.replace_all([batch.rows[i] for i in (1, 2, 3, 4)], news, undo)
+    assert state(batch) == state(one)
+    for coll, rid, old in reversed(undo):
+        coll.undo_one(rid, old)
+    assert state(batch) == before
 
 
 def test_out_of_order_insert_is_read_in_id_order():
