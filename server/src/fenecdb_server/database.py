@@ -215,7 +215,8 @@ class Database:
                 if len(stmts) != 1:
                     raise FenecError("query", "one statement at a time here: send several as a batch")
                 stmt = stmts[0]
-                params = _params(params)
+                if type(params) is not list:
+                    params = _params(params)
                 need = needs[0]
                 if need > len(params):
                     raise FenecError("query", f"parameter ${need} is not bound")
@@ -238,7 +239,7 @@ class Database:
         parsed = self._statements(statements, block)
         if scope is not None:
             self._authorize(parsed, block, scope)
-        writes = any(s.writes for _, s, _ in parsed)
+        writes = parsed[0][1].writes if len(parsed) == 1 else any(s.writes for _, s, _ in parsed)
         if writes and self._read_only:
             err = FenecError("denied", "the server is in read-only mode")
             if block:
@@ -291,9 +292,10 @@ class Database:
                         raise
                 if self.written.on:
                     self.written.note(self.seq, blk.ops)
-                touched = frozenset(blk.touched)
-                for cb in self._listeners:
-                    cb(touched, self.seq)
+                if self._listeners:
+                    touched = frozenset(blk.touched)
+                    for cb in self._listeners:
+                        cb(touched, self.seq)
             result = Result(answers, self.seq, True, taken, None)
         finally:
             self._lock.release_write()
@@ -344,8 +346,9 @@ class Database:
     def _run_block(self, parsed: list, block: bool, blk: Block, scope: Any = None) -> tuple[list, int]:
         answers = []
         taken = 0
+        clock = self._clock
         for i, (text, stmt, params) in enumerate(parsed):
-            env = Env(params, V.Ts(self.now()))
+            env = Env(params, V.Ts(int(clock())))
             try:
                 t = type(stmt)
                 if scope is not None:

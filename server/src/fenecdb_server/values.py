@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from .errors import FenecError
@@ -155,16 +156,22 @@ def format_time(ms: int) -> str:
     """Epoch ms -> ISO-8601 UTC text, milliseconds left out when zero.
 
     Cached: a claim answers one run_at for all the rows it takes, and a queue's rows share few
-    distinct times; measured 20 µs of a 10-row claim without the cache."""
-    days, rest = divmod(int(ms), 86_400_000)
+    distinct times; measured 20 µs of a 10-row claim without the cache. A claim's `now() + 30000`
+    is a new millisecond each time, so the text up to the second is cached apart: a miss then
+    formats only the milliseconds (35 bytecodes, against 176 for the whole date)."""
+    secs, milli = divmod(int(ms), 1000)
+    head = _second_text(secs)
+    return f"{head}.{milli:03d}Z" if milli else head + "Z"
+
+
+@functools.lru_cache(maxsize=4096)
+def _second_text(secs: int) -> str:
+    days, rest = divmod(secs, 86_400)
     y, mo, d = _civil_from_days(days)
-    secs, milli = divmod(rest, 1000)
-    hh, rem = divmod(secs, 3600)
+    hh, rem = divmod(rest, 3600)
     mi, ss = divmod(rem, 60)
     ys = f"{y:04d}" if y >= 0 else f"-{-y:04d}"
-    if milli:
-        return f"{ys}-{mo:02d}-{d:02d}T{hh:02d}:{mi:02d}:{ss:02d}.{milli:03d}Z"
-    return f"{ys}-{mo:02d}-{d:02d}T{hh:02d}:{mi:02d}:{ss:02d}Z"
+    return f"{ys}-{mo:02d}-{d:02d}T{hh:02d}:{mi:02d}:{ss:02d}"
 
 
 TS_MIN = -(2**63)
@@ -277,6 +284,31 @@ def coerce(v: Any, ftype: Any) -> Any:
         inner = ftype[1]
         return [coerce(x, inner) for x in v]
     raise FenecError("type", f"unknown type {ftype}")
+
+
+def same(v: Any) -> Any:
+    """The conversion of a value known to be of its field's type already."""
+    return v
+
+
+def coercer(ftype: Any) -> Callable[[Any], Any]:
+    """`coerce` for one field type, its commonest case tested first and the chain of type names
+    skipped: what a picking write converts once per row (a claim's `attempts + 1`)."""
+    if ftype == "int":
+        def to_int(v: Any) -> Any:
+            if type(v) is int and INT_MIN <= v <= INT_MAX:
+                return v
+            return coerce(v, "int")
+        return to_int
+    if ftype == "timestamp":
+        def to_ts(v: Any) -> Any:
+            return v if type(v) is Ts else coerce(v, "timestamp")
+        return to_ts
+    if ftype == "text":
+        def to_text(v: Any) -> Any:
+            return v if type(v) is str else coerce(v, "text")
+        return to_text
+    return lambda v: coerce(v, ftype)
 
 
 def to_point(v: Any) -> tuple[float, float]:

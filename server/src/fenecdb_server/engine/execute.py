@@ -179,19 +179,22 @@ def run_set(eng: Any, p: Prepared, env: Env, blk: Block) -> Any:
         # Work every value out over the rows as they were, before writing any (§6.3); a value
         # that reads no row is worked out, and converted to its field's type, once.
         news = _rewrite_plain(p.plain, picked, env) if p.plain is not None else _rewrite(schema, p.patch, picked, env)
-        req = _needs_required(schema)
-        uniq = any(k == "unique" for k, _, _ in coll.indexes.values())
-        alive = p.alive
         undo = blk.undo
-        ops = blk.ops
-        name = coll.name
-        for old, new in zip(picked, news, strict=False):
-            if req:
-                _check_required(schema, new)
-            if uniq:
+        if coll.unique:
+            # Each row is checked against the rows before it already written (§4.4).
+            alive = p.alive
+            for old, new in zip(picked, news, strict=False):
+                if coll.required:
+                    _check_required(schema, new)
                 coll.unique_check(new, (lambda r: alive(r, env)) if alive else (lambda r: True), undo)
-            coll.replace(old, new, undo)
-            ops.append(("p", name, new["id"], new))
+                coll.replace(old, new, undo)
+        else:
+            if coll.required:
+                for new in news:
+                    _check_required(schema, new)
+            coll.replace_all(picked, news, undo)
+        name = coll.name
+        blk.ops += [("p", name, new["id"], new) for new in news]
         blk.writes += 1
     if p.require is not None and len(picked) != p.require:
         raise unmet("set", p.coll, len(picked), p.require)
@@ -201,15 +204,21 @@ def run_set(eng: Any, p: Prepared, env: Env, blk: Block) -> Any:
 
 
 def _rewrite_plain(plain: tuple[list, list], picked: list[dict], env: Env) -> list[dict]:
-    coerce = V.coerce
-    fixed = {name: coerce(fn(None, env), ftype) for name, fn, ftype in plain[0]}
+    fixed = {name: convert(fn(None, env)) for name, fn, convert in plain[0]}
     per_row = plain[1]
-    news = []
-    for old in picked:
-        new = {**old, **fixed}
-        for name, fn, ftype in per_row:
-            new[name] = coerce(fn(old, env), ftype)
-        news.append(new)
+    news = [old | fixed for old in picked]
+    if len(per_row) == 1:  # a claim's `attempts: attempts + 1`
+        name, fn, convert = per_row[0]
+        if convert is V.same:
+            for old, new in zip(picked, news, strict=True):
+                new[name] = fn(old, env)
+        else:
+            for old, new in zip(picked, news, strict=True):
+                new[name] = convert(fn(old, env))
+        return news
+    for old, new in zip(picked, news, strict=True):
+        for name, fn, convert in per_row:
+            new[name] = convert(fn(old, env))
     return news
 
 

@@ -420,6 +420,28 @@ def _c(e: A.Expr, ctx: Ctx) -> Fn:  # noqa: C901 - a dispatch over node kinds
         raise qerr("a duration such as 15m is written only inside @ttl(...) and as bucket's interval")
     if t is A.Arith:
         lf, rf, op = _c(e.left, ctx), _c(e.right, ctx), e.op
+        if op == "+" and type(e.right) is A.Lit and type(e.right.value) is int:
+            c = e.right.value
+            if type(e.left) is A.Call and e.left.name == "now":
+                # `now() + 30000`, a lease's end: one addition, no dispatch on kinds (the
+                # general path gives the same timestamp, or the same error past its range).
+                def now_plus(row, env):
+                    r = env.now + c
+                    if V.TS_MIN <= r <= V.TS_MAX:
+                        return V.Ts(r)
+                    return arith("+", env.now, c)
+                return now_plus
+            if type(e.left) is A.Field and e.left.name != "id":
+                name = e.left.name
+
+                def field_plus(row, env, lo=V.INT_MIN, hi=V.INT_MAX):  # `attempts + 1`: no reader to call
+                    a = row.get(name)
+                    if type(a) is int:
+                        r = a + c
+                        if lo <= r <= hi:
+                            return r
+                    return arith("+", lf(row, env), c)
+                return field_plus
         if op == "+":
             def add(row, env):
                 a = lf(row, env)
@@ -657,6 +679,34 @@ def _call(e: A.Call, ctx: Ctx) -> Fn:  # noqa: C901
             return v is not None and v + d <= env.now
         return expired
     raise qerr(f"unknown function `{name}()`")
+
+
+_KNOWN = ("int", "timestamp", "text", "bool")
+
+
+def static_type(e: A.Expr, schema: Schema) -> str | None:
+    """The field type every non-null value of `e` has, known from the schema alone, or None.
+    A write converts a value to its field's type; a value already of that type (or null) comes
+    through the conversion unchanged, so a patch skips it: `attempts + 1` into an int field,
+    `now() + 30000` into a timestamp. Only kinds whose conversion is the identity are named."""
+    t = type(e)
+    if t is A.Lit:
+        v = e.value
+        return {bool: "bool", int: "int", str: "text"}.get(type(v))
+    if t is A.Field:
+        f = schema.fields.get(e.name)
+        return f.type if f is not None and f.type in _KNOWN else None
+    if t is A.Call:
+        return "timestamp" if e.name == "now" and not e.args else None
+    if t is A.Arith:
+        a, b = static_type(e.left, schema), static_type(e.right, schema)
+        if a == "int" and b == "int":
+            return "int"  # int with int is an int in range, or an error (§9.3)
+        if e.op in ("+", "-") and a == "timestamp" and b == "int":
+            return "timestamp"
+        if e.op == "+" and a == "int" and b == "timestamp":
+            return "timestamp"
+    return None
 
 
 def mentions(e: A.Expr | None, pred: Callable[[A.Expr], bool]) -> bool:
