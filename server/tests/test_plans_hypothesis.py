@@ -193,7 +193,8 @@ def statements(draw, schema):
         free = [f for f in FIELDS if schema["index"][f] != "@unique"]
         f = draw(st.sampled_from(free + ["e", "j.k"]))
         t = schema["types"].get(f)
-        value = {"int": f"coalesce({f}, 0) + 1", "float": "1.5", "text": '"z"', "timestamp": "now() + 5000",
+        int_value = draw(st.sampled_from([f"coalesce({f}, 0) + 1", f"{f} + 1"]))  # the second: compile's field_plus
+        value = {"int": int_value, "float": "1.5", "text": '"z"', "timestamp": "now() + 5000",
                  None: "now()" if f == "e" else "3"}[t]
         patch = f"{{{f}: {value}}}"
     clock_step = draw(st.sampled_from([0, 0, 20_000, 45_000]))

@@ -385,3 +385,41 @@ def test_and_chain_far_past_the_limit_is_400():
     with pytest.raises(FenecError) as ei:
         keeps(" and ".join(["i = 7"] * 600))
     assert ei.value.status == 400 and "too deep" in ei.value.message
+
+
+@pytest.mark.parametrize("expr, want", [
+    ("i + 1", "int"), ("1 + i", "int"), ("i - n * 2", "int"), ("now()", "timestamp"), ("now() + 30000", "timestamp"),
+    ("now() - 5", "timestamp"), ("t + 1", "timestamp"), ("7", "int"), ("'x'", "text"), ("s", "text"), ("true", "bool"),
+    ("$1", None), ("i + 1.5", None), ("f + 1", None), ("i + $1", None), ("t - t", None), ("j", None),
+    ("coalesce(i, 0) + 1", None), ("1 - now()", None),
+])
+def test_static_type_names_only_kinds_the_schema_fixes(expr, want):
+    e = parse(f"get t select {expr} as v")[0].select[0].expr
+    assert C.static_type(e, SCHEMA) == want
+
+
+@pytest.mark.parametrize("row", [ROW, {**ROW, "i": None}, {**ROW, "i": V.INT_MAX - 1}, {**ROW, "i": V.INT_MIN}])
+def test_a_value_of_a_static_type_is_its_own_conversion(row):
+    """What lets a patch skip converting it (engine/prepare._plain): coerce changes nothing."""
+    for expr in ("i + 1", "i - 1", "now() + 30000", "t + 1", "s"):
+        e = parse(f"get t select {expr} as v")[0].select[0].expr
+        try:
+            v = C.compile_expr(e, C.Ctx(SCHEMA))(row, C.Env([], NOW))
+        except FenecError:
+            continue  # an overflow is raised the same way whether converted or not
+        got = V.coerce(v, C.static_type(e, SCHEMA))
+        assert got == v and type(got) is type(v)
+
+
+def test_the_short_additions_answer_as_the_general_one():
+    """`now() + n` and `field + n` skip the dispatch on kinds, never its answers or errors."""
+    assert ev("i + 1") == 8 and type(ev("i + 1")) is int
+    assert ev("f + 1") == 3.5
+    assert ev("n + 1") is None
+    assert ev("now() + 1000") == V.Ts(NOW + 1000) and type(ev("now() + 1000")) is V.Ts
+    with pytest.raises(FenecError) as ei:
+        ev("i + 1", row={**ROW, "i": V.INT_MAX})
+    assert "overflow" in ei.value.message
+    refused("s + 1", "cannot apply")
+    refused("b + 1", "cannot apply")
+    refused("now() + 9223372036854775807", "timestamp")

@@ -62,6 +62,16 @@ def test_render_all_columns_in_answer_form():
     assert list(render(cols, [row], Env([], NOW))[0]) == ["id", "t", "p", "b", "l", "j", "n"]  # id first
 
 
+def test_render_all_columns_of_a_row_holding_more_than_its_fields():
+    """Answers are built from a blank row; a row with a key no field names (none should have one)
+    still answers exactly the declared columns, in order."""
+    cols = columns(SCHEMA, None, Ctx(SCHEMA))
+    row = {"id": 4, "n": 3, "stray": 1}
+    assert render(cols, [row, {"id": 5}], Env([], NOW)) == [
+        {"id": 4, "t": None, "p": None, "b": None, "l": None, "j": None, "n": 3},
+        {"id": 5, "t": None, "p": None, "b": None, "l": None, "j": None, "n": None}]
+
+
 def test_render_named_columns():
     stmt = parse("get jobs select id, t, j.a, now() as at, p")[0]
     cols = columns(SCHEMA, stmt.select, Ctx(SCHEMA))
