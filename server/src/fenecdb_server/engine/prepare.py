@@ -224,7 +224,8 @@ def _plain(schema: Schema, entries: tuple[A.Entry, ...], patch: list) -> tuple[l
     names = [t.name for t, _, _, _ in patch]
     if any(t.keys for t, _, _, _ in patch) or len(set(names)) != len(names):
         return None
-    fixed, per_row = [], []
+    fixed: list[tuple[str, Callable, Callable]] = []
+    per_row: list[tuple[str, Callable, Callable]] = []
     for e, (t, fn, ftype, reads) in zip(entries, patch, strict=True):
         # A value already of its field's type needs no conversion (plan/compile.static_type):
         # a claim's ten `attempts + 1` skip ten calls.

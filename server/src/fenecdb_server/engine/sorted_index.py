@@ -180,9 +180,9 @@ class PackedIndex:
         try:
             # Most often every row has a value before and after: two comprehensions. A row whose
             # value did not change goes out and back in as the same key, which is no change.
-            out = [(old.get(field) << 64) | old["id"] for old in olds]  # 64: _SHIFT, as a constant
-            back = [(new.get(field) << 64) | new["id"] for new in news]
-        except TypeError:  # a null before or after
+            out = [(old[field] << 64) | old["id"] for old in olds]  # 64: _SHIFT, as a constant
+            back = [(new[field] << 64) | new["id"] for new in news]
+        except (KeyError, TypeError):  # a null before or after (a row may leave a null field out)
             out = []
             back = []
             nulls = self.nulls

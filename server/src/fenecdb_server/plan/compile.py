@@ -420,9 +420,10 @@ def _c(e: A.Expr, ctx: Ctx) -> Fn:  # noqa: C901 - a dispatch over node kinds
         raise qerr("a duration such as 15m is written only inside @ttl(...) and as bucket's interval")
     if t is A.Arith:
         lf, rf, op = _c(e.left, ctx), _c(e.right, ctx), e.op
-        if op == "+" and type(e.right) is A.Lit and type(e.right.value) is int:
-            c = e.right.value
-            if type(e.left) is A.Call and e.left.name == "now":
+        right, left = e.right, e.left
+        if op == "+" and isinstance(right, A.Lit) and type(right.value) is int:
+            c = right.value
+            if isinstance(left, A.Call) and left.name == "now" and not left.args:
                 # `now() + 30000`, a lease's end: one addition, no dispatch on kinds (the
                 # general path gives the same timestamp, or the same error past its range).
                 def now_plus(row, env):
@@ -431,8 +432,8 @@ def _c(e: A.Expr, ctx: Ctx) -> Fn:  # noqa: C901 - a dispatch over node kinds
                         return V.Ts(r)
                     return arith("+", env.now, c)
                 return now_plus
-            if type(e.left) is A.Field and e.left.name != "id":
-                name = e.left.name
+            if isinstance(left, A.Field) and left.name != "id":
+                name = left.name
 
                 def field_plus(row, env, lo=V.INT_MIN, hi=V.INT_MAX):  # `attempts + 1`: no reader to call
                     a = row.get(name)
@@ -689,16 +690,14 @@ def static_type(e: A.Expr, schema: Schema) -> str | None:
     A write converts a value to its field's type; a value already of that type (or null) comes
     through the conversion unchanged, so a patch skips it: `attempts + 1` into an int field,
     `now() + 30000` into a timestamp. Only kinds whose conversion is the identity are named."""
-    t = type(e)
-    if t is A.Lit:
-        v = e.value
-        return {bool: "bool", int: "int", str: "text"}.get(type(v))
-    if t is A.Field:
+    if isinstance(e, A.Lit):
+        return {bool: "bool", int: "int", str: "text"}.get(type(e.value))
+    if isinstance(e, A.Field):
         f = schema.fields.get(e.name)
         return f.type if f is not None and f.type in _KNOWN else None
-    if t is A.Call:
+    if isinstance(e, A.Call):
         return "timestamp" if e.name == "now" and not e.args else None
-    if t is A.Arith:
+    if isinstance(e, A.Arith):
         a, b = static_type(e.left, schema), static_type(e.right, schema)
         if a == "int" and b == "int":
             return "int"  # int with int is an int in range, or an error (§9.3)
