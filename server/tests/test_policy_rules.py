@@ -152,6 +152,20 @@ def test_a_rule_reading_a_claim_the_token_lacks_is_skipped():
     assert not s.visible("jobs")  # nothing applies: the collection does not exist for it
 
 
+def test_a_rule_is_skipped_for_a_token_lacking_any_of_its_claims_not_only_the_first():
+    p = Policy.parse("jobs read where queue = $jwt.queue and owner = $jwt.sub\n"
+                     "jobs update(owner) where (tenant = $jwt.org.id or tenant = 0) and owner = $jwt.sub")
+    assert lines_for(p, {"queue": "q", "sub": "a"}, "jobs", "read") == [1]
+    assert lines_for(p, {"queue": "q"}, "jobs", "read") == []  # lacks sub, the second claim it reads
+    assert lines_for(p, {"sub": "a"}, "jobs", "read") == []
+    assert lines_for(p, {"org": {"id": 1}}, "jobs", "update") == []
+    assert lines_for(p, {"org": {"id": 1}, "sub": "a"}, "jobs", "update") == [2]
+    # held claims of two tokens that differ in a later claim wait in different lines
+    a = p.scope_for({"queue": "q", "sub": "a"}).line_key("jobs")
+    b = p.scope_for({"queue": "q", "sub": "b"}).line_key("jobs")
+    assert a != b
+
+
 def test_star_rules_widen_but_never_reach_the_idempotency_keys():
     p = Policy.parse("* read for dashboard\njobs read where queue = $jwt.queue")
     d = p.scope_for({"role": "dashboard", "queue": "q"})

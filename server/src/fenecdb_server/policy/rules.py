@@ -241,8 +241,14 @@ def _check_filter(e: A.Expr, col: int) -> None:
     if mentions(e, lambda n: isinstance(n, A.Call) and n.name == "expired"):
         raise _LineError("a filter may not call expired(): the `expired` grant says who reads rows past their @ttl",
                          col)
-    bad = []
-    mentions(e, lambda n: isinstance(n, A.Call) and n.name not in FUNCTIONS and not bad.append(n.name))
+    bad: list[str] = []
+
+    def unknown(n: A.Expr) -> bool:  # notes the name; True ends the walk at the first one
+        if isinstance(n, A.Call) and n.name not in FUNCTIONS:
+            bad.append(n.name)
+            return True
+        return False
+    mentions(e, unknown)
     if bad:
         raise _LineError(f"unknown function `{bad[0]}()`", col)
 
@@ -260,7 +266,15 @@ def _new_only_at_top(e: A.Expr) -> bool:
 
 def _claims(e: A.Expr | None) -> tuple[tuple[str, ...], ...]:
     found: list[tuple[str, ...]] = []
-    mentions(e, lambda n: isinstance(n, A.Claim) and not found.append(n.keys))
+
+    def claim(n: A.Expr) -> bool:
+        # False goes on walking: every claim is noted, not only the first. Noting the first alone
+        # applied a rule to a token lacking a later claim (§3.2 skips it), and put two tokens
+        # differing only in that claim into one line of held claims.
+        if isinstance(n, A.Claim):
+            found.append(n.keys)
+        return False
+    mentions(e, claim)
     return tuple(sorted(set(found)))
 
 
@@ -336,6 +350,7 @@ def parse_line(line: str, number: int) -> Rule | AppendOnly | None:
         if grants != {"update"}:
             raise _LineError("`new.` says what an update may make of a row: a rule using it grants update only",
                              fstart + 1)
+        assert filt is not None  # the transition terms are terms of the filter
         if not _new_only_at_top(filt):
             raise _LineError("`new.` terms must be top-level `and` terms of the filter", fstart + 1)
     using_terms = [t for t in terms if t not in transition]
