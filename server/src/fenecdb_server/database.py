@@ -577,6 +577,7 @@ class Database:
                 ttl = coll.schema.ttl_field
                 if ttl is None:
                     continue
+                assert ttl.ttl_ms is not None  # a @ttl field always has its duration
                 idx = coll.index(ttl.name)
                 for rid in idx.walk(None, True, now - ttl.ttl_ms - SWEEP_GRACE_MS, True, False, False):
                     doomed.append((coll, coll.rows[rid]))

@@ -250,14 +250,14 @@ def pick(coll: Collection, q: Query, env: Env, need_override: int | None = None)
             # A smaller range on another field beats the walk (rule 5).
             other = _smallest_range(coll, ranges, exclude=acc.walk)
             if other is None or other[1] > SMALL_RANGE:
-                got = _walk(coll, q, env, need, ranges.get(acc.walk))
+                got = _walk(coll, q, env, need, ranges.get(acc.walk), acc.walk)
                 if got is not None:
                     return got[q.offset:need]
             else:
                 return _finish_range(coll, q, env, other[0], ranges[other[0]], need)
 
         if acc.geo_walk is not None and need is not None:
-            got = _geo_walk(coll, q, env, need)
+            got = _geo_walk(coll, q, env, need, acc.geo_walk)
             if got is not None:
                 return got[q.offset:need]
 
@@ -325,12 +325,15 @@ def sort_rows(rows: list[dict], order: list[tuple[Callable, bool]], env: Env) ->
         return [r for _, r in dec]
     keyed = [([V.sort_key(fn(r, env)) for fn, _ in order], r) for r in rows]
     for i in range(len(order) - 1, -1, -1):
-        keyed.sort(key=lambda x, i=i: x[0][i], reverse=order[i][1])
+        # a def, not a lambda with `i=i`: mypy cannot infer that lambda's type
+        def key(x: tuple[list[Any], dict], i: int = i) -> Any:
+            return x[0][i]
+        keyed.sort(key=key, reverse=order[i][1])
     return [r for _, r in keyed]
 
 
-def _walk(coll: Collection, q: Query, env: Env, need: int, bounds: tuple | None) -> list[dict] | None:
-    tgt = q.access.walk
+def _walk(coll: Collection, q: Query, env: Env, need: int, bounds: tuple | None, tgt: str) -> list[dict] | None:
+    # `tgt` is q.access.walk, passed by pick where it has seen it set: typed str with no test here
     rows = coll.rows
     filt = q.filter if bounds is None else q.walk_filter
     out: list[dict] = []
@@ -362,10 +365,14 @@ def _walk(coll: Collection, q: Query, env: Env, need: int, bounds: tuple | None)
     return out
 
 
-def _geo_walk(coll: Collection, q: Query, env: Env, need: int) -> list[dict] | None:
-    tgt = q.access.geo_walk
+def _geo_walk(coll: Collection, q: Query, env: Env, need: int, tgt: str) -> list[dict] | None:
+    # `tgt` is q.access.geo_walk, passed by pick where it has seen it set. The planner sets the
+    # point with it; the None test narrows for mypy (calling None would end in None too, below).
+    point = q.access.geo_point
+    if point is None:
+        return None
     try:
-        p = q.access.geo_point(None, env)
+        p = point(None, env)
         if p is None:
             return None
         pt = V.to_point(p)

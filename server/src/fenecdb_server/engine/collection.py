@@ -88,7 +88,7 @@ class Collection:
 
     # ---------------------------------------------------------------- reading
 
-    def ids_in_order(self) -> list[int] | Any:
+    def ids_in_order(self) -> dict[int, dict]:
         if not self.in_order:
             self.rows = dict(sorted(self.rows.items()))
             self.in_order = True

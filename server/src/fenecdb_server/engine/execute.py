@@ -73,7 +73,7 @@ def max_param(node: Any) -> int:
     return best
 
 
-def encode_row(schema: Schema, row: dict) -> dict:
+def encode_row(schema: Schema | None, row: dict) -> dict:
     """A row as the log stores it: JSON-able, typed back by the schema when read."""
     out = {}
     for k, v in row.items():
@@ -167,7 +167,7 @@ def run_get(eng: Any, p: Prepared, env: Env) -> Any:
     rows = pick(coll, q, env)
     if p.require is not None and len(rows) != p.require:
         raise unmet("get", p.coll, len(rows), p.require, read=True)
-    return render(p.cols, rows, env)
+    return render(p.cols, rows, env)  # type: ignore[arg-type]  # not a count: prepare() set the columns
 
 
 def run_set(eng: Any, p: Prepared, env: Env, blk: Block) -> Any:

@@ -79,9 +79,9 @@ class GeoIndex:
         for a, b in spans:
             for cx in range(math.floor(a / CELL), math.floor(b / CELL) + 1):
                 for cy in range(cs, cn + 1):
-                    ids = self.cells.get((cx, cy))
-                    if ids:
-                        out.extend(ids)
+                    cell = self.cells.get((cx, cy))
+                    if cell:
+                        out.extend(cell)
         return out
 
     def radius_ids(self, lon: float, lat: float, r: float, budget: int) -> list[int] | None:

@@ -16,7 +16,7 @@ be held, which line it waits in, a cheap look, and the next moment the clock can
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 from .. import values as V
 from ..errors import FenecError
@@ -33,7 +33,7 @@ def _is_now(e: A.Expr) -> bool:
     return isinstance(e, A.Call) and e.name == "now"
 
 
-def _now_shift(e: A.Expr) -> A.Expr | None | bool:
+def _now_shift(e: A.Expr) -> A.Expr | None | Literal[False]:
     """`now()`, `now() + k`, `now() - k`, ... -> the shift expression (None for no shift);
     False when `e` is not of that shape."""
     if _is_now(e):
@@ -114,7 +114,7 @@ class Hold:
         self.held = False
         self.line_key: Any = None
         self.collections: frozenset[str] = frozenset()
-        self._writes: list[tuple[str, A.Statement, list]] = []
+        self._writes: list[tuple[str, A.Set | A.Del, list]] = []
         self._terms: list[tuple[str, TimeTerm, list]] = []
         self._params: list = []
         self.scope: Any = None  # a token's scope: the look reads only what it could take
@@ -216,7 +216,7 @@ def _as_ms(v: Any) -> int | float | None:
 def make_hold(db: Any, parsed: list[tuple[str, A.Statement, list]], scope: Any = None) -> Hold:
     h = Hold(db)
     h.scope = scope
-    keys = []
+    keys: list[tuple[Any, ...]] = []  # with a scope, each also holds the token's line key
     colls: set[str] = set()
     for text, stmt, params in parsed:
         if isinstance(stmt, A.Get):

@@ -8,11 +8,11 @@ documents as closures that convert each value to its field's type on the way in.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, final
 
 from .. import values as V
 from ..errors import FenecError
-from ..plan.compile import Ctx, compile_expr, field_reader, guard_missing, mentions, static_type
+from ..plan.compile import Ctx, Fn, compile_expr, field_reader, guard_missing, mentions, static_type
 from ..plan.planner import and_terms, bindable, plan_access
 from ..plan.schema import Schema
 from ..ql import ast as A
@@ -31,6 +31,7 @@ class Column:
         self.read = read
 
 
+@final  # lets mypy narrow render's `type(cols) is AllColumns` both ways
 class AllColumns:
     """`*`: id and every field in declaration order. Rendered without a closure per column:
     the row's values are copied as they are and only the fields whose type answers in another
@@ -86,12 +87,17 @@ class Prepared:
     def __init__(self, stmt: A.Statement) -> None:
         self.stmt = stmt
         self.kind = type(stmt).__name__.lower()
-        self.coll = getattr(stmt, "collection", None) or getattr(stmt, "name", None)
-        self.query: Query | None = None
-        self.cols: list[Column] | None = None
-        self.patch: list[tuple[A.Target, Callable, Any]] | None = None
+        # `coll`, `query`, `patch` and `else_patch` are typed as the runs read them: every
+        # statement names its collection, and prepare() sets the query of each get, set and del,
+        # the patch of each set and the else-patch of each upsert, the only runs that read them.
+        # mypy cannot follow the kinds, hence the ignores (a test in the runs would cost each claim).
+        self.coll: str = getattr(stmt, "collection", None) or getattr(stmt, "name", None)  # type: ignore[assignment]
+        self.query: Query = None  # type: ignore[assignment]
+        self.cols: list[Column] | AllColumns | None = None
+        # (target, value closure, field type, reads the row?) per entry: see _patch
+        self.patch: list[tuple[A.Target, Callable, Any, bool]] = None  # type: ignore[assignment]
         self.docs: list | None = None
-        self.else_patch: list | None = None
+        self.else_patch: list[tuple[A.Target, Callable, Any, bool]] = None  # type: ignore[assignment]
         self.nparams = 0
         self.uses_claims = False
         self.require = getattr(stmt, "require", None)
@@ -119,12 +125,14 @@ def make_alive(schema: Schema) -> Callable[[dict, Any], bool] | None:
 def _query(schema: Schema, where: A.Expr | None, order: tuple[A.OrderKey, ...], limit: int | None,
            offset: int | None, ctx: Ctx) -> Query:
     wctx = Ctx(schema, where=True, claims=ctx.claims)
-    filt = compile_expr(where, wctx) if where is not None else None
-    if filt is not None and ctx.claims:
-        filt = guard_missing(filt)
-    if where is not None and not isinstance(where, (A.Cmp, A.And, A.Or, A.Not, A.IsNull, A.In, A.Has, A.Match)):
-        inner = filt
-        filt = lambda row, env: V.truthy(inner(row, env))  # noqa: E731
+    filt: Fn | None = None
+    if where is not None:
+        filt = compile_expr(where, wctx)
+        if ctx.claims:
+            filt = guard_missing(filt)
+        if not isinstance(where, (A.Cmp, A.And, A.Or, A.Not, A.IsNull, A.In, A.Has, A.Match)):
+            inner = filt
+            filt = lambda row, env: V.truthy(inner(row, env))  # noqa: E731
     alive = make_alive(schema)
     if alive is not None and not mentions(where, lambda n: isinstance(n, A.Call) and n.name == "expired"):
         if filt is None:

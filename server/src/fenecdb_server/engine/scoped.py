@@ -215,7 +215,7 @@ def _plan(db: Any, text: str, stmt: A.Statement, scope: Scope) -> Plan:
     expired = mentions(getattr(stmt, "where", None), _is_expired)
     extra = _union(g.rules("expired")) if expired else None
     if isinstance(stmt, A.Get):
-        stmt2 = dataclasses.replace(stmt, where=_and(stmt.where, _union(g.rules("read")), extra))
+        stmt2: A.Statement = dataclasses.replace(stmt, where=_and(stmt.where, _union(g.rules("read")), extra))
         plan = Plan(prepare(stmt2, schemas, allow_claims=True))
     elif isinstance(stmt, A.Del):
         returns = stmt.returning is not None or stmt.returning_all
@@ -242,7 +242,8 @@ def _judges(plan: Plan, g: Any, schema: Any) -> None:
     plan.updates = [UpdateRule(r, schema) for r in g.rules("update")]
     plan.readable = _test(_union(g.rules("read")), schema)
     if all(u.fields is not None for u in plan.updates):
-        plan.any_fields = frozenset().union(*(u.fields for u in plan.updates))
+        # every u.fields is a set here: the `if` only narrows it for mypy
+        plan.any_fields = frozenset().union(*(u.fields for u in plan.updates if u.fields is not None))
 
 
 # ---------------------------------------------------------------- judging one rewrite

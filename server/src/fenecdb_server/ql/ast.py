@@ -183,6 +183,7 @@ class Statement:
 
     __slots__ = ()
     writes = True
+    verb: str  # declared for mypy only: set by each class (a field of Put)
 
 
 @dataclass(frozen=True, slots=True)

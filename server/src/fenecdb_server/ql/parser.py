@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.resources
 import re
 import sys
+from collections.abc import Iterable
 from itertools import accumulate
 from typing import Any
 
@@ -345,8 +346,8 @@ class _ToAst(Transformer):
         return _Clause("returning", items)
 
     # ---------------------------------------------------------------- statements
-    @staticmethod
-    def _clauses(children: list, verb: str, allowed: set[str]) -> dict[str, Any]:
+    @staticmethod  # `list` in this class names the rule method above, hence `Iterable`
+    def _clauses(children: Iterable[Any], verb: str, allowed: set[str]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for cl in children:
             if not isinstance(cl, _Clause):

@@ -97,7 +97,7 @@ class Footprint:
         """The estimated bytes of one of the collection's rows in a snapshot."""
         return self._mean.get(name, 0.0)
 
-    def live(self, documents: dict[str, int], schema_bytes: dict[str, int], keys: int) -> dict[str, int]:
+    def live(self, documents: dict[str, int], schema_bytes: dict[str, int], keys: int) -> dict[str, int | dict[str, int]]:
         """Estimated live bytes: the whole snapshot (`"total"`) and each collection's rows."""
         per = {name: int(docs * self.row_bytes(name)) for name, docs in documents.items()}
         key_mean = self._key_bytes / self._keys if self._keys else 0.0
