@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -30,6 +29,7 @@ import time
 from pathlib import Path
 
 from fenecdb_server import Database, FenecError
+from machine import machine  # bench/machine.py: the script's folder is on sys.path
 
 SCHEMA = "create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int, error text)"
 SCHEMA_NO_INDEX = "create collection jobs (payload json, run_at timestamp, owner text, attempts int, error text)"
@@ -45,21 +45,6 @@ def CAS(n: int) -> str:
 def READ_BACK(n: int) -> str:
     ids = ", ".join(f"${i + 2}" for i in range(n))
     return f"get jobs select id where owner = $1 and id in [{ids}]"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def machine() -> dict:
-    return {"cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform()}
 
 
 def pct(sorted_ns: list[int], p: float) -> float:

@@ -7,14 +7,13 @@ import contextlib
 import dataclasses
 import importlib
 import os
-import platform
 import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
+from ..machine import machine
 from . import loadgen
 from .procs import Missing
 from .progress import Progress
@@ -62,21 +61,6 @@ def rows(jobs: int) -> list[Row]:
 
 
 PHASES_PER_ROUND = 7 + len(WORKERS) + len(WRITERS) - 1  # the `phase` calls of `one_round`
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def machine() -> dict:
-    return {"cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform()}
 
 
 def discover(only: list[str] | None) -> tuple[dict[str, Any], dict[str, dict]]:
