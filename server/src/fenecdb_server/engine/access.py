@@ -209,24 +209,19 @@ def pick(coll: Collection, q: Query, env: Env, need_override: int | None = None)
         return []
     head = q.head
     if head is not None and need is not None:
+        # `run_at <= now()`: its one bound read as _range_bounds reads an int or a time, and the
+        # page taken off the index past the plan below. Any other bound goes the general way,
+        # which ends at the same page read (`_walk`).
         idx = coll.indexes[head][1]
-        if type(idx) is PackedIndex:
-            terms = acc.ranges[head]
-            t = terms[0]
-            if len(terms) == 1 and (t.op == "<=" or t.op == "<"):
-                # `run_at <= now()`: the one bound, read as _range_bounds reads an int or a time
-                try:
-                    raw = t.bound(None, env)
-                except Exception:
-                    raw = None
-                if type(raw) is V.Ts or type(raw) is int:
-                    return idx.page(None, True, raw, t.op == "<=", need, rows)
+        terms = acc.ranges[head]
+        t = terms[0]
+        if type(idx) is PackedIndex and len(terms) == 1 and (t.op == "<=" or t.op == "<"):
             try:
-                b = _range_bounds(coll, terms, env)
-            except _Empty:
-                return []
-            if b is not None:
-                return idx.page(b[0], b[1], b[2], b[3], need, rows)
+                raw = t.bound(None, env)
+            except Exception:
+                raw = None
+            if type(raw) is V.Ts or type(raw) is int:
+                return idx.page(None, True, raw, t.op == "<=", need, rows)
     n = len(rows)
     try:
         cands: list[int] | None = None
