@@ -149,10 +149,6 @@ def _check_required(schema: Schema, row: dict) -> None:
             raise FenecError("type", f"field `{f.name}` is required and cannot be null")
 
 
-def _needs_required(schema: Schema) -> bool:
-    return any(f.required for f in schema.fields.values())
-
-
 # ---------------------------------------------------------------- the statements
 
 

@@ -40,7 +40,6 @@ from .execute import (
     _apply_entries,
     _check_required,
     _documents,
-    _needs_required,
     _read_target,
     run_del,
     run_get,
@@ -349,11 +348,10 @@ def _run_set(db: Any, plan: Plan, env: Env, blk: Block) -> Any:
     if olds:
         schema = coll.schema
         blk.touch(coll)
-        req = _needs_required(schema)
         alive_fn = p.alive
         alive = (lambda r: alive_fn(r, env)) if alive_fn else (lambda r: True)
         for old, new in zip(olds, news, strict=False):
-            if req:
+            if coll.required:
                 _check_required(schema, new)
             _unique_check(coll, new, alive, blk.undo)
             coll.replace(old, new, blk.undo)
