@@ -28,8 +28,8 @@ import threading
 import time
 from pathlib import Path
 
+from compare.machine import machine  # bench/compare/machine.py: the script's folder is on sys.path
 from fenecdb_server import Database, FenecError
-from machine import machine  # bench/machine.py: the script's folder is on sys.path
 
 SCHEMA = "create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int, error text)"
 SCHEMA_NO_INDEX = "create collection jobs (payload json, run_at timestamp, owner text, attempts int, error text)"

@@ -6,5 +6,6 @@
 Modules: `harness` (rounds, phases, the run), `loadgen` (the workloads, the same for every system),
 `fenec`, `postgres`, `redisq`, `beanstalk` (one per system: start, stop, load, claim, ack, wait),
 `beanstalk_proto` (our few lines of beanstalkd's text protocol), `stats` and `report` (the table),
-`progress` (the bar on stderr), `procs` (starting and stopping a peer's process).
+`progress` (the bar on stderr), `procs` (starting and stopping a peer's process), `machine` (what a run names
+of the machine it ran on, for `make queue-bench` too).
 """

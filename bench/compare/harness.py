@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..machine import machine
 from . import loadgen
+from .machine import machine
 from .procs import Missing
 from .progress import Progress
 from .stats import Row

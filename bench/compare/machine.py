@@ -1,4 +1,4 @@
-"""The machine a benchmark ran on, as both `make queue-bench` and `make queue-compare` print it."""
+"""The machine a benchmark ran on, as `make queue-compare` and `make queue-bench` (bench/queue_bench.py) print it."""
 
 from __future__ import annotations
 
