@@ -233,3 +233,39 @@ async def test_across_lines_the_request_held_longest_runs_first(fake: FakeDB) ->
             task = done.pop()
             tasks.remove(task)
             assert task.result().json()[0]["owner"] == expected
+
+
+class EarlyTimers(asyncio.SelectorEventLoop):
+    """A loop whose timers fire while its clock still reads 0.9 ms before their time, as
+    uvloop's whole-millisecond clock can (`15187.13` at a timer set for `15187.130000000001`)."""
+
+    def call_at(self, when: float, callback: Any, *args: Any, context: Any = None) -> asyncio.TimerHandle:
+        return super().call_at(when - 0.0009, callback, *args, context=context)
+
+
+def test_a_write_inside_the_look_gap_wakes_the_line_even_when_its_timer_fires_early() -> None:
+    """Fairness rule 3 on a coarse clock: the write that lands inside a line's 1 ms look gap is
+    answered by the look at the gap's end. The gap's timer is the end, whatever the clock reads
+    then; comparing the clock with the gap's end once left the worker asleep beside a ready job
+    until its deadline."""
+    fake = FakeDB()
+
+    async def scenario() -> None:
+        app = App(fake, Config(version="t"))
+        async with client(app) as c:
+            waiter = asyncio.create_task(c.post("/query", json=claim("w"), headers={"Fenec-Wait": "2000"}))
+            while not (app.waits and app.waits.held):
+                await asyncio.sleep(0.005)
+            looks = fake.looks
+            fake.execute([("put 60000", [1])])  # a delayed job: the line looks, finds nothing
+            for _ in range(5):
+                await asyncio.sleep(0)
+            assert fake.looks == looks + 1
+            fake.execute([("put", [1])])  # a ready job, inside the look gap
+            t0 = asyncio.get_running_loop().time()
+            r = await asyncio.wait_for(waiter, 3)
+            assert r.json() == [{"id": 2, "owner": "w"}]
+            assert asyncio.get_running_loop().time() - t0 < 0.5  # at the gap's end, not the deadline
+
+    with asyncio.Runner(loop_factory=EarlyTimers) as runner:
+        runner.run(scenario())

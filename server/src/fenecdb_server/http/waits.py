@@ -63,6 +63,9 @@ from typing import Any
 from ..engine import bids as B
 
 LOOK_THROTTLE_S = 0.001
+# the coarsest event-loop clock we run on (uvloop's counts milliseconds): timers may fire when
+# the clock still reads up to this much before their time
+CLOCK_GRAIN_S = 0.001
 # Bidding is how held claims work; `FENEC_HELD_BIDDING=off` races them instead (each line looks
 # and runs on its own, the first run to write wins) for `bench/bidding_bench.py` to compare.
 BIDDING = os.environ.get("FENEC_HELD_BIDDING", "on") != "off"
@@ -236,14 +239,18 @@ class Waits:
             return
         # Fairness across lines (rule 7) holds through the throttle too: a line whose head is
         # older but whose gap ends a little later goes first, so this one waits for it.
-        now = self.loop.time()
+        # The line whose timer fired is due whatever the clock reads: uvloop's clock counts whole
+        # milliseconds, so at the timer `now` can be 15187.13 against a gap that ends at
+        # 15187.130000000001, and a strict comparison here once left a worker asleep beside a
+        # ready job until its deadline. The other lines get the clock's grain as slack.
+        now = self.loop.time() + CLOCK_GRAIN_S
         ready = [ln for ln in self.lines.values() if ln.pending and ln.queue and not ln.pumping]
         rank = line.rank()
         later = max((ln.throttle_until for ln in ready if ln.rank() < rank), default=0.0)
         if later > now:
             line.throttle_timer = self.loop.call_at(later, self._throttle_end, line)
             return
-        for ln in sorted((ln for ln in ready if ln.throttle_until <= now), key=Line.rank):
+        for ln in sorted((ln for ln in ready if ln is line or ln.throttle_until <= now), key=Line.rank):
             if ln.throttle_timer is not None:
                 ln.throttle_timer.cancel()
                 ln.throttle_timer = None
