@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import selectors
 from typing import Any
 
 import httpx
@@ -125,6 +126,14 @@ def claim(owner: str, n: int = 1) -> dict[str, Any]:
     return {"query": "claim", "params": [owner, n]}
 
 
+async def one_held(app: App, c: httpx.AsyncClient) -> asyncio.Task[httpx.Response]:
+    """Worker `w`'s claim, sent with a 2 s wait; returned once the app holds it."""
+    waiter = asyncio.create_task(c.post("/query", json=claim("w"), headers={"Fenec-Wait": "2000"}))
+    while not (app.waits and app.waits.held):
+        await asyncio.sleep(0.005)
+    return waiter
+
+
 async def test_put_wakes_held_claim_and_fifo(fake: FakeDB) -> None:
     app = App(fake, Config(version="t"))
     async with client(app) as c:
@@ -177,9 +186,7 @@ async def test_deadline_answers_last_run(fake: FakeDB) -> None:
 async def test_look_throttle_one_look_per_ms(fake: FakeDB) -> None:
     app = App(fake, Config(version="t"))
     async with client(app) as c:
-        waiter = asyncio.create_task(c.post("/query", json=claim("w"), headers={"Fenec-Wait": "2000"}))
-        while not (app.waits and app.waits.held):
-            await asyncio.sleep(0.005)
+        waiter = await one_held(app, c)
         looks = fake.looks
         # 20 writes of delayed jobs inside a few ms: far fewer than 20 looks
         for _ in range(20):
@@ -237,7 +244,12 @@ async def test_across_lines_the_request_held_longest_runs_first(fake: FakeDB) ->
 
 class EarlyTimers(asyncio.SelectorEventLoop):
     """A loop whose timers fire while its clock still reads 0.9 ms before their time, as
-    uvloop's whole-millisecond clock can (`15187.13` at a timer set for `15187.130000000001`)."""
+    uvloop's whole-millisecond clock can (`15187.13` at a timer set for `15187.130000000001`).
+    It waits in `select`, whose timeout is not rounded up to a whole millisecond as epoll's is
+    (a rounded wait would bring the timer back to its time, or past it)."""
+
+    def __init__(self) -> None:
+        super().__init__(selectors.SelectSelector())
 
     def call_at(self, when: float, callback: Any, *args: Any, context: Any = None) -> asyncio.TimerHandle:
         return super().call_at(when - 0.0009, callback, *args, context=context)
@@ -253,9 +265,7 @@ def test_a_write_inside_the_look_gap_wakes_the_line_even_when_its_timer_fires_ea
     async def scenario() -> None:
         app = App(fake, Config(version="t"))
         async with client(app) as c:
-            waiter = asyncio.create_task(c.post("/query", json=claim("w"), headers={"Fenec-Wait": "2000"}))
-            while not (app.waits and app.waits.held):
-                await asyncio.sleep(0.005)
+            waiter = await one_held(app, c)
             looks = fake.looks
             fake.execute([("put 60000", [1])])  # a delayed job: the line looks, finds nothing
             for _ in range(5):
