@@ -15,7 +15,8 @@ The fairness contract
    therefore costs a line one cheap read, never one write per waiting worker.
 3. A look that found nothing stands for the whole line, and the line does not look again for
    1 ms because of writes: writes inside that gap are remembered and answered by one look at
-   its end. The throttle never delays a look due to the clock or to a hand-off.
+   its end, read on the event loop's clock to its grain (uvloop's counts whole milliseconds).
+   The throttle never delays a look due to the clock or to a hand-off.
 4. Hand-off. A head whose run took something is answered and leaves; the next request of the
    line looks at once, because more rows may be ready: a burst of jobs is drained by the
    waiting workers in arrival order, the oldest job to the longest-waiting worker.
@@ -243,14 +244,14 @@ class Waits:
         # milliseconds, so at the timer `now` can be 15187.13 against a gap that ends at
         # 15187.130000000001, and a strict comparison here once left a worker asleep beside a
         # ready job until its deadline. The other lines get the clock's grain as slack.
-        now = self.loop.time() + CLOCK_GRAIN_S
+        due_by = self.loop.time() + CLOCK_GRAIN_S
         ready = [ln for ln in self.lines.values() if ln.pending and ln.queue and not ln.pumping]
         rank = line.rank()
         later = max((ln.throttle_until for ln in ready if ln.rank() < rank), default=0.0)
-        if later > now:
+        if later > due_by:
             line.throttle_timer = self.loop.call_at(later, self._throttle_end, line)
             return
-        for ln in sorted((ln for ln in ready if ln is line or ln.throttle_until <= now), key=Line.rank):
+        for ln in sorted((ln for ln in ready if ln is line or ln.throttle_until <= due_by), key=Line.rank):
             if ln.throttle_timer is not None:
                 ln.throttle_timer.cancel()
                 ln.throttle_timer = None
