@@ -89,9 +89,16 @@ def test_random_against_brute_force():
         assert idx.count(lo, li, hi, hinc) == len(inside)
 
 
+# The writer's turns: each moves ten entries out of the readers' range (values up to 2 000 000), so
+# 4 000 turns leave 160 000 of the 200 000 in it, and every page a reader reads holds ten whatever
+# the machine's speed (a fixed 1.5 s let a fast machine empty the range: issue 17).
+MOVER_TURNS = 4_000
+
+
 def _race(idx) -> list[BaseException]:
     """Eight readers under the read lock, one writer moving a claim's ten entries under the write
-    lock, for 1.5 s with threads switched often: what any thread raised."""
+    lock for MOVER_TURNS turns, with threads switched often: what any thread raised. The readers
+    read until the writer is done, and the writer starts once every reader has read a page."""
     import itertools
     import sys
     import threading
@@ -103,11 +110,13 @@ def _race(idx) -> list[BaseException]:
     for rid, v in values.items():
         idx.add(rid, v)
     errors: list[BaseException] = []
-    stop = threading.Event()
+    done = threading.Event()
+    readers_started = threading.Barrier(9)
 
     def reader() -> None:
+        started = False
         try:
-            while not stop.is_set():
+            while not done.is_set() or not started:
                 lock.acquire_read()
                 try:
                     page = list(itertools.islice(idx.walk(None, True, 2_000_000, True, False, False), 10))
@@ -116,14 +125,19 @@ def _race(idx) -> list[BaseException]:
                     idx.first_above(5_000, False)
                 finally:
                     lock.release_read()
+                if not started:
+                    started = True
+                    readers_started.wait(60)
         except BaseException as e:  # noqa: BLE001 - the test reports it
             errors.append(e)
+            readers_started.abort()
 
     def mover() -> None:
         # a claim's moves: the oldest ten out of the front, back in at the end (sublists join and split)
         nxt = 10_000_000
         try:
-            while not stop.is_set():
+            readers_started.wait(60)
+            for _ in range(MOVER_TURNS):
                 lock.acquire_write()
                 try:
                     for rid in list(itertools.islice(idx.walk(None, True, None, True, False, False), 10)):
@@ -133,8 +147,14 @@ def _race(idx) -> list[BaseException]:
                         idx.add(rid, nxt)
                 finally:
                     lock.release_write()
+                if errors:
+                    break
+        except threading.BrokenBarrierError:
+            pass  # a reader failed before the race began; it reported why
         except BaseException as e:  # noqa: BLE001 - the test reports it
             errors.append(e)
+        finally:
+            done.set()
 
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-5)  # switch threads often, as a loaded server does
@@ -142,12 +162,13 @@ def _race(idx) -> list[BaseException]:
     try:
         for t in threads:
             t.start()
-        threading.Event().wait(1.5)
-    finally:
-        stop.set()
         for t in threads:
-            t.join(30)
+            t.join(300)
+    finally:
+        done.set()
+        readers_started.abort()
         sys.setswitchinterval(old)
+    assert not any(t.is_alive() for t in threads), "the race did not finish in 300 s"
     assert len(idx) == 200_000
     return errors
 
