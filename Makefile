@@ -28,9 +28,8 @@ test: $(STAMP) ## set up .venv and run every test of every part whose toolchain 
 test-server: $(STAMP) ## the server's tests only
 	$(BIN)/python -m pytest server/tests
 
-check: $(STAMP) ## lint and types (ruff, mypy)
-	$(BIN)/ruff check server scripts
-	$(BIN)/mypy server/src/fenecdb_server
+check: $(STAMP) ## lint and types: ruff and mypy (every hand-written Python part), tsc --strict (JS), go vet (Go)
+	$(BIN)/python scripts/test_all.py --check
 
 queue-bench: $(STAMP) ## the job-queue benchmarks (bench/README.md has the measured table)
 	$(BIN)/python bench/queue_bench.py

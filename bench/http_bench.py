@@ -140,7 +140,7 @@ def delayed_lateness(addr: tuple[str, int], n: int) -> list[float]:
     return late
 
 
-def workers(addr: tuple[str, int], jobs: int, clients: int, mode: str) -> tuple[float, list[float]]:
+def workers(addr: tuple[str, int], jobs: int, clients: int, mode: str) -> tuple[float, list[float], float]:
     fill = Conn(addr)
     for s in range(0, jobs, 1000):
         items = ", ".join(f"{{payload: {i}, run_at: now(), attempts: 0}}" for i in range(s, min(s + 1000, jobs)))

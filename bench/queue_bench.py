@@ -291,14 +291,14 @@ def main() -> int:
         here = Path(__file__).resolve().parent
         if (here / "http_bench.py").exists():
             sys.path.insert(0, str(here))
-            import http_bench  # type: ignore[import-not-found]
+            import http_bench
 
             results["http"] = http_bench.run(rounds=args.rounds)
         else:
             print("\nSKIP http: bench/http_bench.py is not there")
     if "bidding" in only:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
-        import bidding_bench  # type: ignore[import-not-found]
+        import bidding_bench
 
         results["bidding"] = bidding_bench.run()
     out = Path(__file__).resolve().parent / "results"

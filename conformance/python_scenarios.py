@@ -183,7 +183,7 @@ class Script:
         action = next((k for k in step if k != "expect"), None)
         expect = step.get("expect")
         label = f"{label} ({action})"
-        arg = step.get(action) if action else None
+        arg: Any = step.get(action) if action else None
         if action == "enqueue":
             for item in arg:
                 n = await queue.enqueue(item["key"], item.get("payload"), int(item.get("delay_ms", 0)))
@@ -250,7 +250,7 @@ class Script:
         wait_ms = arg.get("wait_ms")
         started = now_ms()
         call = queue.claim(owner, int(arg["batch"]), int(arg["lease_ms"]), wait_ms, key)
-        cancel_after = arg.get("cancel_after_ms")
+        cancel_after: Any = arg.get("cancel_after_ms")
         cancelled = False
         rows: list[dict[str, Any]] = []
         replayed = False

@@ -1,5 +1,10 @@
 """Run every test of every part whose toolchain is present; `make test` calls this.
 
+The first parts are the checks (`make check` runs only those, `--check`): ruff and mypy over
+every Python part we write by hand (the server, the Python client but its generated transport,
+the conformance driver, the benchmarks, these scripts), `tsc --noEmit --strict` over the
+JavaScript SDK and `go vet` over the Go SDK. A finding fails its part, as a failing test does.
+
 A part is a folder with a test entry point. A part whose toolchain is missing, or that
 holds only its README so far, prints a loud `SKIP <part>: <reason>` line and is counted
 as skipped, never as passed. The last line is `parts: N passed, M failed, K skipped`,
@@ -14,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -39,7 +45,33 @@ def run(name: str, cmd: list[str], cwd: Path = ROOT) -> bool:
     return code == 0
 
 
+# What ruff and mypy read: every Python part written by hand. The Python client's generated
+# transport (`_transport`) is checked by being regenerated, not linted (pyproject.toml).
+PY_CHECKED = ["server", "clients/python", "conformance", "bench", "scripts"]
+MYPY_CHECKED = ["server/src/fenecdb_server", "clients/python/src/fenecdb", "conformance", "bench", "scripts"]
+
+
+def checks(record: Any, skip: Any) -> None:
+    """Lint and types of every part whose toolchain is present: one counted part each."""
+    ruff, mypy = str(VENV_BIN / "ruff"), str(VENV_BIN / "mypy")
+    record("check-ruff", run("check-ruff", [ruff, "check", *PY_CHECKED]))
+    record("check-mypy", run("check-mypy", [mypy, *MYPY_CHECKED]))
+    js = ROOT / "clients/js"
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        skip("check-tsc", "no 'node' on PATH")
+    else:
+        record("check-tsc", run("check-tsc", ["bash", "-c", "{ [ -d node_modules/typescript ] && "
+                                              "[ ! package-lock.json -nt node_modules/.package-lock.json ]; } "
+                                              "|| npm ci --no-audit --no-fund --loglevel=error; "
+                                              "npx --no-install tsc --noEmit --strict -p tsconfig.json"], cwd=js))
+    if shutil.which("go") is None:
+        skip("check-vet", "no 'go' on PATH")
+    else:
+        record("check-vet", run("check-vet", ["go", "vet", "./..."], cwd=ROOT / "clients/go"))
+
+
 def main() -> int:
+    only_checks = "--check" in sys.argv[1:]
     passed: list[str] = []
     failed: list[str] = []
     skipped: list[str] = []
@@ -50,6 +82,10 @@ def main() -> int:
     def skip(name: str, why: str) -> None:
         print(f"SKIP {name}: {why}", flush=True)
         skipped.append(name)
+
+    checks(record, skip)
+    if only_checks:
+        return summary(passed, failed, skipped)
 
     python = str(VENV_BIN / "python")
     record("server", run("server", [python, "-m", "pytest", "server/tests"]))
@@ -77,6 +113,10 @@ def main() -> int:
     else:
         skip("conformance", "the suite is not built yet (conformance/ holds only its README)")
 
+    return summary(passed, failed, skipped)
+
+
+def summary(passed: list[str], failed: list[str], skipped: list[str]) -> int:
     for name in failed:
         print(f"FAILED {name}")
     print(f"parts: {len(passed)} passed, {len(failed)} failed, {len(skipped)} skipped", flush=True)

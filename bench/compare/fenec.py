@@ -80,7 +80,7 @@ class System:
         try:  # bounded: a server that neither prints its address nor exits must not hang the run
             self.url = found.get(timeout=timeout)
         except queue.Empty:
-            self.url = None
+            self.url = ""
         if not self.url:
             raise RuntimeError(f"fenec-server did not start (exit status {self.proc.poll()})")
         self.admin = Session(self.url)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -15,7 +16,7 @@ class Row:
     better: str  # "lower", "higher" or "" (shown, never ranked)
 
 
-def pct(values: list[float], p: float) -> float:
+def pct(values: Sequence[float], p: float) -> float:
     """The nearest-rank percentile: the smallest value with at least p of the values at or below it."""
     if not values:
         raise ValueError("no values")
