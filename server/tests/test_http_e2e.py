@@ -369,7 +369,7 @@ def test_token_cors_connections_idle() -> None:
             rest = k.recv(4096)
             while rest:
                 rest = k.recv(4096)
-            assert 0.8 < time.monotonic() - t0 < 3
+            assert 0.8 < time.monotonic() - t0 < 10  # closed after its 1 s, not held open
     finally:
         assert s.stop() == 0
 

@@ -127,27 +127,34 @@ def claim(owner: str, n: int = 1) -> dict[str, Any]:
 
 
 async def one_held(app: App, c: httpx.AsyncClient) -> asyncio.Task[httpx.Response]:
-    """Worker `w`'s claim, sent with a 2 s wait; returned once the app holds it."""
-    waiter = asyncio.create_task(c.post("/query", json=claim("w"), headers={"Fenec-Wait": "2000"}))
-    while not (app.waits and app.waits.held):
-        await asyncio.sleep(0.005)
+    """Worker `w`'s claim, sent with a 30 s wait (far past anything a test waits for, so an
+    answer at its deadline is told from a wake on any machine); returned once the app holds it."""
+    waiter = asyncio.create_task(c.post("/query", json=claim("w"), headers={"Fenec-Wait": "30000"}))
+    await until(lambda: bool(app.waits and app.waits.held))
     return waiter
+
+
+async def until(cond: Any, timeout: float = 30.0) -> None:
+    """Wait for `cond()` with a generous deadline (a condition, never a rate)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not cond():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in 30 s"
+        await asyncio.sleep(0.005)
 
 
 async def test_put_wakes_held_claim_and_fifo(fake: FakeDB) -> None:
     app = App(fake, Config(version="t"))
     async with client(app) as c:
-        waiters = [asyncio.create_task(c.post("/query", json=claim(f"w{i}"), headers={"Fenec-Wait": "5000"}))
+        waiters = [asyncio.create_task(c.post("/query", json=claim(f"w{i}"), headers={"Fenec-Wait": "30000"}))
                    for i in range(3)]
-        for _ in range(50):
-            await asyncio.sleep(0.01)
-            if app.waits and app.waits.held == 3:
-                break
-        assert app.waits is not None and app.waits.held == 3
+        await until(lambda: bool(app.waits and app.waits.held == 3))
+        assert app.waits is not None
         runs_before = fake.runs
         r = await c.post("/query", json={"query": "put", "params": [2]})
         assert r.status_code == 200
-        done, pending = await asyncio.wait(waiters, timeout=2, return_when=asyncio.ALL_COMPLETED)
+        await until(lambda: sum(t.done() for t in waiters) == 2)
+        done = {t for t in waiters if t.done()}
+        pending = {t for t in waiters if not t.done()}
         # two jobs: the two longest-waiting workers get them, in order; the third stays held
         assert len(done) == 2
         got = {t.result().json()[0]["owner"]: t.result().json()[0]["id"] for t in done}
@@ -156,7 +163,7 @@ async def test_put_wakes_held_claim_and_fifo(fake: FakeDB) -> None:
         assert fake.runs - runs_before == 2
         assert app.waits.held == 1
         app.shutdown()
-        rest = await asyncio.wait_for(pending.pop(), 2)
+        rest = await asyncio.wait_for(pending.pop(), 30)
         assert rest.status_code == 200 and rest.json() == []
 
 
@@ -165,11 +172,11 @@ async def test_delayed_job_wakes_at_its_time_not_before(fake: FakeDB) -> None:
     async with client(app) as c:
         await c.post("/query", json={"query": "put 300", "params": [1]})
         due = fake.jobs[1]["run_at"]
-        r = await c.post("/query", json=claim("w"), headers={"Fenec-Wait": "3000"})
+        r = await c.post("/query", json=claim("w"), headers={"Fenec-Wait": "30000"})
         answered = fake.now()
         assert r.json() == [{"id": 1, "owner": "w"}]
         assert answered >= due
-        assert answered - due < 100
+        assert answered - due < 10_000  # woken at its time, far before the 30 s deadline
 
 
 async def test_deadline_answers_last_run(fake: FakeDB) -> None:
@@ -179,7 +186,7 @@ async def test_deadline_answers_last_run(fake: FakeDB) -> None:
         t0 = loop.time()
         r = await c.post("/query", json=claim("w"), headers={"Fenec-Wait": "200"})
         assert r.status_code == 200 and r.json() == []
-        assert 0.19 <= loop.time() - t0 < 1.0
+        assert 0.19 <= loop.time() - t0 < 10.0  # at its end (a missed end would hold on)
         assert app.waits is not None and app.waits.held == 0 and not app.waits.lines
 
 
@@ -188,11 +195,14 @@ async def test_look_throttle_one_look_per_ms(fake: FakeDB) -> None:
     async with client(app) as c:
         waiter = await one_held(app, c)
         looks = fake.looks
-        # 20 writes of delayed jobs inside a few ms: far fewer than 20 looks
+        # 20 writes of delayed jobs in one turn of the loop, so inside one look gap on any
+        # machine: far fewer than 20 looks
         for _ in range(20):
-            await c.post("/query", json={"query": "put 60000", "params": [1]})
-        await asyncio.sleep(0.05)
-        assert fake.looks - looks < 20
+            fake.execute([("put 60000", [1])])
+        await until(lambda: fake.looks - looks >= 1)
+        for _ in range(20):  # let any further look the gap's end brings run
+            await asyncio.sleep(0.002)
+        assert fake.looks - looks <= 2
         assert fake.looks - looks >= 1
         app.shutdown()
         assert (await waiter).json() == []
@@ -205,8 +215,8 @@ async def test_put_with_wait_refused_and_reads_not_held(fake: FakeDB) -> None:
         assert r.status_code == 400 and "writes otherwise" in r.json()["error"]
         loop = asyncio.get_running_loop()
         t0 = loop.time()
-        r = await c.post("/query", json={"query": "get"}, headers={"Fenec-Wait": "1000"})
-        assert r.status_code == 200 and loop.time() - t0 < 0.5
+        r = await c.post("/query", json={"query": "get"}, headers={"Fenec-Wait": "30000"})
+        assert r.status_code == 200 and loop.time() - t0 < 10  # at once, not held to its 30 s
         for bad in ("soon", "-1", "1.5", ""):
             r = await c.post("/query", json=claim("w"), headers={"Fenec-Wait": bad})
             assert r.status_code == 400 and r.json() == {"error": "Fenec-Wait is milliseconds"}
@@ -229,13 +239,12 @@ async def test_across_lines_the_request_held_longest_runs_first(fake: FakeDB) ->
         tasks = []
         for i, (text, owner) in enumerate(order):
             tasks.append(asyncio.create_task(
-                c.post("/query", json={"query": text, "params": [owner, 1]}, headers={"Fenec-Wait": "5000"})))
-            while not (app.waits and app.waits.held == i + 1):
-                await asyncio.sleep(0.005)
+                c.post("/query", json={"query": text, "params": [owner, 1]}, headers={"Fenec-Wait": "30000"})))
+            await until(lambda i=i: bool(app.waits and app.waits.held == i + 1))
         assert app.waits is not None and len(app.waits.lines) == 2
         for expected in ("b0", "a0", "b1", "a1"):
             await c.post("/query", json={"query": "put", "params": [1]})
-            done, _ = await asyncio.wait(tasks, timeout=2, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(tasks, timeout=30, return_when=asyncio.FIRST_COMPLETED)
             assert len(done) == 1
             task = done.pop()
             tasks.remove(task)
@@ -273,9 +282,9 @@ def test_a_write_inside_the_look_gap_wakes_the_line_even_when_its_timer_fires_ea
             assert fake.looks == looks + 1
             fake.execute([("put", [1])])  # a ready job, inside the look gap
             t0 = asyncio.get_running_loop().time()
-            r = await asyncio.wait_for(waiter, 3)
+            r = await asyncio.wait_for(waiter, 40)
             assert r.json() == [{"id": 2, "owner": "w"}]
-            assert asyncio.get_running_loop().time() - t0 < 0.5  # at the gap's end, not the deadline
+            assert asyncio.get_running_loop().time() - t0 < 10  # at the gap's end, not the 30 s deadline
 
     with asyncio.Runner(loop_factory=EarlyTimers) as runner:
         runner.run(scenario())
