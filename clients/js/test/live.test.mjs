@@ -62,12 +62,12 @@ test('a held claim is answered the moment a job comes', { skip }, async () => {
   const db = connect(server.url);
   const q = await queue(db);
   const t0 = performance.now();
-  const held = claim(db, q, 'w1:1', { write: { wait: 5000 } });
+  const held = claim(db, q, 'w1:1', { write: { wait: 30000 } });
   setTimeout(() => enqueue(connect(server.url), q, ['late']), 200);
   const rows = await held;
   const took = performance.now() - t0;
   assert.deepEqual(rows.map((r) => r.payload), ['late']);
-  assert.ok(took >= 190 && took < 2000, `answered after ${took} ms`);
+  assert.ok(took >= 190 && took < 15000, `answered after ${took} ms, not at its 30 s deadline`);
 });
 
 test('aborting a held claim gives it up: the job goes to the next waiting worker', { skip }, async () => {
@@ -82,7 +82,7 @@ test('aborting a held claim gives it up: the job goes to the next waiting worker
   const t0 = performance.now();
   ctl.abort();
   await assert.rejects(first, (e) => e.name === 'AbortError');
-  assert.ok(performance.now() - t0 < 200, 'the abort is at once');
+  assert.ok(performance.now() - t0 < 5000, 'the abort is at once, not at the 10 s deadline');
   await enqueue(a, q, ['job']);
   const rows = await second;
   assert.deepEqual(rows.map((r) => [r.owner, r.payload]), [['b:1', 'job']]);

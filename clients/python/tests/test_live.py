@@ -63,7 +63,7 @@ def test_a_held_claim_outlives_the_clients_own_timeout(server_url: str, queue: s
         chain, patch = claim(db.collection(queue), "w1:1")
         started = time.monotonic()
         assert chain.update(patch, returning=True, wait=1.2) == []
-        assert 1.1 < time.monotonic() - started < 3
+        assert 1.1 < time.monotonic() - started < 10
 
 
 def test_a_held_claim_wakes_for_a_job_enqueued_meanwhile(server_url: str, queue: str) -> None:
@@ -71,13 +71,13 @@ def test_a_held_claim_wakes_for_a_job_enqueued_meanwhile(server_url: str, queue:
         async with AsyncClient(server_url) as waiter, AsyncClient(server_url) as producer:
             chain, patch = claim(waiter.collection(queue), "w1:1")
             started = time.monotonic()
-            task = asyncio.ensure_future(chain.update(patch, returning=True, wait=5))
+            task = asyncio.ensure_future(chain.update(patch, returning=True, wait=30))
             await asyncio.sleep(0.3)
             await producer.collection(queue).insert({"payload": {"n": 1}, "run_at": expr("now()"), "attempts": 0})
             return await task, time.monotonic() - started
 
     rows, took = asyncio.run(main())
-    assert len(rows) == 1 and rows[0]["payload"] == {"n": 1} and 0.25 < took < 2
+    assert len(rows) == 1 and rows[0]["payload"] == {"n": 1} and 0.25 < took < 15  # by the job, not the 30 s deadline
 
 
 def test_a_cancelled_claim_gives_the_job_to_the_next_worker(server_url: str, queue: str) -> None:

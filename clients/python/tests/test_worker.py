@@ -102,7 +102,7 @@ def test_a_signal_stops_a_held_claim_cleanly(server_url: str, queue: str) -> Non
             taken = list(worker)
         timer.join()
         assert taken == [] and worker.stopped
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - started < 10  # at the signal, not the 20 s deadline
         assert signal.getsignal(signal.SIGTERM) == before
         enqueue(db, queue, "after")  # the abandoned claim took nothing: the next one gets the job
         (job,) = Worker(db, queue, batch=1, lease=5).claim(wait=2)
