@@ -40,7 +40,7 @@ SDKS: list[tuple[str, list[str]]] = [
     ("kotlin", ["mvn", "java"]),
     ("dart", ["dart"]),
 ]
-SERVER_START_S = 30
+SERVER_START_S = 60  # generous: a loaded machine starts a Python server slowly
 
 
 class Server:

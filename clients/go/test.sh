@@ -28,7 +28,7 @@ if [ -x "$server" ]; then
 	"$server" --http 127.0.0.1:0 >/dev/null 2>"$log" &
 	pid=$!
 	addr=""
-	for _ in $(seq 1 150); do
+	for _ in $(seq 1 600); do  # up to 60 s: a loaded machine starts a Python server slowly
 		addr="$(sed -n 's/.*listening on: \(http:\/\/[^ ]*\).*/\1/p' "$log" | head -n 1)"
 		if [ -n "$addr" ] || ! kill -0 "$pid" 2>/dev/null; then
 			break

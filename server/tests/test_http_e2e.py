@@ -49,7 +49,7 @@ class Server:
                                      env={**os.environ, **(env or {})})
         self.log: list[str] = []
         self.url = ""
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60  # generous: a loaded machine starts a Python server slowly
         assert self.proc.stderr is not None
         while time.monotonic() < deadline:
             line = self.proc.stderr.readline().decode()

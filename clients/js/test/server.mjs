@@ -17,7 +17,7 @@ export async function startServer(extraArgs = []) {
   const child = spawn(SERVER, ['--http', '127.0.0.1:0', ...extraArgs], { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   const url = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`fenec-server did not say where it listens in 20 s:\n${log}`)), 20000);
+    const timer = setTimeout(() => reject(new Error(`fenec-server did not say where it listens in 60 s:\n${log}`)), 60000);
     child.stderr.setEncoding('utf8');
     child.stderr.on('data', (chunk) => {
       log += chunk;

@@ -35,7 +35,7 @@ object LiveServer {
             if (!process.waitFor(5, TimeUnit.SECONDS)) process.destroyForcibly()
         })
         val lines = process.errorStream.bufferedReader()
-        val deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30)
+        val deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60)
         var url: String? = null
         while (url == null && System.nanoTime() < deadline) {
             val line = lines.readLine() ?: break
