@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+SERVE_STAMP := $(VENV)/.server-installed
+PORT ?= 8080
+FILE ?= ./data.fenec
 PY_PARTS := server/pyproject.toml $(wildcard clients/python/pyproject.toml)
 
 .PHONY: help serve test test-server check queue-bench conformance conformance-vectors queue-compare
@@ -10,17 +13,21 @@ PY_PARTS := server/pyproject.toml $(wildcard clients/python/pyproject.toml)
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
 
-$(STAMP): $(PY_PARTS)
+# `make serve` installs the server alone; `make test` adds the test tools and the Python client.
+$(SERVE_STAMP): server/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e server
+	@touch $(SERVE_STAMP)
+
+$(STAMP): $(SERVE_STAMP) $(PY_PARTS)
 	$(BIN)/pip install -q -e 'server[test]'
 	@if [ -f clients/python/pyproject.toml ]; then $(BIN)/pip install -q -e 'clients/python[test]'; fi
 	@touch $(STAMP)
 
 venv: $(STAMP)
 
-serve: $(STAMP) ## set up .venv and serve on 127.0.0.1:8080 with ./data.fenec
-	$(BIN)/fenec-server --file ./data.fenec --http 127.0.0.1:8080
+serve: $(SERVE_STAMP) ## install the server in .venv and serve on 127.0.0.1:$(PORT) with $(FILE) (PORT=8080, FILE=./data.fenec)
+	$(BIN)/fenec-server --file $(FILE) --http 127.0.0.1:$(PORT)
 
 test: $(STAMP) ## set up .venv and run every test of every part whose toolchain is present
 	$(BIN)/python scripts/test_all.py
