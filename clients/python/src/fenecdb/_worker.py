@@ -84,7 +84,7 @@ class _Plan:
         return {"owner": None, "error": error, "run_at": expr(FAIL_RUN_AT, self.dead_after, step)}
 
     def to_claim(self, owner: str) -> Statement:
-        return self.claim_chain().to_update(self.claim_patch(owner), returning=True)
+        return self.claim_chain().to_update(self.claim_patch(owner), returning=True)  # type: ignore[no-any-return]
 
 
 class _JobBase:
@@ -110,14 +110,14 @@ class _JobBase:
         return int(self.row.get("attempts") or 0)
 
     def to_ack(self) -> Statement:
-        return self._plan.mine(self.id, self.owner).to_delete(require=1)
+        return self._plan.mine(self.id, self.owner).to_delete(require=1)  # type: ignore[no-any-return]
 
     def to_extend(self, lease: float | None = None) -> Statement:
         patch = {"run_at": expr("now() + ?", _ms(self._plan.lease if lease is None else lease))}
-        return self._plan.mine(self.id, self.owner).to_update(patch, require=1)
+        return self._plan.mine(self.id, self.owner).to_update(patch, require=1)  # type: ignore[no-any-return]
 
     def to_fail(self, error: str, *, backoff: float | None = None) -> Statement:
-        return self._plan.mine(self.id, self.owner).to_update(
+        return self._plan.mine(self.id, self.owner).to_update(  # type: ignore[no-any-return]
             self._plan.fail_patch(error, backoff), require=1)
 
     def __repr__(self) -> str:
