@@ -1,6 +1,6 @@
 """The server README's "Access: a job-queue setup" runs as written: its `sh` blocks, in order, in an
 empty directory, with `fenec-server` and `curl` on the PATH; the one thing changed is the port
-(8080 → a free one). What they print must be the README's `text` block, exactly."""
+(8081 → a free one). What they print must be the README's `text` block, exactly."""
 
 from __future__ import annotations
 
@@ -49,8 +49,8 @@ def test_the_section_has_the_whole_setup() -> None:
 def test_readme_access_setup_runs_as_written(tmp_path: Path) -> None:
     text = section()
     port = str(free_port())
-    script = "set -euo pipefail\n" + "\n".join(blocks(text, "sh")).replace("127.0.0.1:8080", f"127.0.0.1:{port}")
-    assert "8080" not in script
+    script = "set -euo pipefail\n" + "\n".join(blocks(text, "sh")).replace("127.0.0.1:8081", f"127.0.0.1:{port}")
+    assert "8081" not in script
     (expected,) = blocks(text, "text")
     bin_dir = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
