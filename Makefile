@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 SERVE_STAMP := $(VENV)/.server-installed
 PORT ?= 8080
 FILE ?= ./data.fenec
-PY_PARTS := server/pyproject.toml $(wildcard clients/python/pyproject.toml)
+PY_PARTS := server/pyproject.toml $(wildcard clients/python/pyproject.toml clients/python/requirements-test.txt)
 
 .PHONY: help serve test test-server check queue-bench conformance conformance-vectors queue-compare
 
@@ -19,9 +19,10 @@ $(SERVE_STAMP): server/pyproject.toml
 	$(BIN)/pip install -q -e server
 	@touch $(SERVE_STAMP)
 
-$(STAMP): $(SERVE_STAMP) $(PY_PARTS)
-	$(BIN)/pip install -q -e 'server[test]'
-	@if [ -f clients/python/pyproject.toml ]; then $(BIN)/pip install -q -e 'clients/python[test]'; fi
+$(STAMP): $(SERVE_STAMP) $(PY_PARTS) server/requirements-test.txt
+	$(BIN)/pip install -q -r server/requirements-test.txt
+	@if [ -f clients/python/pyproject.toml ]; then \
+	  $(BIN)/pip install -q -e clients/python -r clients/python/requirements-test.txt; fi
 	@touch $(STAMP)
 
 venv: $(STAMP)
