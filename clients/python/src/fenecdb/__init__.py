@@ -28,7 +28,8 @@ from ._errors import (
 )
 from ._query import Expr, Inc, TextQuery, collection, expr, inc
 from ._wire import Rows
-from ._worker import AsyncJob, AsyncWorker, Job, Worker
+from ._async_worker import AsyncJob, AsyncWorker
+from ._worker import Job, Worker
 
 __version__ = "0.1.0"
 
