@@ -19,7 +19,7 @@ def test_each_step_is_one_statement_of_the_page() -> None:
     assert worker.to_claim("w9:17") == (
         "set jobs {owner: $1, run_at: now() + $2, attempts: coalesce(attempts, 0) + $3} "
         "where run_at <= now() order run_at asc limit 10 returning *", ["w9:17", 30000, 1])
-    job = Job({"id": 41, "payload": {"to": "ada@example.com"}, "attempts": 2}, "w9:17", worker.plan)
+    job = Job({"id": 41, "payload": {"to": "ada@example.com"}, "attempts": 2}, "w9:17", worker)
     assert job.to_ack() == ("del jobs where id = $1 and owner = $2 require 1", [41, "w9:17"])
     assert job.to_extend() == ("set jobs {run_at: now() + $1} where id = $2 and owner = $3 require 1",
                                [30000, 41, "w9:17"])

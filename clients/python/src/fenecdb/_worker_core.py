@@ -13,7 +13,8 @@ The statements, each made by the builder (so the text is the one the conformance
     dead     set q {owner: null, error: "attempts exhausted", run_at: null} where ... require 1   (claimed past max)
     release  set q {owner: null, run_at: now(), attempts: coalesce(attempts, 0) + -1} where id = .. and owner = ..
 
-The owner is a claim token, `<name>:<n>`, new for each claim; every call is sent under an
+The owner is a claim token, `<name>:<n>`, new for each claim (n never repeats, across restarts
+too: see `Plan`); every call is sent under an
 Idempotency-Key made from it, so a call retried after a lost answer is answered as the first
 try was (a claim: the jobs it took, none leaked leased). A connection error, a timeout or a 5xx
 is retried after a pause of full jitter (0 to 100 ms, doubling up to 5 s); a 412 means the lease
@@ -31,6 +32,7 @@ import itertools
 import logging
 import random
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -136,7 +138,10 @@ class Plan:
     def __init__(self, query: QueryBase, options: Options) -> None:
         self.query = query
         self.options = options
-        self._counter = itertools.count(1)
+        # n counts on from the microseconds since the epoch, not from 1: the server keeps an
+        # Idempotency-Key for a day, and a worker restarted under the same name that counted
+        # from 1 again would send `claim:<name>:1` once more and be replayed its last life's jobs.
+        self._counter = itertools.count(time.time_ns() // 1000)
 
     @property
     def name(self) -> str:
