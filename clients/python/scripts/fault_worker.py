@@ -74,7 +74,8 @@ def main() -> int:
                         max_attempts=int(os.environ.get("FENEC_MAX_ATTEMPTS", 5)),
                         drain_timeout=env_ms("FENEC_DRAIN_MS", 30000),
                         backoff=lambda attempts: backoff_ms * attempts * attempts / 1000,
-                        timeout=timeout, on_event=on_event)
+                        timeout=timeout, keep_done=os.environ.get("FENEC_KEEP_DONE") == "1",
+                        on_event=on_event)
         with worker.handle_signals(signal.SIGTERM, hard=(signal.SIGINT,)):
             emit("ready", worker=worker.name)
             worker.run(handle)
