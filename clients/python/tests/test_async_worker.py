@@ -93,7 +93,7 @@ def test_stop_from_another_thread_cancels_a_held_claim(server_url: str, queue: s
             await asyncio.wait_for(task, 10)
             return time.monotonic() - asked
 
-    assert asyncio.run(main()) < 2
+    assert asyncio.run(main()) < 10  # a cancel, not the end of the 30 s hold
     assert events.of("stopped") and events.count("claimed") == 0
 
 
@@ -155,4 +155,4 @@ def test_stop_from_another_thread_ends_the_iterator_form_at_once(server_url: str
         threading.Timer(0.3, worker.stop).start()
         started = time.monotonic()
         assert list(worker) == []
-        assert time.monotonic() - started < 5  # the held claim given up, not waited out
+        assert time.monotonic() - started < 10  # the held claim given up, not waited out (30 s)

@@ -27,6 +27,20 @@ def test_each_step_is_one_statement_of_the_page() -> None:
         "set jobs {owner: $1, error: $2, run_at: case when attempts >= $3 then null else now() + $4 * attempts "
         "* attempts end} where id = $5 and owner = $6 require 1", [None, "smtp timeout", 5, 2000, 41, "w9:17"])
     assert (job.id, job.payload, job.attempts) == (41, {"to": "ada@example.com"}, 2)
+    assert worker.plan.to_dead(job) == (
+        "set jobs {owner: $1, error: $2, run_at: $3} where id = $4 and owner = $5 require 1",
+        [None, "attempts exhausted", None, 41, "w9:17"])
+    assert worker.plan.to_release(job) == (
+        "set jobs {owner: $1, run_at: now(), attempts: coalesce(attempts, 0) + $2} where id = $3 and owner = $4",
+        [None, -1, 41, "w9:17"])
+    hooked = Worker(db, "jobs", name="w9", max_attempts=3, backoff=lambda attempts: 0.5 * attempts,
+                    keep_done=True)
+    job = Job({"id": 41, "attempts": 2}, "w9:17", hooked)
+    assert hooked.plan.failure(job, "smtp timeout") == ((
+        "set jobs {owner: $1, error: $2, run_at: case when attempts >= $3 then null else now() + $4 end} "
+        "where id = $5 and owner = $6 require 1", [None, "smtp timeout", 3, 1000, 41, "w9:17"]), 1.0)
+    assert job.to_ack() == ("set jobs {owner: $1, run_at: $2, done_at: now()} where id = $3 and owner = $4 require 1",
+                            [None, None, 41, "w9:17"])
 
 
 def enqueue(db: Client, queue: str, *names: str) -> None:

