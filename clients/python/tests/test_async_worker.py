@@ -156,3 +156,32 @@ def test_stop_from_another_thread_ends_the_iterator_form_at_once(server_url: str
         started = time.monotonic()
         assert list(worker) == []
         assert time.monotonic() - started < 10  # the held claim given up, not waited out (30 s)
+
+
+def test_cancelling_run_cancels_the_handlers_and_gives_their_jobs_back(server_url: str, queue: str) -> None:
+    with Client(server_url) as sync:
+        ids = enqueue(sync, queue, {"n": 1}, {"n": 2})
+    events = Recorder()
+    cancelled: list[Any] = []
+
+    async def handler(job: AsyncJob) -> None:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.append(job.id)
+            raise
+
+    async def main() -> None:
+        async with AsyncClient(server_url) as db:
+            worker = AsyncWorker(db, queue, batch=2, lease=30, wait=1, on_event=events)
+            task = asyncio.ensure_future(worker.run(handler))
+            await until(lambda: events.count("start") == 1)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            assert task.cancelled()
+
+    asyncio.run(main())
+    assert cancelled == [ids[0]]
+    with Client(server_url) as sync:
+        rows = sync.collection(queue).order("id").rows()
+    assert [(r["id"], r["owner"], r["attempts"]) for r in rows] == [(ids[0], None, 0), (ids[1], None, 0)]

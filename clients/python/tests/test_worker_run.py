@@ -324,3 +324,17 @@ def test_a_worker_restarted_under_its_name_is_not_replayed_its_last_claim(db: Cl
     time.sleep(0.01)  # a restart: some time passes
     (job,) = Worker(db, queue, name="same", batch=1).claim(wait=0)  # not the replayed answer of the first
     assert job.id == second and job.ack()
+
+
+def test_an_interrupt_out_of_run_leaves_nothing_leased(db: Client, queue: str) -> None:
+    ids = enqueue(db, queue, {"n": 1}, {"n": 2})
+
+    def on_event(event: dict[str, Any]) -> None:
+        if event["type"] == "claimed":
+            raise KeyboardInterrupt  # as a Ctrl-C outside handle_signals() would, in run()'s own thread
+
+    worker = Worker(db, queue, batch=2, lease=30, wait=1, on_event=on_event)
+    with pytest.raises(KeyboardInterrupt):
+        worker.run(lambda job: None)
+    rows = db.collection(queue).order("id").rows()
+    assert [(r["id"], r["owner"], r["attempts"]) for r in rows] == [(ids[0], None, 0), (ids[1], None, 0)]

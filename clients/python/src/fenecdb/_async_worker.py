@@ -189,9 +189,9 @@ class AsyncWorker:
         finally:
             self._claim_task = None
         jobs = [AsyncJob(row, owner, self) for row in rows]
+        self._in_hand = jobs
         if jobs:
             self.events.emit("claimed", owner=owner, n=len(jobs))
-        self._in_hand = jobs
         for job in jobs:
             if job.attempts > self.options.max_attempts:
                 await self._settle(job, "dead", self.plan.to_dead(job), error="attempts exhausted")
@@ -324,6 +324,13 @@ class AsyncWorker:
                     job.cancel()
                 await asyncio.gather(*pending, return_exceptions=True)
                 await asyncio.gather(*(self._release_once(job) for job in left), return_exceptions=True)
+        except BaseException:  # run() itself cancelled: cancel the jobs' tasks, give their jobs back
+            left = [job for job in jobs if job.state in (State.PENDING, State.RUNNING)]
+            for job in jobs:
+                job.cancel()
+            with contextlib.suppress(BaseException):
+                await asyncio.gather(*(self._release_once(job) for job in left), return_exceptions=True)
+            raise
         finally:
             stopping.cancel()
             self._in_hand = []

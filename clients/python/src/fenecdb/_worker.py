@@ -204,10 +204,10 @@ class Worker:
         except _Stopped:
             return None
         jobs = [Job(row, owner, self) for row in rows]
-        if jobs:
-            self.events.emit("claimed", owner=owner, n=len(jobs))
         with self._cv:
             self._in_hand = jobs
+        if jobs:
+            self.events.emit("claimed", owner=owner, n=len(jobs))
         for job in jobs:
             if job.attempts > self.options.max_attempts:
                 self._dead_letter(job)
@@ -313,8 +313,21 @@ class Worker:
     def run(self, handler: Callable[[Job], object]) -> None:
         """Run every job through `handler(job)` until stopped (see the module docstring)."""
         with self._running_loop() as sender:
-            while (jobs := self._claim(sender)) is not None:
-                self._work(jobs, handler)
+            try:
+                while (jobs := self._claim(sender)) is not None:
+                    self._work(jobs, handler)
+            except BaseException:  # a KeyboardInterrupt outside handle_signals, say: nothing stays leased
+                self._give_up()
+                raise
+
+    def _give_up(self) -> None:
+        self.stop(hard=True)
+        with self._cv:
+            left = [job for job in self._in_hand if job.state in (State.PENDING, State.RUNNING)]
+            self._in_hand = []
+        for job in left:
+            with contextlib.suppress(Exception):
+                self._settle_once(job)
 
     def _work(self, jobs: list[Job], handler: Callable[[Job], object]) -> None:
         todo = deque(jobs)
@@ -353,6 +366,7 @@ class Worker:
 
     def _settle_once(self, job: Job) -> None:
         """Give back a job on a hard stop: one try, no retry (the lease lapses if it fails)."""
+        job.cancelled.set()
         if job.begin_settle():
             try:
                 self.db._send(self.plan.settle("release", job, self.plan.to_release(job))
