@@ -338,3 +338,19 @@ def test_an_interrupt_out_of_run_leaves_nothing_leased(db: Client, queue: str) -
         worker.run(lambda job: None)
     rows = db.collection(queue).order("id").rows()
     assert [(r["id"], r["owner"], r["attempts"]) for r in rows] == [(ids[0], None, 0), (ids[1], None, 0)]
+
+
+@pytest.mark.parametrize(("timeout", "held", "other"), [(None, 6.0, 10.0), (2.0, 3.0, 2.0)])
+def test_each_call_has_a_timeout_and_a_held_claim_its_wait_on_top(timeout: float | None, held: float,
+                                                                   other: float) -> None:
+    def reply(request: httpx.Request) -> httpx.Response:
+        if b'"set jobs {owner' in request.content:
+            return httpx.Response(200, json=[{"id": 1, "payload": {}, "attempts": 1}])
+        return httpx.Response(200, json={"affected": 1})
+
+    capture = Capture(reply)
+    worker = Worker(capture.client(), "jobs", batch=1, wait=1, timeout=timeout)
+    worker.run(lambda job: worker.stop())
+    claim, ack = capture.requests
+    assert claim.headers["Fenec-Wait"] == "1000" and claim.extensions["timeout"]["read"] == held
+    assert ack.extensions["timeout"]["read"] == other

@@ -88,7 +88,7 @@ class AsyncWorker:
     def __init__(self, db: AsyncClient, queue: str, *, name: str | None = None, batch: int = 10,
                  concurrency: int = 1, lease: float = 30.0, wait: float = 30.0,
                  heartbeat: float | bool | None = None, max_attempts: int = 5, dead_after: int | None = None,
-                 backoff: Backoff = 1.0, drain_timeout: float = 30.0, timeout: float = 10.0,
+                 backoff: Backoff = 1.0, drain_timeout: float = 30.0, timeout: float | None = None,
                  keep_done: bool = False, on_event: OnEvent | None = None) -> None:
         self.db = db
         self.options: Options = options(queue, name, heartbeat, dead_after, max_attempts, batch=batch,
@@ -163,7 +163,7 @@ class AsyncWorker:
         pause = Pause(self.options.retry_base, self.options.retry_cap)
         while True:
             try:
-                return await self.db._send(call.request(self.db._wire, self.options.timeout))
+                return await self.db._send(call.request(self.db._wire, self.options))
             except Exception as exc:
                 if not retryable(exc):
                     raise
@@ -230,7 +230,7 @@ class AsyncWorker:
             if retry:
                 await self._send(call, self._hard)
             else:
-                await self.db._send(call.request(self.db._wire, self.options.timeout))
+                await self.db._send(call.request(self.db._wire, self.options))
         except Exception as exc:
             if lease_lost(exc):
                 if job.mark_lost():
@@ -340,7 +340,7 @@ class AsyncWorker:
         if job.begin_settle():
             try:
                 call = self.plan.settle("release", job, self.plan.to_release(job))
-                await self.db._send(call.request(self.db._wire, self.options.timeout))
+                await self.db._send(call.request(self.db._wire, self.options))
             except Exception:
                 job.end_settle(False)
                 raise

@@ -99,12 +99,12 @@ class Worker:
 
     Times are seconds. `backoff` is a step (a failed job waits `backoff * attempts²`) or a hook
     `attempts -> seconds`; `on_event` receives every event as a dict (from the worker's threads);
-    `timeout` bounds each call (a held claim gets `wait + timeout`)."""
+    `timeout` bounds each call, 10 s by default (a held claim gets `wait + timeout`, `wait` + 5 s by default)."""
 
     def __init__(self, db: Client, queue: str, *, name: str | None = None, batch: int = 10,
                  concurrency: int = 1, lease: float = 30.0, wait: float = 30.0,
                  heartbeat: float | bool | None = None, max_attempts: int = 5, dead_after: int | None = None,
-                 backoff: Backoff = 1.0, drain_timeout: float = 30.0, timeout: float = 10.0,
+                 backoff: Backoff = 1.0, drain_timeout: float = 30.0, timeout: float | None = None,
                  keep_done: bool = False, on_event: OnEvent | None = None) -> None:
         self.db = db
         self.options = options(queue, name, heartbeat, dead_after, max_attempts, batch=batch,
@@ -182,7 +182,7 @@ class Worker:
         pause = Pause(self.options.retry_base, self.options.retry_cap)
         while True:
             try:
-                request = call.request(self.db._wire, self.options.timeout)
+                request = call.request(self.db._wire, self.options)
                 return sender.send(request) if sender is not None else self.db._send(request)
             except Exception as exc:
                 if not retryable(exc):
@@ -251,7 +251,7 @@ class Worker:
             if retry:
                 self._send(call, self._hard)
             else:
-                self.db._send(call.request(self.db._wire, self.options.timeout))
+                self.db._send(call.request(self.db._wire, self.options))
         except Exception as exc:
             if lease_lost(exc):
                 if job.mark_lost():
@@ -370,7 +370,7 @@ class Worker:
         if job.begin_settle():
             try:
                 self.db._send(self.plan.settle("release", job, self.plan.to_release(job))
-                              .request(self.db._wire, self.options.timeout))
+                              .request(self.db._wire, self.options))
             except Exception:
                 job.end_settle(False)
                 raise

@@ -69,7 +69,7 @@ class Options:
     max_attempts: int = 5
     backoff: Backoff = 1.0
     drain_timeout: float = 30.0
-    timeout: float = 10.0
+    timeout: float | None = None
     keep_done: bool = False
     retry_base: float = 0.1
     retry_cap: float = 5.0
@@ -79,8 +79,8 @@ class Options:
                                   ("max_attempts", self.max_attempts, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{field} is a whole number from {low} (got {value!r})")
-        for field, number in (("lease", self.lease), ("timeout", self.timeout), ("retry_base", self.retry_base),
-                              ("retry_cap", self.retry_cap)):
+        for field, number in (("lease", self.lease), ("timeout", 1.0 if self.timeout is None else self.timeout),
+                              ("retry_base", self.retry_base), ("retry_cap", self.retry_cap)):
             if not number > 0:
                 raise ValueError(f"{field} is seconds, more than 0 (got {number!r})")
         for field, number in (("wait", self.wait), ("drain_timeout", self.drain_timeout)):
@@ -94,6 +94,12 @@ class Options:
     @property
     def beat(self) -> float:
         return self.lease / 3 if self.heartbeat is None else self.heartbeat
+
+    def timeout_of(self, wait: float | None) -> float:
+        """A call's timeout: `timeout`, 10 s by default; a claim held for `wait` gets it on top (+ 5 s by default)."""
+        if wait is None:
+            return 10.0 if self.timeout is None else self.timeout
+        return wait + (5.0 if self.timeout is None else self.timeout)
 
     @property
     def runners(self) -> int:
@@ -127,9 +133,9 @@ class Call:
     wait: float | None = None
     job: JobBase | None = None
 
-    def request(self, wire: Wire, timeout: float) -> Request:
+    def request(self, wire: Wire, options: Options) -> Request:
         made = wire.query(self.text, self.params, wait=self.wait, idempotency_key=self.key, read=False)
-        return replace(made, timeout=timeout + (self.wait or 0))
+        return replace(made, timeout=options.timeout_of(self.wait))
 
 
 class Plan:
