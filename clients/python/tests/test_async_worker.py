@@ -185,3 +185,65 @@ def test_cancelling_run_cancels_the_handlers_and_gives_their_jobs_back(server_ur
     with Client(server_url) as sync:
         rows = sync.collection(queue).order("id").rows()
     assert [(r["id"], r["owner"], r["attempts"]) for r in rows] == [(ids[0], None, 0), (ids[1], None, 0)]
+
+
+def test_the_drain_runs_out_into_a_hard_stop_and_a_hard_stop_is_at_once(server_url: str, queue: str) -> None:
+    with Client(server_url) as sync:
+        ids = enqueue(sync, queue, {"n": 1}, {"n": 2})
+    events = Recorder()
+    cancelled: list[Any] = []
+
+    async def handler(job: AsyncJob) -> None:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.append(job.id)
+            raise
+
+    async def main() -> None:
+        async with AsyncClient(server_url) as db:
+            for hard in (False, True):
+                worker = AsyncWorker(db, queue, batch=1, lease=30, wait=1, drain_timeout=0.3, on_event=events)
+                task = asyncio.ensure_future(worker.run(handler))
+                starts = 1 + hard
+                await until(lambda: len(events.of("start")) == starts)  # noqa: B023 - awaited here
+                worker.stop(hard=hard)
+                await asyncio.wait_for(task, 30)
+
+    asyncio.run(main())
+    assert cancelled == ids and [e["id"] for e in events.of("released")] == ids
+    assert events.count("done") == events.count("failed") == 0
+
+
+def test_an_async_claim_is_retried_under_the_same_key_and_a_slow_job_kept() -> None:
+    answers = [httpx.ConnectError("refused"), httpx.Response(503, json={"error": "starting"})]
+    seen: list[httpx.Request] = []
+
+    def reply(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        text = request.content.decode()
+        if '"set jobs {owner' in text:
+            if answers:
+                answer = answers.pop(0)
+                if isinstance(answer, Exception):
+                    raise answer
+                return answer
+            return httpx.Response(200, json=[{"id": 1, "payload": {}, "attempts": 1}])
+        return httpx.Response(200, json={"affected": 1})
+
+    async def main() -> None:
+        db = AsyncClient("http://fenec.test", transport=httpx.MockTransport(reply))
+        worker = AsyncWorker(db, "jobs", name="a7", batch=1, lease=0.3, wait=1)
+
+        async def slow(job: AsyncJob) -> None:
+            await until(lambda: sum('"set jobs {run_at' in r.content.decode() for r in seen) >= 3)
+            worker.stop()
+
+        await worker.run(slow)
+
+    asyncio.run(main())
+    claims = [r for r in seen if '"set jobs {owner' in r.content.decode()]
+    assert len(claims) == 3 and len({r.headers["Idempotency-Key"] for r in claims}) == 1
+    extends = [r.headers["Idempotency-Key"] for r in seen if '"set jobs {run_at' in r.content.decode()]
+    assert len(set(extends)) == len(extends) >= 3  # each beat its own key
+    assert [r for r in seen if r.content.startswith(b'{"query":"del jobs')]  # acked after the beats

@@ -317,13 +317,14 @@ class AsyncWorker:
                         pending.discard(hard)
                 finally:
                     hard.cancel()
-            if pending:  # hard, or the drain ran out: cancel and give back what is left
-                self._hard.set()
-                left = [job for job in jobs if job.state in (State.PENDING, State.RUNNING)]
+            left = [job for job in jobs if job.state in (State.PENDING, State.RUNNING)]
+            if left:  # hard, or the drain ran out: cancel and give back what is left
+                if self._stopping.is_set():
+                    self._hard.set()
                 for job in left:
                     job.cancel()
-                await asyncio.gather(*pending, return_exceptions=True)
                 await asyncio.gather(*(self._release_once(job) for job in left), return_exceptions=True)
+                await asyncio.gather(*pending, return_exceptions=True)  # a handler that swallows its cancel holds us here
         except BaseException:  # run() itself cancelled: cancel the jobs' tasks, give their jobs back
             left = [job for job in jobs if job.state in (State.PENDING, State.RUNNING)]
             for job in jobs:
