@@ -140,3 +140,15 @@ def test_the_async_worker_stops_a_held_claim_at_once(server_url: str, queue: str
 
     got, stopping = asyncio.run(main())
     assert got == ["a"] and stopping < 2
+
+
+def test_bad_options_are_refused_with_the_option_named() -> None:
+    import pytest
+
+    db = Client("http://fenec.test")
+    for kwargs, words in [({"batch": 0}, "batch"), ({"concurrency": 1.5}, "concurrency"), ({"lease": 0}, "lease"),
+                          ({"heartbeat": 30}, "heartbeat"), ({"wait": -1}, "wait"), ({"max_attempts": 0}, "max_attempts"),
+                          ({"backoff": -1}, "backoff"), ({"retry": (0, 5)}, "retry_base")]:
+        with pytest.raises(ValueError, match=words):
+            Worker(db, "jobs", **kwargs)  # type: ignore[arg-type]
+    assert Worker(db, "jobs", batch=2, concurrency=8).options.runners == 2  # never more than a batch

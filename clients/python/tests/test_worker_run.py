@@ -305,8 +305,7 @@ def test_a_claim_is_retried_under_the_same_key() -> None:
 
     capture = Capture(reply)
     events = Recorder()
-    worker = Worker(capture.client(), "jobs", name="w7", batch=1, wait=1, on_event=events)
-    worker.options = worker.plan.options = type(worker.options)(**{**vars(worker.options), "retry_base": 0.001})
+    worker = Worker(capture.client(), "jobs", name="w7", batch=1, wait=1, retry=(0.001, 0.01), on_event=events)
     worker.run(lambda job: worker.stop())
     claims = [r for r in capture.requests if b'"set jobs {owner' in r.content]
     assert len(claims) == 3 and {r.content for r in claims} == {claims[0].content}

@@ -89,9 +89,10 @@ class AsyncWorker:
                  concurrency: int = 1, lease: float = 30.0, wait: float = 30.0,
                  heartbeat: float | bool | None = None, max_attempts: int = 5, dead_after: int | None = None,
                  backoff: Backoff = 1.0, drain_timeout: float = 30.0, timeout: float | None = None,
-                 keep_done: bool = False, on_event: OnEvent | None = None) -> None:
+                 keep_done: bool = False, retry: tuple[float, float] = (0.1, 5.0),
+                 on_event: OnEvent | None = None) -> None:
         self.db = db
-        self.options: Options = options(queue, name, heartbeat, dead_after, max_attempts, batch=batch,
+        self.options: Options = options(queue, name, heartbeat, dead_after, max_attempts, retry, batch=batch,
                                         concurrency=concurrency, lease=lease, wait=wait, backoff=backoff,
                                         drain_timeout=drain_timeout, timeout=timeout, keep_done=keep_done)
         self.plan = Plan(db.collection(queue), self.options)

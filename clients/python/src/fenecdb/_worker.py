@@ -64,10 +64,11 @@ class _Stopped(Exception):
 
 
 def options(queue: str, name: str | None, heartbeat: float | bool | None, dead_after: int | None,
-            max_attempts: int, **rest: Any) -> Options:
+            max_attempts: int, retry: tuple[float, float], **rest: Any) -> Options:
     beat = None if heartbeat is True or heartbeat is False else heartbeat
     return Options(queue=queue, name=name or new_name(), heartbeat=beat,
-                   max_attempts=max_attempts if dead_after is None else dead_after, **rest)
+                   max_attempts=max_attempts if dead_after is None else dead_after,
+                   retry_base=retry[0], retry_cap=retry[1], **rest)
 
 
 class Job(JobBase):
@@ -99,15 +100,18 @@ class Worker:
 
     Times are seconds. `backoff` is a step (a failed job waits `backoff * attempts²`) or a hook
     `attempts -> seconds`; `on_event` receives every event as a dict (from the worker's threads);
-    `timeout` bounds each call, 10 s by default (a held claim gets `wait + timeout`, `wait` + 5 s by default)."""
+    `timeout` bounds each call, 10 s by default (a held claim gets `wait + timeout`, `wait` + 5 s by default);
+    `retry` is (first, most): the pause before a call is sent again is random up to `first`, doubled at each
+    failure in a row, `most` at most."""
 
     def __init__(self, db: Client, queue: str, *, name: str | None = None, batch: int = 10,
                  concurrency: int = 1, lease: float = 30.0, wait: float = 30.0,
                  heartbeat: float | bool | None = None, max_attempts: int = 5, dead_after: int | None = None,
                  backoff: Backoff = 1.0, drain_timeout: float = 30.0, timeout: float | None = None,
-                 keep_done: bool = False, on_event: OnEvent | None = None) -> None:
+                 keep_done: bool = False, retry: tuple[float, float] = (0.1, 5.0),
+                 on_event: OnEvent | None = None) -> None:
         self.db = db
-        self.options = options(queue, name, heartbeat, dead_after, max_attempts, batch=batch,
+        self.options = options(queue, name, heartbeat, dead_after, max_attempts, retry, batch=batch,
                                concurrency=concurrency, lease=lease, wait=wait, backoff=backoff,
                                drain_timeout=drain_timeout, timeout=timeout, keep_done=keep_done)
         self.plan = Plan(db.collection(queue), self.options)
