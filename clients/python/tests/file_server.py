@@ -40,7 +40,8 @@ class FileServer:
                     ready.set()
             ready.set()
 
-        threading.Thread(target=read, daemon=True).start()
+        self.reader = threading.Thread(target=read, daemon=True)
+        self.reader.start()
         ready.wait(60)
         if not found:
             proc.kill()
@@ -56,4 +57,7 @@ class FileServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+            self.reader.join(30)  # the pipe's end is read once the server is gone
+            if self.proc.stderr is not None:
+                self.proc.stderr.close()
             self.proc = None
