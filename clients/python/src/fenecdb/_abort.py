@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 class AbortableSender:
     def __init__(self, db: Client) -> None:
         self._db = db
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # abort() may come from a signal handler on the sending thread
         self._aborted = False
         self._sock: socket.socket | None = None
         own = isinstance(getattr(db._http, "_transport", None), httpx.HTTPTransport)
