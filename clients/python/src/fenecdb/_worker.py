@@ -102,7 +102,8 @@ class Worker:
     `attempts -> seconds`; `on_event` receives every event as a dict (from the worker's threads);
     `timeout` bounds each call, 10 s by default (a held claim gets `wait + timeout`, `wait` + 5 s by default);
     `retry` is (first, most): the pause before a call is sent again is random up to `first`, doubled at each
-    failure in a row, `most` at most."""
+    failure in a row, `most` at most. `dead_after` is the old name of `max_attempts`, and `heartbeat=False`
+    turns the heartbeat off."""
 
     def __init__(self, db: Client, queue: str, *, name: str | None = None, batch: int = 10,
                  concurrency: int = 1, lease: float = 30.0, wait: float = 30.0,
