@@ -19,7 +19,7 @@ def test_each_step_is_one_statement_of_the_page() -> None:
     assert worker.to_claim("w9:17") == (
         "set jobs {owner: $1, run_at: now() + $2, attempts: coalesce(attempts, 0) + $3} "
         "where run_at <= now() order run_at asc limit 10 returning *", ["w9:17", 30000, 1])
-    job = Job({"id": 41, "payload": {"to": "ada@example.com"}, "attempts": 2}, "w9:17", worker.plan)
+    job = Job({"id": 41, "payload": {"to": "ada@example.com"}, "attempts": 2}, "w9:17", worker)
     assert job.to_ack() == ("del jobs where id = $1 and owner = $2 require 1", [41, "w9:17"])
     assert job.to_extend() == ("set jobs {run_at: now() + $1} where id = $2 and owner = $3 require 1",
                                [30000, 41, "w9:17"])
@@ -27,6 +27,20 @@ def test_each_step_is_one_statement_of_the_page() -> None:
         "set jobs {owner: $1, error: $2, run_at: case when attempts >= $3 then null else now() + $4 * attempts "
         "* attempts end} where id = $5 and owner = $6 require 1", [None, "smtp timeout", 5, 2000, 41, "w9:17"])
     assert (job.id, job.payload, job.attempts) == (41, {"to": "ada@example.com"}, 2)
+    assert worker.plan.to_dead(job) == (
+        "set jobs {owner: $1, error: $2, run_at: $3} where id = $4 and owner = $5 require 1",
+        [None, "attempts exhausted", None, 41, "w9:17"])
+    assert worker.plan.to_release(job) == (
+        "set jobs {owner: $1, run_at: now(), attempts: coalesce(attempts, 0) + $2} where id = $3 and owner = $4",
+        [None, -1, 41, "w9:17"])
+    hooked = Worker(db, "jobs", name="w9", max_attempts=3, backoff=lambda attempts: 0.5 * attempts,
+                    keep_done=True)
+    job = Job({"id": 41, "attempts": 2}, "w9:17", hooked)
+    assert hooked.plan.failure(job, "smtp timeout") == ((
+        "set jobs {owner: $1, error: $2, run_at: case when attempts >= $3 then null else now() + $4 end} "
+        "where id = $5 and owner = $6 require 1", [None, "smtp timeout", 3, 1000, 41, "w9:17"]), 1.0)
+    assert job.to_ack() == ("set jobs {owner: $1, run_at: $2, done_at: now()} where id = $3 and owner = $4 require 1",
+                            [None, None, 41, "w9:17"])
 
 
 def enqueue(db: Client, queue: str, *names: str) -> None:
@@ -126,3 +140,15 @@ def test_the_async_worker_stops_a_held_claim_at_once(server_url: str, queue: str
 
     got, stopping = asyncio.run(main())
     assert got == ["a"] and stopping < 2
+
+
+def test_bad_options_are_refused_with_the_option_named() -> None:
+    import pytest
+
+    db = Client("http://fenec.test")
+    for kwargs, words in [({"batch": 0}, "batch"), ({"concurrency": 1.5}, "concurrency"), ({"lease": 0}, "lease"),
+                          ({"heartbeat": 30}, "heartbeat"), ({"wait": -1}, "wait"), ({"max_attempts": 0}, "max_attempts"),
+                          ({"backoff": -1}, "backoff"), ({"retry": (0, 5)}, "retry_base")]:
+        with pytest.raises(ValueError, match=words):
+            Worker(db, "jobs", **kwargs)  # type: ignore[arg-type]
+    assert Worker(db, "jobs", batch=2, concurrency=8).options.runners == 2  # never more than a batch

@@ -12,6 +12,7 @@ The modules behind the names are private; this list is the public surface, and a
 it to the agreed names.
 """
 
+from ._async_worker import AsyncJob, AsyncWorker
 from ._client import AsyncClient, AsyncQuery, Client, Query
 from ._conditions import Cond, and_, not_, or_, raw
 from ._errors import (
@@ -28,7 +29,7 @@ from ._errors import (
 )
 from ._query import Expr, Inc, TextQuery, collection, expr, inc
 from ._wire import Rows
-from ._worker import AsyncJob, AsyncWorker, Job, Worker
+from ._worker import Job, Worker
 
 __version__ = "0.1.0"
 

@@ -25,7 +25,7 @@ from ._wire import Request, Rows, Shared, Wire, check_key
 DEFAULT_URL = "http://127.0.0.1:8080"
 
 
-def _send_failed(exc: httpx.TransportError) -> OSError:
+def send_failed(exc: httpx.TransportError) -> OSError:
     if isinstance(exc, httpx.TimeoutException):
         return TimeoutError(f"the request timed out: {exc}")
     return ConnectionError(f"the request could not be sent: {exc}")
@@ -77,7 +77,7 @@ class Client(_Base):
             response = self._http.post(request.path, content=request.body, headers=request.headers,
                                        timeout=request.timeout)
         except httpx.TransportError as exc:
-            raise _send_failed(exc) from exc
+            raise send_failed(exc) from exc
         return self._wire.answer(request, response.status_code, response.headers, response.content)
 
     def query(self, text: str, params: Sequence[Any] | None = None, *, idempotency_key: str | None = None,
@@ -124,7 +124,7 @@ class AsyncClient(_Base):
             response = await self._http.post(request.path, content=request.body, headers=request.headers,
                                              timeout=request.timeout)
         except httpx.TransportError as exc:
-            raise _send_failed(exc) from exc
+            raise send_failed(exc) from exc
         return self._wire.answer(request, response.status_code, response.headers, response.content)
 
     async def query(self, text: str, params: Sequence[Any] | None = None, *,

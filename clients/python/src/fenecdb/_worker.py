@@ -1,373 +1,432 @@
-"""The worker loop of the "Job queues" page, so that users need not write it by hand.
+"""The blocking worker: the loop of the "Job queues" page on threads (docs/workers.md).
 
-Every step is one statement of the page, made by the builder and visible as text through
-the `to_*` methods (so a test, or a curious user, sees exactly what is sent):
+    worker = Worker(db, "jobs", batch=10, concurrency=4)
+    worker.run(handle)            # until worker.stop() (from any thread) or a signal
 
-    claim   set q {owner: $1, run_at: now() + $2, attempts: coalesce(attempts, 0) + $3}
-              where run_at <= now() order run_at asc limit <batch> returning *      (held: Fenec-Wait)
-    ack     del q where id = $1 and owner = $2 require 1
-    extend  set q {run_at: now() + $1} where id = $2 and owner = $3 require 1
-    fail    set q {owner: $1, error: $2, run_at: case when attempts >= $3 then null
-              else now() + $4 * attempts * attempts end} where id = $5 and owner = $6 require 1
+`run(handler)` claims a batch (held at the server for `wait`), runs each job through
+`handler(job)` on a pool of `concurrency` threads, acks it when the handler returns and fails
+it (back-off, or dead past `max_attempts`) when it raises, and claims again. A job claimed
+with its attempts past `max_attempts` is dead-lettered without running. One heartbeat thread
+extends every job in hand each `heartbeat` (a third of the lease); a 412 there means the lease
+was lost: `job.lost` turns true, `job.cancelled` is set, and the worker settles it no more.
 
-The owner is a claim token, `<worker name>:<counter>`, new for each claim, so two claims of
-one job by the same worker are told apart. `ack`, `extend` and `fail` answer True, or False
-when the job is no longer ours (the server's 412: the lease lapsed and another claim took it).
+The server going away (connection refused or cut, a timeout, a 5xx, a 503) never ends `run`:
+the call is retried after a jittered pause under the same Idempotency-Key (`_worker_core`).
 
-While a batch is being worked, a heartbeat extends the lease of each job not yet settled
-every third of the lease, so a slow job is not handed to another worker. `stop()` (or a
-SIGTERM/SIGINT once `handle_signals()` is on) lets the job in hand finish, settles nothing
-else, and ends the iteration; a claim held at the server is abandoned (the server gives its
-job to the next waiting worker). A job the caller leaves unsettled is simply not acked: its
-lease lapses and another claim takes it again (at least once).
+`stop()` (any thread; `handle_signals()` maps SIGTERM/SIGINT to it) gives up a held claim at
+once (`_abort`), gives the unstarted jobs back at once, lets running ones finish within
+`drain_timeout`, then cancels the rest and returns. `stop(hard=True)` cancels at once. A
+thread cannot be killed: "cancel" sets `job.cancelled` and gives the job back, and whatever
+the handler does after that is not acked. `for job in worker:` is the same loop with the
+settling in the caller's hands (`job.ack()`, `job.fail(error)`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import itertools
+import os
 import signal
 import threading
-import uuid
-from collections.abc import AsyncIterator, Iterator
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from ._conditions import raw
-from ._errors import UnmetError
-from ._query import QueryBase, Statement, expr, inc
-from ._wire import check_key
+from ._abort import AbortableSender
+from ._worker_core import (
+    Backoff,
+    Call,
+    Events,
+    JobBase,
+    OnEvent,
+    Options,
+    Pause,
+    Plan,
+    State,
+    error_text,
+    lease_lost,
+    ms,
+    new_name,
+    retryable,
+)
 
 if TYPE_CHECKING:
-    from ._client import AsyncClient, Client
-
-FAIL_RUN_AT = "case when attempts >= ? then null else now() + ? * attempts * attempts end"
-
-
-class WorkerStopped(Exception):
-    """Raised inside a held claim when a signal stops the worker; the iteration ends."""
+    from ._client import Client
+    from ._query import Statement
 
 
-def _ms(seconds: float) -> int:
-    return round(seconds * 1000)
+SETTLED_EVENT = {"ack": "done", "fail": "failed", "dead": "dead", "release": "released"}
 
 
-class _Plan:
-    """The statements of one queue, shared by the blocking and the async worker."""
-
-    def __init__(self, query: QueryBase, *, name: str | None, batch: int, lease: float, wait: float,
-                 dead_after: int, backoff: float) -> None:
-        self.query = query
-        self.name = name or f"w-{uuid.uuid4().hex[:8]}"
-        self.batch = batch
-        self.lease = lease
-        self.wait = wait
-        self.dead_after = dead_after
-        self.backoff = backoff
-        self._counter = itertools.count(1)
-
-    def next_owner(self) -> str:
-        return f"{self.name}:{next(self._counter)}"
-
-    def claim_chain(self) -> Any:
-        return self.query.where(raw("run_at <= now()")).order("run_at").limit(self.batch)
-
-    def claim_patch(self, owner: str) -> dict[str, Any]:
-        return {"owner": owner, "run_at": expr("now() + ?", _ms(self.lease)), "attempts": inc(1)}
-
-    def mine(self, job_id: Any, owner: str) -> Any:
-        return self.query.where("id", job_id).where("owner", owner)
-
-    def fail_patch(self, error: str, backoff: float | None) -> dict[str, Any]:
-        step = _ms(self.backoff if backoff is None else backoff)
-        return {"owner": None, "error": error, "run_at": expr(FAIL_RUN_AT, self.dead_after, step)}
-
-    def to_claim(self, owner: str) -> Statement:
-        return self.claim_chain().to_update(self.claim_patch(owner), returning=True)  # type: ignore[no-any-return]
+class _Stopped(Exception):
+    """A call given up because the worker is stopping."""
 
 
-class _JobBase:
-    __slots__ = ("row", "owner", "settled", "lost", "_plan")
-
-    def __init__(self, row: dict[str, Any], owner: str, plan: _Plan) -> None:
-        self.row = row
-        self.owner = owner
-        self.settled = False
-        self.lost = False
-        self._plan = plan
-
-    @property
-    def id(self) -> Any:
-        return self.row.get("id")
-
-    @property
-    def payload(self) -> Any:
-        return self.row.get("payload")
-
-    @property
-    def attempts(self) -> int:
-        return int(self.row.get("attempts") or 0)
-
-    def to_ack(self) -> Statement:
-        return self._plan.mine(self.id, self.owner).to_delete(require=1)  # type: ignore[no-any-return]
-
-    def to_extend(self, lease: float | None = None) -> Statement:
-        patch = {"run_at": expr("now() + ?", _ms(self._plan.lease if lease is None else lease))}
-        return self._plan.mine(self.id, self.owner).to_update(patch, require=1)  # type: ignore[no-any-return]
-
-    def to_fail(self, error: str, *, backoff: float | None = None) -> Statement:
-        return self._plan.mine(self.id, self.owner).to_update(  # type: ignore[no-any-return]
-            self._plan.fail_patch(error, backoff), require=1)
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} id={self.id!r} owner={self.owner!r} attempts={self.attempts}>"
+def options(queue: str, name: str | None, heartbeat: float | bool | None, dead_after: int | None,
+            max_attempts: int, retry: tuple[float, float], **rest: Any) -> Options:
+    beat = None if heartbeat is True or heartbeat is False else heartbeat
+    return Options(queue=queue, name=name or new_name(), heartbeat=beat,
+                   max_attempts=max_attempts if dead_after is None else dead_after,
+                   retry_base=retry[0], retry_cap=retry[1], **rest)
 
 
-class Job(_JobBase):
-    """A leased job of a `Worker`: `ack()`, `extend()`, `fail(error, backoff=...)`."""
+class Job(JobBase):
+    """A leased job of a `Worker`: `payload`, `attempts`, `lost`, `cancelled`; `ack()`, `fail()`, `extend()`.
 
-    __slots__ = ()
+    `cancelled` is a `threading.Event` set when the lease was lost or the worker stops hard: a
+    slow handler waits on it (`job.cancelled.wait(5)`) rather than sleeping."""
 
-    def _settle(self, run: Any, final: bool) -> bool:
-        if self.lost or (self.settled and final):
-            return False
-        try:
-            run()
-        except UnmetError:
-            self.lost = True
-            return False
-        if final:
-            self.settled = True
-        return True
+    def __init__(self, row: dict[str, Any], owner: str, worker: Worker) -> None:
+        super().__init__(row, owner, worker.plan)
+        self._worker = worker
+        self.cancelled = threading.Event()
 
     def ack(self) -> bool:
-        """Delete the job: done. False when it is no longer ours."""
-        return self._settle(lambda: self._plan.mine(self.id, self.owner).delete(require=1), True)
+        """Done: deleted (or marked done with `keep_done`). False when it is no longer ours."""
+        return self._worker._settle(self, "ack", self.to_ack())
+
+    def fail(self, error: str, *, backoff: Backoff | None = None) -> bool:
+        """Back to the queue after the back-off, or dead at `max_attempts`. False when no longer ours."""
+        return self._worker._fail(self, error, backoff)
 
     def extend(self, lease: float | None = None) -> bool:
         """Move the lease on by `lease` seconds (the worker's lease by default)."""
-        patch = {"run_at": expr("now() + ?", _ms(self._plan.lease if lease is None else lease))}
-        return self._settle(lambda: self._plan.mine(self.id, self.owner).update(patch, require=1), False)
-
-    def fail(self, error: str, *, backoff: float | None = None) -> bool:
-        """Give it back to run again after `backoff * attempts²` seconds, or dead after `dead_after`."""
-        patch = self._plan.fail_patch(error, backoff)
-        return self._settle(lambda: self._plan.mine(self.id, self.owner).update(patch, require=1), True)
+        return self._worker._extend(self, lease, retry=True)
 
 
 class Worker:
-    """Claims batches of leased jobs from one queue and hands them out one at a time:
+    """Claims batches of leased jobs from one queue and runs them (see the module docstring).
 
-        worker = Worker(db, "jobs", batch=10, lease=30, wait=30)
-        with worker.handle_signals():
-            for job in worker:
-                try:
-                    send(job.payload)
-                    job.ack()
-                except Exception as e:
-                    job.fail(str(e))
-
-    `lease`, `wait` and `backoff` are seconds; a claim is held at the server for up to `wait`.
-    """
+    Times are seconds. `backoff` is a step (a failed job waits `backoff * attempts²`) or a hook
+    `attempts -> seconds`; `on_event` receives every event as a dict (from the worker's threads);
+    `timeout` bounds each call, 10 s by default (a held claim gets `wait + timeout`, `wait` + 5 s by default);
+    `retry` is (first, most): the pause before a call is sent again is random up to `first`, doubled at each
+    failure in a row, `most` at most. `dead_after` is the old name of `max_attempts`, and `heartbeat=False`
+    turns the heartbeat off."""
 
     def __init__(self, db: Client, queue: str, *, name: str | None = None, batch: int = 10,
-                 lease: float = 30.0, wait: float = 30.0, dead_after: int = 5, backoff: float = 1.0,
-                 heartbeat: bool = True) -> None:
+                 concurrency: int = 1, lease: float = 30.0, wait: float = 30.0,
+                 heartbeat: float | bool | None = None, max_attempts: int = 5, dead_after: int | None = None,
+                 backoff: Backoff = 1.0, drain_timeout: float = 30.0, timeout: float | None = None,
+                 keep_done: bool = False, retry: tuple[float, float] = (0.1, 5.0),
+                 on_event: OnEvent | None = None) -> None:
         self.db = db
-        self.plan = _Plan(db.collection(queue), name=name, batch=batch, lease=lease, wait=wait,
-                          dead_after=dead_after, backoff=backoff)
-        self.heartbeat = heartbeat
-        self._stop = threading.Event()
-        self._claiming = False
+        self.options = options(queue, name, heartbeat, dead_after, max_attempts, retry, batch=batch,
+                               concurrency=concurrency, lease=lease, wait=wait, backoff=backoff,
+                               drain_timeout=drain_timeout, timeout=timeout, keep_done=keep_done)
+        self.plan = Plan(db.collection(queue), self.options)
+        self.heartbeat = heartbeat is not False
+        self.events = Events(self.options.name, on_event)
+        self._stopping = threading.Event()
+        self._hard = threading.Event()
+        self._cv = threading.Condition()
+        self._in_hand: list[Job] = []
+        self._running = 0
+        self._sender: AbortableSender | None = None
 
     @property
     def name(self) -> str:
-        return self.plan.name
+        return self.options.name
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopping.is_set()
 
     def to_claim(self, owner: str) -> Statement:
         return self.plan.to_claim(owner)
 
-    def claim(self, *, wait: float | None = None, idempotency_key: str | None = None) -> list[Job]:
-        """One claim: the oldest ready jobs, up to `batch`, each leased to a new owner token."""
-        owner = self.plan.next_owner()
-        db = self.db if idempotency_key is None else self.db.with_idempotency_key(check_key(idempotency_key))
-        chain = db.collection(self.plan.query._collection).where(raw("run_at <= now()")) \
-            .order("run_at").limit(self.plan.batch)
-        rows = chain.update(self.plan.claim_patch(owner), returning=True,
-                            wait=self.plan.wait if wait is None else wait)
-        return [Job(row, owner, self.plan) for row in rows]
+    # -- stopping ---------------------------------------------------------------------------------
 
-    def stop(self) -> None:
-        """End the iteration after the job in hand; a held claim is given up."""
-        self._stop.set()
-
-    @property
-    def stopped(self) -> bool:
-        return self._stop.is_set()
+    def stop(self, *, hard: bool = False) -> None:
+        """Stop from any thread: give up a held claim, give back unstarted jobs, drain (or not: `hard`)."""
+        self._stopping.set()
+        if hard:
+            self._hard.set()
+        sender = self._sender
+        if sender is not None:
+            sender.abort()
+        with self._cv:
+            if hard:
+                for job in self._in_hand:
+                    job.cancelled.set()
+            self._cv.notify_all()
 
     @contextlib.contextmanager
-    def handle_signals(self, *signals: int) -> Iterator[Worker]:
-        """SIGTERM and SIGINT (or the given signals) stop the worker cleanly while inside."""
-        wanted = signals or (signal.SIGTERM, signal.SIGINT)
+    def handle_signals(self, *signals: int, hard: tuple[int, ...] = ()) -> Iterator[Worker]:
+        """While inside, SIGTERM and SIGINT (or the given signals) stop the worker; those in `hard` hard.
+
+        The handler only writes the signal to a pipe; a thread reads it and calls `stop()`, so
+        no lock the interrupted main thread holds is ever taken inside the handler."""
+        wanted = tuple(dict.fromkeys((*(signals or (signal.SIGTERM, signal.SIGINT)), *hard)))
+        read, write = os.pipe()
+
+        def watch() -> None:
+            while data := os.read(read, 1):
+                self.stop(hard=data[0] in hard)
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
-            self.stop()
-            if self._claiming:
-                raise WorkerStopped(signum)
+            os.write(write, bytes([signum]))
 
+        watcher = threading.Thread(target=watch, name=f"{self.name}-signals", daemon=True)
+        watcher.start()
         previous = {s: signal.signal(s, on_signal) for s in wanted}
         try:
             yield self
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
+            os.close(write)
+            watcher.join()
+            os.close(read)
 
-    def _beat(self, jobs: list[Job], done: threading.Event) -> None:
-        period = self.plan.lease / 3
-        while not done.wait(period):
-            for job in jobs:
-                if not (job.settled or job.lost):
-                    job.extend()
+    # -- sending ----------------------------------------------------------------------------------
 
-    def __iter__(self) -> Iterator[Job]:
-        while not self._stop.is_set():
-            self._claiming = True
+    def _send(self, call: Call, until: threading.Event, sender: AbortableSender | None = None) -> Any:
+        """Send `call`, retrying the network and 5xx until it is answered or `until` is set."""
+        pause = Pause(self.options.retry_base, self.options.retry_cap)
+        while True:
             try:
-                jobs = self.claim()
-            except WorkerStopped:
-                return
-            finally:
-                self._claiming = False
-            if not jobs:
-                continue
-            done = threading.Event()
-            beat = threading.Thread(target=self._beat, args=(jobs, done), daemon=True) if self.heartbeat else None
-            if beat:
-                beat.start()
-            try:
-                for job in jobs:
-                    if job.lost:
-                        continue
-                    yield job
-                    if self._stop.is_set():
-                        return
-            finally:
-                done.set()
-                if beat:
-                    beat.join()
+                request = call.request(self.db._wire, self.options)
+                return sender.send(request) if sender is not None else self.db._send(request)
+            except Exception as exc:
+                if not retryable(exc):
+                    raise
+                if until.is_set():
+                    raise _Stopped(call.kind) from exc
+                delay = pause.next()
+                self.events.emit("retry", call.job, call=call.kind, error=error_text(exc), delay_ms=ms(delay))
+                if until.wait(delay):
+                    raise _Stopped(call.kind) from exc
 
+    def _claim(self, sender: AbortableSender | None) -> list[Job] | None:
+        """One claim (held), or None once stopping."""
+        if self._stopping.is_set():
+            return None
+        owner = self.plan.next_owner()
+        try:
+            rows = self._send(self.plan.claim(owner), self._stopping, sender)
+        except _Stopped:
+            return None
+        jobs = [Job(row, owner, self) for row in rows]
+        with self._cv:
+            self._in_hand = jobs
+        if jobs:
+            self.events.emit("claimed", owner=owner, n=len(jobs))
+        for job in jobs:
+            if job.attempts > self.options.max_attempts:
+                self._dead_letter(job)
+        return [job for job in jobs if job.state is State.PENDING]
 
-class AsyncJob(_JobBase):
-    """A leased job of an `AsyncWorker`: the same calls, awaited."""
-
-    __slots__ = ()
-
-    async def _settle(self, run: Any, final: bool) -> bool:
-        if self.lost or (self.settled and final):
+    def _settle(self, job: Job, kind: str, statement: Statement, event: str | None = None, **fields: Any) -> bool:
+        if not job.begin_settle():
             return False
         try:
-            await run()
-        except UnmetError:
-            self.lost = True
-            return False
-        if final:
-            self.settled = True
+            self._send(self.plan.settle(kind, job, statement), self._hard)
+        except Exception as exc:
+            job.end_settle(False)
+            if lease_lost(exc):
+                job.cancelled.set()
+                self.events.emit("lost", job, call=kind)
+                return False
+            if isinstance(exc, _Stopped):
+                return False
+            raise
+        job.end_settle(True)
+        self.events.emit(event or SETTLED_EVENT[kind], job, **fields)
         return True
 
-    async def ack(self) -> bool:
-        return await self._settle(lambda: self._plan.mine(self.id, self.owner).delete(require=1), True)
+    def _fail(self, job: Job, error: str, backoff: Backoff | None = None) -> bool:
+        statement, delay = self.plan.failure(job, error, backoff)
+        if delay is None:
+            return self._settle(job, "fail", statement, "dead", error=error)
+        return self._settle(job, "fail", statement, error=error, delay_ms=ms(delay))
 
-    async def extend(self, lease: float | None = None) -> bool:
-        patch = {"run_at": expr("now() + ?", _ms(self._plan.lease if lease is None else lease))}
-        return await self._settle(lambda: self._plan.mine(self.id, self.owner).update(patch, require=1), False)
+    def _dead_letter(self, job: Job) -> None:
+        self._settle(job, "dead", self.plan.to_dead(job), error="attempts exhausted")
 
-    async def fail(self, error: str, *, backoff: float | None = None) -> bool:
-        patch = self._plan.fail_patch(error, backoff)
-        return await self._settle(lambda: self._plan.mine(self.id, self.owner).update(patch, require=1), True)
+    def _release(self, job: Job) -> None:
+        self._settle(job, "release", self.plan.to_release(job))
 
+    def _extend(self, job: Job, lease: float | None, *, retry: bool) -> bool:
+        if job.state not in (State.PENDING, State.RUNNING):
+            return False
+        call = self.plan.settle("extend", job, self.plan.to_extend(job, lease), job.next_beat())
+        try:
+            if retry:
+                self._send(call, self._hard)
+            else:
+                self.db._send(call.request(self.db._wire, self.options))
+        except Exception as exc:
+            if lease_lost(exc):
+                if job.mark_lost():
+                    job.cancelled.set()
+                    self.events.emit("lost", job, call="extend")
+                return False
+            if isinstance(exc, _Stopped):
+                return False
+            raise
+        return True
 
-class AsyncWorker:
-    """`async for job in AsyncWorker(db, "jobs"): ...`; `stop()` cancels a held claim at once."""
+    # -- the heartbeat ----------------------------------------------------------------------------
 
-    def __init__(self, db: AsyncClient, queue: str, *, name: str | None = None, batch: int = 10,
-                 lease: float = 30.0, wait: float = 30.0, dead_after: int = 5, backoff: float = 1.0,
-                 heartbeat: bool = True) -> None:
-        self.db = db
-        self.plan = _Plan(db.collection(queue), name=name, batch=batch, lease=lease, wait=wait,
-                          dead_after=dead_after, backoff=backoff)
-        self.heartbeat = heartbeat
-        self._stopped = False
-        self._claim_task: asyncio.Task[Any] | None = None
-
-    @property
-    def name(self) -> str:
-        return self.plan.name
-
-    def to_claim(self, owner: str) -> Statement:
-        return self.plan.to_claim(owner)
-
-    async def claim(self, *, wait: float | None = None, idempotency_key: str | None = None) -> list[AsyncJob]:
-        owner = self.plan.next_owner()
-        db = self.db if idempotency_key is None else self.db.with_idempotency_key(check_key(idempotency_key))
-        chain = db.collection(self.plan.query._collection).where(raw("run_at <= now()")) \
-            .order("run_at").limit(self.plan.batch)
-        rows = await chain.update(self.plan.claim_patch(owner), returning=True,
-                                  wait=self.plan.wait if wait is None else wait)
-        return [AsyncJob(row, owner, self.plan) for row in rows]
-
-    def stop(self) -> None:
-        self._stopped = True
-        if self._claim_task is not None:
-            self._claim_task.cancel()
-
-    @property
-    def stopped(self) -> bool:
-        return self._stopped
+    def _beat(self, done: threading.Event) -> None:
+        pause = Pause(self.options.retry_base, self.options.retry_cap)
+        period = self.options.beat
+        while not done.wait(period):
+            period = self.options.beat
+            with self._cv:
+                jobs = [job for job in self._in_hand if job.state in (State.PENDING, State.RUNNING)]
+            for job in jobs:
+                if done.is_set():
+                    return
+                try:
+                    self._extend(job, None, retry=False)
+                    pause.tries = 0
+                except Exception as exc:
+                    if not retryable(exc):
+                        self.events.emit("error", job, call="extend", error=error_text(exc))
+                        continue
+                    delay = pause.next()  # the next beat comes sooner, after a retry's pause
+                    self.events.emit("retry", job, call="extend", error=error_text(exc), delay_ms=ms(delay))
+                    period = min(period, delay)
+                    break
 
     @contextlib.contextmanager
-    def handle_signals(self, *signals: int) -> Iterator[AsyncWorker]:
-        """SIGTERM and SIGINT (or the given signals) stop the worker while inside (running loop)."""
-        loop = asyncio.get_running_loop()
-        wanted = signals or (signal.SIGTERM, signal.SIGINT)
-        for s in wanted:
-            loop.add_signal_handler(s, self.stop)
+    def _running_loop(self) -> Iterator[AbortableSender]:
+        if self._sender is not None:
+            raise RuntimeError("this worker is already running")
+        sender = self._sender = AbortableSender(self.db)
+        if self._stopping.is_set():
+            sender.abort()
+        done = threading.Event()
+        beat = threading.Thread(target=self._beat, args=(done,), name=f"{self.name}-heartbeat", daemon=True)
+        if self.heartbeat:
+            beat.start()
         try:
-            yield self
+            yield sender
         finally:
-            for s in wanted:
-                loop.remove_signal_handler(s)
+            done.set()
+            if beat.is_alive():
+                beat.join()
+            sender.close()
+            self._sender = None
+            self.events.emit("stopped")
 
-    async def _beat(self, jobs: list[AsyncJob]) -> None:
-        while True:
-            await asyncio.sleep(self.plan.lease / 3)
-            for job in jobs:
-                if not (job.settled or job.lost):
-                    await job.extend()
+    # -- run(handler) -----------------------------------------------------------------------------
 
-    async def __aiter__(self) -> AsyncIterator[AsyncJob]:
-        while not self._stopped:
-            self._claim_task = asyncio.ensure_future(self.claim())
+    def run(self, handler: Callable[[Job], object]) -> None:
+        """Run every job through `handler(job)` until stopped (see the module docstring)."""
+        with self._running_loop() as sender:
             try:
-                jobs = await self._claim_task
-            except asyncio.CancelledError:
-                if self._stopped:
-                    return
+                while (jobs := self._claim(sender)) is not None:
+                    self._work(jobs, handler)
+            except BaseException:  # a KeyboardInterrupt outside handle_signals, say: nothing stays leased
+                self._give_up()
                 raise
-            finally:
-                self._claim_task = None
-            if not jobs:
-                continue
-            beat = asyncio.ensure_future(self._beat(jobs)) if self.heartbeat else None
+
+    def _give_up(self) -> None:
+        self.stop(hard=True)
+        with self._cv:
+            left = [job for job in self._in_hand if job.state in (State.PENDING, State.RUNNING)]
+            self._in_hand = []
+        for job in left:
+            with contextlib.suppress(Exception):
+                self._settle_once(job)
+
+    def _work(self, jobs: list[Job], handler: Callable[[Job], object]) -> None:
+        todo = deque(jobs)
+        runners = self.options.runners
+        while todo:
+            with self._cv:
+                self._cv.wait_for(lambda: self._running < runners or self._stopping.is_set())
+                if self._stopping.is_set():
+                    break
+                job = todo.popleft()
+                if not job.begin():
+                    continue
+                self._running += 1
+            threading.Thread(target=self._run_one, args=(job, handler), name=f"{self.name}-job-{job.id}",
+                             daemon=True).start()
+        for job in todo:  # stopping: the unstarted go back at once
+            self._release(job)
+        deadline: float | None = None
+        with self._cv:
+            while self._running and not self._hard.is_set():
+                if self._stopping.is_set():
+                    deadline = deadline or time.monotonic() + self.options.drain_timeout
+                    if not self._cv.wait(deadline - time.monotonic()) and time.monotonic() >= deadline:
+                        break
+                else:
+                    self._cv.wait()
+            left = [job for job in self._in_hand if job.state in (State.PENDING, State.RUNNING)]
+            self._in_hand = []
+        if left:  # hard stop, or the drain ran out: cancel and give back what is left
+            self._hard.set()
+            for job in left:
+                job.cancelled.set()
+            for job in left:
+                with contextlib.suppress(Exception):
+                    self._settle_once(job)
+
+    def _settle_once(self, job: Job) -> None:
+        """Give back a job on a hard stop: one try, no retry (the lease lapses if it fails)."""
+        job.cancelled.set()
+        if job.begin_settle():
             try:
-                for job in jobs:
-                    if job.lost:
-                        continue
-                    yield job
-                    if self._stopped:
-                        return
-            finally:
-                if beat:
-                    beat.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await beat
+                self.db._send(self.plan.settle("release", job, self.plan.to_release(job))
+                              .request(self.db._wire, self.options))
+            except Exception:
+                job.end_settle(False)
+                raise
+            job.end_settle(True)
+            self.events.emit("released", job)
+
+    def _run_one(self, job: Job, handler: Callable[[Job], object]) -> None:
+        try:
+            self.events.emit("start", job)
+            failure: BaseException | None = None
+            try:
+                handler(job)
+            except BaseException as exc:  # noqa: B036 - a handler's SystemExit fails its job, never the worker
+                failure = exc
+            if job.cancelled.is_set() or job.state is not State.RUNNING:
+                return
+            if failure is None:
+                self._settle(job, "ack", job.to_ack())
+            else:
+                self._fail(job, error_text(failure))
+        except Exception as exc:
+            self.events.emit("error", job, error=error_text(exc))
+        finally:
+            with self._cv:
+                self._running -= 1
+                self._cv.notify_all()
+
+    # -- for job in worker ------------------------------------------------------------------------
+
+    def claim(self, *, wait: float | None = None) -> list[Job]:
+        """One claim, retried through the network: the oldest ready jobs, up to `batch`, leased."""
+        owner = self.plan.next_owner()
+        call = self.plan.claim(owner)
+        if wait is not None:
+            call = Call(call.kind, call.text, call.params, call.key, wait)
+        rows = self._send(call, self._stopping)
+        return [Job(row, owner, self) for row in rows]
+
+    def __iter__(self) -> Iterator[Job]:
+        with self._running_loop() as sender:
+            while (jobs := self._claim(sender)) is not None:
+                try:
+                    for job in jobs:
+                        if self._stopping.is_set():
+                            break
+                        if job.begin():
+                            self.events.emit("start", job)
+                            yield job
+                finally:
+                    for job in jobs:
+                        if job.state is State.PENDING:
+                            self._release(job)
+                    with self._cv:
+                        self._in_hand = []

@@ -1,0 +1,406 @@
+"""The asyncio worker: the loop of `_worker`, on tasks (docs/workers.md).
+
+    worker = AsyncWorker(db, "jobs", batch=10, concurrency=4)
+    await worker.run(handle)      # `async def handle(job)`; until worker.stop() or a signal
+
+Each job of a batch is a task; an `asyncio.Semaphore` lets `concurrency` of them run at once, in
+the batch's order. The heartbeat is a task too. A lost lease cancels that job's task (its
+`job.lost` is true, and the worker settles it no more). `stop()` may be called from any thread:
+it cancels a held claim at once (cancelling an httpx request closes its connection, and the
+server gives the claim up), gives the unstarted jobs back at once, waits for the running ones
+up to `drain_timeout`, then cancels them and gives them back. `stop(hard=True)` cancels at once.
+
+Statements, retries and events are `_worker_core`'s, as for the blocking worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import signal
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from ._worker import SETTLED_EVENT, options
+from ._worker_core import (
+    Backoff,
+    Call,
+    Events,
+    JobBase,
+    OnEvent,
+    Options,
+    Pause,
+    Plan,
+    State,
+    error_text,
+    lease_lost,
+    ms,
+    retryable,
+)
+
+if TYPE_CHECKING:
+    from ._client import AsyncClient
+    from ._query import Statement
+
+
+class _Stopped(Exception):
+    """A call given up because the worker is stopping."""
+
+
+async def _wait(event: asyncio.Event, seconds: float) -> bool:
+    """Whether `event` was set within `seconds`."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), seconds)
+    return event.is_set()
+
+
+class AsyncJob(JobBase):
+    """A leased job of an `AsyncWorker`: the calls of `Job`, awaited. A lost lease cancels the
+    handler's task; `cancelled` is set first (a `threading.Event`, to read from any thread)."""
+
+    def __init__(self, row: dict[str, Any], owner: str, worker: AsyncWorker) -> None:
+        super().__init__(row, owner, worker.plan)
+        self._worker = worker
+        self.cancelled = threading.Event()
+        self.task: asyncio.Task[Any] | None = None
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+        if self.task is not None and self.task is not asyncio.current_task():
+            self.task.cancel()
+
+    async def ack(self) -> bool:
+        return await self._worker._settle(self, "ack", self.to_ack())
+
+    async def fail(self, error: str, *, backoff: Backoff | None = None) -> bool:
+        return await self._worker._fail(self, error, backoff)
+
+    async def extend(self, lease: float | None = None) -> bool:
+        return await self._worker._extend(self, lease, retry=True)
+
+
+class AsyncWorker:
+    """`await AsyncWorker(db, "jobs").run(handler)`, or `async for job in worker: ...`; the options
+    of `Worker`."""
+
+    def __init__(self, db: AsyncClient, queue: str, *, name: str | None = None, batch: int = 10,
+                 concurrency: int = 1, lease: float = 30.0, wait: float = 30.0,
+                 heartbeat: float | bool | None = None, max_attempts: int = 5, dead_after: int | None = None,
+                 backoff: Backoff = 1.0, drain_timeout: float = 30.0, timeout: float | None = None,
+                 keep_done: bool = False, retry: tuple[float, float] = (0.1, 5.0),
+                 on_event: OnEvent | None = None) -> None:
+        self.db = db
+        self.options: Options = options(queue, name, heartbeat, dead_after, max_attempts, retry, batch=batch,
+                                        concurrency=concurrency, lease=lease, wait=wait, backoff=backoff,
+                                        drain_timeout=drain_timeout, timeout=timeout, keep_done=keep_done)
+        self.plan = Plan(db.collection(queue), self.options)
+        self.heartbeat = heartbeat is not False
+        self.events = Events(self.options.name, on_event)
+        self._stopping = asyncio.Event()
+        self._hard = asyncio.Event()
+        self._stop_flag = False  # read before the loop is known
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._claim_task: asyncio.Task[Any] | None = None
+        self._in_hand: list[AsyncJob] = []
+        self._active = False
+
+    @property
+    def name(self) -> str:
+        return self.options.name
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop_flag
+
+    def to_claim(self, owner: str) -> Statement:
+        return self.plan.to_claim(owner)
+
+    # -- stopping ---------------------------------------------------------------------------------
+
+    def stop(self, *, hard: bool = False) -> None:
+        """Stop from any thread (or a signal handler on the loop): see the module docstring."""
+        self._stop_flag = True
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._stop_now(hard)
+        else:
+            loop.call_soon_threadsafe(self._stop_now, hard)
+
+    def _stop_now(self, hard: bool) -> None:
+        self._stopping.set()
+        if hard:
+            self._hard.set()
+            for job in self._in_hand:
+                if job.state is State.RUNNING:
+                    job.cancel()
+        if self._claim_task is not None:
+            self._claim_task.cancel()
+
+    @contextlib.contextmanager
+    def handle_signals(self, *signals: int, hard: tuple[int, ...] = ()) -> Iterator[AsyncWorker]:
+        """While inside (in the running loop), SIGTERM and SIGINT, or the given signals, stop the worker."""
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        wanted = tuple(dict.fromkeys((*(signals or (signal.SIGTERM, signal.SIGINT)), *hard)))
+        for s in wanted:
+            loop.add_signal_handler(s, functools.partial(self.stop, hard=s in hard))
+        try:
+            yield self
+        finally:
+            for s in wanted:
+                loop.remove_signal_handler(s)
+
+    # -- sending ----------------------------------------------------------------------------------
+
+    async def _send(self, call: Call, until: asyncio.Event) -> Any:
+        pause = Pause(self.options.retry_base, self.options.retry_cap)
+        while True:
+            try:
+                return await self.db._send(call.request(self.db._wire, self.options))
+            except Exception as exc:
+                if not retryable(exc):
+                    raise
+                if until.is_set():
+                    raise _Stopped(call.kind) from exc
+                delay = pause.next()
+                self.events.emit("retry", call.job, call=call.kind, error=error_text(exc), delay_ms=ms(delay))
+                if await _wait(until, delay):
+                    raise _Stopped(call.kind) from exc
+
+    async def _claim(self) -> list[AsyncJob] | None:
+        if self._stopping.is_set():
+            return None
+        owner = self.plan.next_owner()
+        self._claim_task = asyncio.ensure_future(self._send(self.plan.claim(owner), self._stopping))
+        try:
+            rows = await self._claim_task
+        except (asyncio.CancelledError, _Stopped):
+            task = asyncio.current_task()
+            if self._stopping.is_set() and (task is None or not task.cancelling()):
+                return None
+            raise
+        finally:
+            self._claim_task = None
+        jobs = [AsyncJob(row, owner, self) for row in rows]
+        self._in_hand = jobs
+        if jobs:
+            self.events.emit("claimed", owner=owner, n=len(jobs))
+        for job in jobs:
+            if job.attempts > self.options.max_attempts:
+                await self._settle(job, "dead", self.plan.to_dead(job), error="attempts exhausted")
+        return [job for job in jobs if job.state is State.PENDING]
+
+    async def _settle(self, job: AsyncJob, kind: str, statement: Statement, event: str | None = None,
+                      **fields: Any) -> bool:
+        if not job.begin_settle():
+            return False
+        try:
+            await self._send(self.plan.settle(kind, job, statement), self._hard)
+        except BaseException as exc:
+            job.end_settle(False)
+            if lease_lost(exc):
+                job.cancelled.set()
+                self.events.emit("lost", job, call=kind)
+                return False
+            if isinstance(exc, _Stopped):
+                return False
+            raise
+        job.end_settle(True)
+        self.events.emit(event or SETTLED_EVENT[kind], job, **fields)
+        return True
+
+    async def _fail(self, job: AsyncJob, error: str, backoff: Backoff | None = None) -> bool:
+        statement, delay = self.plan.failure(job, error, backoff)
+        if delay is None:
+            return await self._settle(job, "fail", statement, "dead", error=error)
+        return await self._settle(job, "fail", statement, error=error, delay_ms=ms(delay))
+
+    async def _extend(self, job: AsyncJob, lease: float | None, *, retry: bool) -> bool:
+        if job.state not in (State.PENDING, State.RUNNING):
+            return False
+        call = self.plan.settle("extend", job, self.plan.to_extend(job, lease), job.next_beat())
+        try:
+            if retry:
+                await self._send(call, self._hard)
+            else:
+                await self.db._send(call.request(self.db._wire, self.options))
+        except Exception as exc:
+            if lease_lost(exc):
+                if job.mark_lost():
+                    self.events.emit("lost", job, call="extend")
+                    job.cancel()
+                return False
+            if isinstance(exc, _Stopped):
+                return False
+            raise
+        return True
+
+    # -- the heartbeat ----------------------------------------------------------------------------
+
+    async def _beat(self) -> None:
+        pause = Pause(self.options.retry_base, self.options.retry_cap)
+        period = self.options.beat
+        while True:
+            await asyncio.sleep(period)
+            period = self.options.beat
+            jobs = [job for job in self._in_hand if job.state in (State.PENDING, State.RUNNING)]
+            answers = await asyncio.gather(*(self._extend(job, None, retry=False) for job in jobs),
+                                           return_exceptions=True)
+            for job, answer in zip(jobs, answers, strict=True):
+                if not isinstance(answer, BaseException):
+                    continue
+                if isinstance(answer, asyncio.CancelledError):
+                    raise answer
+                if retryable(answer):
+                    delay = pause.next()  # the next beat comes sooner, after a retry's pause
+                    self.events.emit("retry", job, call="extend", error=error_text(answer), delay_ms=ms(delay))
+                    period = min(period, delay)
+                else:
+                    self.events.emit("error", job, call="extend", error=error_text(answer))
+            if all(not isinstance(a, BaseException) for a in answers):
+                pause.tries = 0
+
+    @contextlib.asynccontextmanager
+    async def _running_loop(self) -> AsyncIterator[None]:
+        if self._active:
+            raise RuntimeError("this worker is already running")
+        self._active = True
+        self._loop = asyncio.get_running_loop()
+        if self._stop_flag:
+            self._stop_now(False)
+        beat = asyncio.ensure_future(self._beat()) if self.heartbeat else None
+        try:
+            yield
+        finally:
+            if beat is not None:
+                beat.cancel()
+                # the heartbeat catches its own failures; whatever it was doing is over now
+                await asyncio.gather(beat, return_exceptions=True)
+            self._active = False
+            self.events.emit("stopped")
+
+    # -- run(handler) -----------------------------------------------------------------------------
+
+    async def run(self, handler: Callable[[AsyncJob], Awaitable[object]]) -> None:
+        """Run every job through `await handler(job)` until stopped."""
+        async with self._running_loop():
+            while (jobs := await self._claim()) is not None:
+                await self._work(jobs, handler)
+
+    async def _work(self, jobs: list[AsyncJob], handler: Callable[[AsyncJob], Awaitable[object]]) -> None:
+        gate = asyncio.Semaphore(self.options.runners)
+        for job in jobs:
+            job.task = asyncio.ensure_future(self._run_one(job, handler, gate))
+        pending: set[asyncio.Future[Any]] = {job.task for job in jobs if job.task is not None}
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        try:
+            while pending and not self._stopping.is_set():
+                _, pending = await asyncio.wait(pending | {stopping}, return_when=asyncio.FIRST_COMPLETED)
+                pending.discard(stopping)
+            if pending:  # stopping: the unstarted go back at once, the running get the drain
+                await asyncio.gather(*(self._settle(job, "release", self.plan.to_release(job))
+                                       for job in jobs if job.state is State.PENDING), return_exceptions=True)
+                hard = asyncio.ensure_future(self._hard.wait())
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + self.options.drain_timeout
+                try:
+                    while pending and not self._hard.is_set() and (remaining := deadline - loop.time()) > 0:
+                        _, pending = await asyncio.wait(pending | {hard}, timeout=remaining,
+                                                        return_when=asyncio.FIRST_COMPLETED)
+                        pending.discard(hard)
+                finally:
+                    hard.cancel()
+            left = [job for job in jobs if job.state in (State.PENDING, State.RUNNING)]
+            if left:  # hard, or the drain ran out: cancel and give back what is left
+                if self._stopping.is_set():
+                    self._hard.set()
+                for job in left:
+                    job.cancel()
+                await asyncio.gather(*(self._release_once(job) for job in left), return_exceptions=True)
+                await asyncio.gather(*pending, return_exceptions=True)  # a handler that swallows its cancel holds us here
+        except BaseException:  # run() itself cancelled: cancel the jobs' tasks, give their jobs back
+            left = [job for job in jobs if job.state in (State.PENDING, State.RUNNING)]
+            for job in jobs:
+                job.cancel()
+            with contextlib.suppress(BaseException):
+                await asyncio.gather(*(self._release_once(job) for job in left), return_exceptions=True)
+            raise
+        finally:
+            stopping.cancel()
+            self._in_hand = []
+
+    async def _release_once(self, job: AsyncJob) -> None:
+        """Give back a job on a hard stop: one try, no retry (the lease lapses if it fails)."""
+        if job.begin_settle():
+            try:
+                call = self.plan.settle("release", job, self.plan.to_release(job))
+                await self.db._send(call.request(self.db._wire, self.options))
+            except Exception:
+                job.end_settle(False)
+                raise
+            job.end_settle(True)
+            self.events.emit("released", job)
+
+    async def _run_one(self, job: AsyncJob, handler: Callable[[AsyncJob], Awaitable[object]],
+                       gate: asyncio.Semaphore) -> None:
+        async with gate:
+            if self._stopping.is_set() or not job.begin():
+                return
+            self.events.emit("start", job)
+            failure: BaseException | None = None
+            try:
+                await handler(job)
+            except asyncio.CancelledError as exc:
+                task = asyncio.current_task()
+                if job.cancelled.is_set() and task is not None and task.cancelling():
+                    task.uncancel()
+                    return  # lost, or a hard stop: not ours to settle
+                if task is not None and task.cancelling():
+                    raise
+                failure = exc  # the handler's own CancelledError: a failure like any other
+            except Exception as exc:
+                failure = exc
+            if job.cancelled.is_set() or job.state is not State.RUNNING:
+                return
+            try:
+                if failure is None:
+                    await self._settle(job, "ack", job.to_ack())
+                else:
+                    await self._fail(job, error_text(failure))
+            except Exception as exc:
+                self.events.emit("error", job, error=error_text(exc))
+
+    # -- async for job in worker ------------------------------------------------------------------
+
+    async def claim(self, *, wait: float | None = None) -> list[AsyncJob]:
+        """One claim, retried through the network: the oldest ready jobs, up to `batch`, leased."""
+        owner = self.plan.next_owner()
+        call = self.plan.claim(owner)
+        if wait is not None:
+            call = Call(call.kind, call.text, call.params, call.key, wait)
+        rows = await self._send(call, self._stopping)
+        return [AsyncJob(row, owner, self) for row in rows]
+
+    async def __aiter__(self) -> AsyncIterator[AsyncJob]:
+        async with self._running_loop():
+            while (jobs := await self._claim()) is not None:
+                try:
+                    for job in jobs:
+                        if self._stopping.is_set():
+                            break
+                        if job.begin():
+                            self.events.emit("start", job)
+                            yield job
+                finally:
+                    for job in jobs:
+                        if job.state is State.PENDING:
+                            await self._settle(job, "release", self.plan.to_release(job))
+                    self._in_hand = []
