@@ -281,8 +281,8 @@ func (w *Worker) giveBackOn(ctx context.Context, db *Client, j Job) error {
 }
 
 // giveBackOwner gives back whatever a claim of this owner took: the claim whose answer never came.
-func (w *Worker) giveBackOwner(ctx context.Context, owner string) ([]Row, error) {
-	res, err := w.queue().Where("owner", "=", owner).
+func (w *Worker) giveBackOwner(ctx context.Context, db *Client, owner string) ([]Row, error) {
+	res, err := w.queueOn(db).Where("owner", "=", owner).
 		Update(ctx, D("owner", nil, "run_at", Expr("now()"), "attempts", Inc(-1)), Returning("id", "attempts"))
 	return res.Rows, err
 }

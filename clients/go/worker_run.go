@@ -55,7 +55,9 @@ func (w *Worker) Run(ctx context.Context, handle func(ctx context.Context, j Job
 	if _, _, err := w.queue().ToFenecQL(); err != nil {
 		return err
 	}
-	r := &run{w: w, handle: handle, base: context.WithoutCancel(ctx),
+	db := *w.DB
+	db.ownRetries = true
+	r := &run{w: w, db: &db, handle: handle, base: context.WithoutCancel(ctx),
 		graceful: make(chan struct{}), hard: make(chan struct{}), finished: make(chan struct{}),
 		slots: make(chan struct{}, w.concurrency())}
 	if !w.stops.add(r) {
@@ -172,6 +174,7 @@ func closed(c <-chan struct{}) bool {
 // run is one call of Run.
 type run struct {
 	w        *Worker
+	db       *Client // the Worker's DB, its retries left to Run
 	handle   func(context.Context, Job) error
 	base     context.Context // Run's ctx without its cancellation: the parent of every request and handler
 	claimCtx context.Context // cancelled by the graceful stop: it gives a held claim up
@@ -289,7 +292,7 @@ func pause(d time.Duration, stop <-chan struct{}) {
 func (r *run) claim() ([]*jobState, error) {
 	w := r.w
 	owner := w.nextOwner()
-	db := w.DB.IdempotencyKey("claim:" + owner + "/" + w.nonce)
+	db := r.db.IdempotencyKey("claim:" + owner + "/" + w.nonce)
 	unsure := false // a try went unanswered: it may have taken jobs
 	for n := 0; ; n++ {
 		if closed(r.graceful) {
@@ -343,7 +346,7 @@ func (r *run) giveBackOwner(owner string) {
 	var rows []Row
 	_ = r.retrying(Event{Owner: owner}, func(ctx context.Context) error {
 		var err error
-		rows, err = r.w.giveBackOwner(ctx, owner)
+		rows, err = r.w.giveBackOwner(ctx, r.db, owner)
 		return err
 	})
 	for _, row := range rows {
@@ -494,7 +497,7 @@ func (r *run) giveBack(js *jobState) {
 func (r *run) settleWith(js *jobState, kind, key string, why error, call func(context.Context, *Client) error) {
 	defer close(js.finished)
 	w := r.w
-	db := w.DB.IdempotencyKey(fmt.Sprintf("%s:%s:%v/%s", key, js.Owner, js.ID, w.nonce))
+	db := r.db.IdempotencyKey(fmt.Sprintf("%s:%s:%v/%s", key, js.Owner, js.ID, w.nonce))
 	about := Event{ID: js.ID, Owner: js.Owner, Attempts: js.Attempts}
 	err := r.retrying(about, func(ctx context.Context) error { return call(ctx, db) })
 	switch {
@@ -555,7 +558,7 @@ func (r *run) extend(jobs []*jobState) error {
 	}
 	owner := jobs[0].Owner
 	ctx, cancel := context.WithTimeout(r.base, w.timeout(false))
-	res, err := w.queue().Where("owner", "=", owner).Where("id", "in", ids).
+	res, err := w.queueOn(r.db).Where("owner", "=", owner).Where("id", "in", ids).
 		Update(ctx, D("run_at", Expr("now() + ?", w.lease().Milliseconds())), Returning("id"))
 	cancel()
 	if err != nil && transient(err) {

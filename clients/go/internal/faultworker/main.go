@@ -6,7 +6,7 @@
 // Environment: FENEC_URL, FENEC_QUEUE, FENEC_WORKER, FENEC_BATCH, FENEC_CONCURRENCY, FENEC_LEASE_MS,
 // FENEC_WAIT_MS, FENEC_HEARTBEAT_MS, FENEC_MAX_ATTEMPTS, FENEC_DRAIN_MS, FENEC_BACKOFF_MS (a failed job
 // comes back after FENEC_BACKOFF_MS × attempts²), FENEC_TIMEOUT_MS (each request; a held claim gets the
-// wait on top). A payload is {"sleep_ms": n, "throw": bool, "fail": "message", "fail_times": n}.
+// wait on top), FENEC_KEEP_DONE=1 (acked jobs kept, marked done). A payload is {"sleep_ms": n, "throw": bool, "fail": "message", "fail_times": n}.
 package main
 
 import (
@@ -50,6 +50,7 @@ func run() error {
 		MaxAttempts:  int64(num("FENEC_MAX_ATTEMPTS")),
 		DrainTimeout: ms("FENEC_DRAIN_MS"),
 		Timeout:      ms("FENEC_TIMEOUT_MS"),
+		KeepDone:     os.Getenv("FENEC_KEEP_DONE") == "1",
 		OnEvent:      out.event,
 	}
 	if backoff > 0 {
@@ -109,7 +110,10 @@ type lines struct {
 }
 
 func (o *lines) event(e fenecdb.Event) {
-	m := map[string]any{"event": e.Type, "owner": e.Owner}
+	m := map[string]any{"event": e.Type}
+	if e.Owner != "" {
+		m["owner"] = e.Owner
+	}
 	if e.ID != nil {
 		m["id"] = e.ID
 	}
