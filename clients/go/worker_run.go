@@ -64,6 +64,9 @@ func (w *Worker) Run(ctx context.Context, handle func(ctx context.Context, j Job
 		return nil
 	}
 	defer w.stops.remove(r)
+	if ctx.Err() != nil {
+		r.stopGracefully() // stopped before it began: not even one claim
+	}
 	var cancelClaim context.CancelFunc
 	r.claimCtx, cancelClaim = context.WithCancel(r.base)
 	defer cancelClaim()

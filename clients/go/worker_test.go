@@ -121,3 +121,14 @@ func TestWorkerRetryDelay(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkerRunStoppedBeforeItBegins: Run with a ctx already cancelled sends nothing and returns nil.
+func TestWorkerRunStoppedBeforeItBegins(t *testing.T) {
+	f := fake(t, func(w http.ResponseWriter, r *http.Request, body string) { io.WriteString(w, `[]`) })
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	w := &Worker{DB: New(f.URL), Queue: "jobs"}
+	if err := w.Run(ctx, func(context.Context, Job) error { return nil }); err != nil || f.count() != 0 {
+		t.Fatalf("Run: %v after %d requests", err, f.count())
+	}
+}

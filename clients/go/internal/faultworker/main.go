@@ -74,6 +74,8 @@ func run() error {
 
 // handle does what the payload asks: sleep (cut short when the job's ctx ends), then panic, fail or succeed.
 func (o *lines) handle(ctx context.Context, j fenecdb.Job) (err error) {
+	o.running.Add(1)
+	defer o.running.Done()
 	p, _ := j.Payload.(map[string]any)
 	defer func() {
 		v := recover()
@@ -105,11 +107,22 @@ func (o *lines) handle(ctx context.Context, j fenecdb.Job) (err error) {
 
 // lines prints JSON lines, one write each, so that lines from several goroutines never mix.
 type lines struct {
-	mu     sync.Mutex
-	worker string
+	mu      sync.Mutex
+	worker  string
+	running sync.WaitGroup // handlers not yet returned
 }
 
 func (o *lines) event(e fenecdb.Event) {
+	if e.Type == "stopped" {
+		// after a hard stop Run returns without waiting for the handlers it cancelled; theirs are the
+		// `end` lines, and `stopped` is the last line
+		done := make(chan struct{})
+		go func() { o.running.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+		}
+	}
 	m := map[string]any{"event": e.Type}
 	if e.Owner != "" {
 		m["owner"] = e.Owner
