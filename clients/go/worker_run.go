@@ -344,14 +344,13 @@ func (r *run) claim() ([]*jobState, error) {
 	}
 }
 
-// giveBackOwner gives back what a claim whose answer never came took.
+// giveBackOwner gives back what a claim whose answer never came took. One try: most often the claim
+// took nothing, and a server that does not answer now would keep a stopping worker waiting for nothing
+// more than its leases lapsing.
 func (r *run) giveBackOwner(owner string) {
-	var rows []Row
-	_ = r.retrying(Event{Owner: owner}, func(ctx context.Context) error {
-		var err error
-		rows, err = r.w.giveBackOwner(ctx, r.db, owner)
-		return err
-	})
+	ctx, cancel := context.WithTimeout(r.base, r.w.timeout(false))
+	defer cancel()
+	rows, _ := r.w.giveBackOwner(ctx, r.db, owner)
 	for _, row := range rows {
 		attempts, _ := row["attempts"].(int64)
 		r.w.emit(Event{Type: "released", ID: row["id"], Owner: owner, Attempts: attempts})

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -131,4 +132,23 @@ func TestWorkerRunStoppedBeforeItBegins(t *testing.T) {
 	if err := w.Run(ctx, func(context.Context, Job) error { return nil }); err != nil || f.count() != 0 {
 		t.Fatalf("Run: %v after %d requests", err, f.count())
 	}
+}
+
+// TestWorkerStopsWhileServerAway: a worker retrying against a server that is not there stops at once
+// when told, not after its drain timeout.
+func TestWorkerStopsWhileServerAway(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String()
+	ln.Close() // nobody listens there now: every connection is refused
+	var log eventLog
+	w := &Worker{DB: New(url), Queue: "jobs", DrainTimeout: time.Hour, RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond,
+		OnEvent: log.add}
+	ctx, stop := context.WithCancel(bg)
+	done := runWorker(ctx, w, func(context.Context, Job) error { return nil })
+	eventually(t, "the worker retrying", func() bool { return log.count("retry") >= 3 })
+	stop()
+	returned(t, done, 30*time.Second) // the drain timeout is an hour
 }
