@@ -172,6 +172,7 @@ func TestWorkerLostLeaseCancelsHandler(t *testing.T) {
 
 // TestWorkerGracefulStop: a stop while a claim is held returns at once; a stop while a batch is in
 // hand gives the unstarted jobs back at once (their claim uncounted) and lets the running one finish.
+// Jobs start in the claim's order, oldest first.
 func TestWorkerGracefulStop(t *testing.T) {
 	db := liveClient(t)
 	q := liveQueue(t, db, "wgrace")
@@ -203,6 +204,9 @@ func TestWorkerGracefulStop(t *testing.T) {
 		return ctx.Err() // nil: a graceful stop does not cancel a running job
 	})
 	running := <-started
+	if running.Payload != int64(0) {
+		t.Fatalf("the first job to start is %v, not the oldest of the claim", running.Payload)
+	}
 	stop()
 	given := func() bool {
 		n, err := db.From(q).Where("owner", "=", nil).Where("attempts", "=", 0).Count(bg)

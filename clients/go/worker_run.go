@@ -386,9 +386,7 @@ func (j *jobState) settle() bool { return j.settled.CompareAndSwap(false, true) 
 
 // runBatch runs the jobs of one claim, and returns once each is settled.
 func (r *run) runBatch(jobs []*jobState) {
-	for _, js := range jobs {
-		go r.runJob(js)
-	}
+	go r.dispatch(jobs)
 	beatDone := make(chan struct{})
 	var beating sync.WaitGroup
 	if r.w.heartbeat() > 0 {
@@ -429,35 +427,46 @@ func (r *run) runBatch(jobs []*jobState) {
 	}
 }
 
-// runJob runs one job: dead-letters it past MaxAttempts, else waits for a slot, runs the handler and
-// settles the job by what it returned.
-func (r *run) runJob(js *jobState) {
+// dispatch starts the jobs in the order the claim answered them (oldest first), each once a slot is
+// free. A job claimed past MaxAttempts is dead-lettered at once, unrun; once the run is stopping, a job
+// not started is given back instead.
+func (r *run) dispatch(jobs []*jobState) {
 	w := r.w
-	if js.Attempts > w.maxAttempts() {
-		if js.settle() {
-			r.settleWith(js, "dead", "dead", errors.New("attempts exhausted"), func(ctx context.Context, db *Client) error {
+	for _, js := range jobs {
+		if js.Attempts > w.maxAttempts() && js.settle() {
+			go r.settleWith(js, "dead", "dead", errors.New("attempts exhausted"), func(ctx context.Context, db *Client) error {
 				return w.deadOn(ctx, db, js.Job)
 			})
 		}
-		return
 	}
-	held := false
-	select {
-	case r.slots <- struct{}{}:
-		held = true
-	case <-r.graceful:
-	case <-js.ctx.Done(): // lost, or a hard stop, while waiting for a slot
-	}
-	if !held || closed(r.graceful) || js.ctx.Err() != nil {
-		if held {
-			<-r.slots
+	for _, js := range jobs {
+		if js.settled.Load() {
+			continue
 		}
-		if js.settle() {
-			r.giveBack(js)
+		held := false
+		select {
+		case r.slots <- struct{}{}:
+			held = true
+		case <-r.graceful:
+		case <-js.ctx.Done(): // lost, or a hard stop, while waiting for a slot
 		}
-		return
+		if !held || closed(r.graceful) || js.ctx.Err() != nil {
+			if held {
+				<-r.slots
+			}
+			if js.settle() {
+				go r.giveBack(js)
+			}
+			continue
+		}
+		w.emit(Event{Type: "start", ID: js.ID, Owner: js.Owner, Attempts: js.Attempts})
+		go r.runJob(js)
 	}
-	w.emit(Event{Type: "start", ID: js.ID, Owner: js.Owner, Attempts: js.Attempts})
+}
+
+// runJob runs the handler of a job that holds a slot, and settles the job by what it returned.
+func (r *run) runJob(js *jobState) {
+	w := r.w
 	herr := callHandler(js.ctx, r.handle, js.Job)
 	<-r.slots
 	if !js.settle() {
