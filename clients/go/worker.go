@@ -19,6 +19,8 @@ package fenecdb
 //	dead      set q {owner: $1, error: "attempts exhausted", run_at: $2} where id = $3 and owner = $4 require 1
 //	give back set q {owner: $1, run_at: now(), attempts: coalesce(attempts, 0) + $2} where id = $3 and owner = $4
 //	          require 1    (attempts - 1: the job never ran, or was cut short by a hard stop)
+//	          and, for a claim given up on a stop whose answer never came, by its owner alone:
+//	          set q {...the same...} where run_at > now() and owner = $3 returning id, attempts
 //
 // Owners are claim tokens, "<name>:<counter>", unique for each claim, so two claims of one job by the
 // same worker are told apart too. Run (worker_run.go) drives these; Claim, Ack, Extend and Fail are here
@@ -280,9 +282,10 @@ func (w *Worker) giveBackOn(ctx context.Context, db *Client, j Job) error {
 	return err
 }
 
-// giveBackOwner gives back whatever a claim of this owner took: the claim whose answer never came.
+// giveBackOwner gives back whatever a claim of this owner took: the claim whose answer never came. Its
+// jobs are leased, run_at ahead: the @sorted run_at walks those alone, not the ready backlog.
 func (w *Worker) giveBackOwner(ctx context.Context, db *Client, owner string) ([]Row, error) {
-	res, err := w.queueOn(db).Where("owner", "=", owner).
+	res, err := w.queueOn(db).WhereCond(Raw("run_at > now()")).Where("owner", "=", owner).
 		Update(ctx, D("owner", nil, "run_at", Expr("now()"), "attempts", Inc(-1)), Returning("id", "attempts"))
 	return res.Rows, err
 }

@@ -346,6 +346,35 @@ func TestWorkerDeadLetters(t *testing.T) {
 	}
 }
 
+// TestWorkerGiveBackByOwner: what a claim took is given back by its owner alone (the claim a stop gave
+// up, whose answer never came), uncounted; other owners' jobs are left alone.
+func TestWorkerGiveBackByOwner(t *testing.T) {
+	db := liveClient(t)
+	q := liveQueue(t, db, "wowner")
+	w := &Worker{DB: db, Queue: q, Batch: 2, Wait: time.Second}
+	for i := 0; i < 3; i++ {
+		if _, err := w.Enqueue(bg, i, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mine, err := w.Claim(bg)
+	if err != nil || len(mine) != 2 {
+		t.Fatalf("%v %v", mine, err)
+	}
+	other, err := w.Claim(bg)
+	if err != nil || len(other) != 1 {
+		t.Fatalf("%v %v", other, err)
+	}
+	rows, err := w.giveBackOwner(bg, db, mine[0].Owner)
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("given back %v, %v", rows, err)
+	}
+	ready, err := db.From(q).Where("owner", "=", nil).Where("attempts", "=", 0).WhereCond(Raw("run_at <= now()")).Count(bg)
+	if err != nil || ready != 2 || rowOf(t, db, q, other[0].ID)["owner"] != other[0].Owner {
+		t.Fatalf("%d ready after the give back (%v), the other claim's job %v", ready, err, rowOf(t, db, q, other[0].ID))
+	}
+}
+
 // TestWorkerConcurrencyBound: ten jobs of one claim run three at a time, never more.
 func TestWorkerConcurrencyBound(t *testing.T) {
 	db := liveClient(t)

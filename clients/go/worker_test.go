@@ -54,7 +54,7 @@ func TestWorkerClaimRetriedUnderItsKey(t *testing.T) {
 				return
 			}
 			io.WriteString(w, `{"affected":1}`)
-		case strings.Contains(body, "where owner = $3 returning"):
+		case strings.Contains(body, "and owner = $3 returning"):
 			io.WriteString(w, `[]`) // the give back of a claim cut short by the stop: it took nothing
 		default:
 			others = append(others, body)
