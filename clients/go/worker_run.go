@@ -89,7 +89,8 @@ func (w *Worker) Run(ctx context.Context, handle func(ctx context.Context, j Job
 
 // Shutdown stops every Run of the Worker gracefully, as cancelling its ctx does, and waits for them to
 // return. When ctx ends first, they are stopped hard (Close) and Shutdown answers ctx's error once they
-// have returned. A Run called after Shutdown returns at once.
+// have returned. A Run called after Shutdown returns at once. A handler that wants its worker stopped
+// cancels Run's ctx: Shutdown called from a handler waits for that handler too (until DrainTimeout).
 func (w *Worker) Shutdown(ctx context.Context) error {
 	w.defaults()
 	runs := w.stops.stop(false)
