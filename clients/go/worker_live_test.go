@@ -375,6 +375,44 @@ func TestWorkerGiveBackByOwner(t *testing.T) {
 	}
 }
 
+// TestWorkerKeepDone: with KeepDone an acked job stays, marked done, apart from dead letters.
+func TestWorkerKeepDone(t *testing.T) {
+	db := liveClient(t)
+	q := "wkeep_" + randomHex()
+	if _, err := db.Exec(bg, "create collection "+q+" (payload json, run_at timestamp @sorted, owner text, attempts int, error text, done_at timestamp)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = db.Exec(bg, "drop collection "+q) })
+	var log eventLog
+	w := &Worker{DB: db, Queue: q, KeepDone: true, MaxAttempts: 1, Wait: time.Second, OnEvent: log.add}
+	for _, p := range []string{"ok", "bad"} {
+		if _, err := w.Enqueue(bg, p, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, stop := context.WithCancel(bg)
+	defer stop()
+	done := runWorker(ctx, w, func(ctx context.Context, j Job) error {
+		if j.Payload == "bad" {
+			return errors.New("no such address")
+		}
+		return nil
+	})
+	eventually(t, "one done, one dead", func() bool { return log.count("done") == 1 && log.count("dead") == 1 })
+	stop()
+	returned(t, done, 30*time.Second)
+	rows, err := db.From(q).Order("id", "asc").Rows(bg)
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("%v %v", rows, err)
+	}
+	if r := rows[0]; r["payload"] != "ok" || r["owner"] != nil || r["run_at"] != nil || r["done_at"] == nil || r["error"] != nil {
+		t.Fatalf("kept done: %v", r)
+	}
+	if r := rows[1]; r["payload"] != "bad" || r["run_at"] != nil || r["done_at"] != nil || r["error"] != "no such address" {
+		t.Fatalf("dead letter: %v", r)
+	}
+}
+
 // TestWorkerConcurrencyBound: ten jobs of one claim run three at a time, never more.
 func TestWorkerConcurrencyBound(t *testing.T) {
 	db := liveClient(t)
