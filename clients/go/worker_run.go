@@ -2,9 +2,9 @@ package fenecdb
 
 // Run: the worker loop, its heartbeat and its two stops.
 //
-// One Run is a loop of batches: a held claim, then the batch's jobs, each in a goroutine of its own that
-// waits for one of Concurrency slots, runs the handler and settles the job (ack, fail, dead-letter, give
-// back). While a batch is in hand one heartbeat goroutine extends every unsettled job of it, in one
+// One Run is a loop of batches: a held claim, then the batch's jobs. A dispatcher hands them one of
+// Concurrency slots each in the claim's order (oldest first); each then runs its handler in a goroutine
+// of its own and settles the job (ack, fail, dead-letter, give back). While a batch is in hand one heartbeat goroutine extends every unsettled job of it, in one
 // statement per beat (every job of a batch has the claim's owner):
 //
 //	set q {run_at: now() + $1} where owner = $2 and id in [$3, ...] returning id
