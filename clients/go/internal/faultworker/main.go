@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strconv"
@@ -36,7 +37,7 @@ func run() error {
 	if url == "" || queue == "" {
 		return errors.New("FENEC_URL and FENEC_QUEUE are required")
 	}
-	out := &lines{worker: os.Getenv("FENEC_WORKER")}
+	out := &lines{worker: os.Getenv("FENEC_WORKER"), out: os.Stdout}
 	backoff := ms("FENEC_BACKOFF_MS")
 	w := &fenecdb.Worker{
 		DB:           fenecdb.New(url, fenecdb.WithTimeout(0)), // the worker's Timeout bounds each request
@@ -109,6 +110,7 @@ func (o *lines) handle(ctx context.Context, j fenecdb.Job) (err error) {
 type lines struct {
 	mu      sync.Mutex
 	worker  string
+	out     io.Writer
 	running sync.WaitGroup // handlers not yet returned
 }
 
@@ -155,7 +157,7 @@ func (o *lines) print(m map[string]any) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	_, _ = os.Stdout.Write(append(line, '\n'))
+	_, _ = o.out.Write(append(line, '\n'))
 }
 
 func num(name string) int {
