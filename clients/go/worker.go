@@ -11,15 +11,18 @@ package fenecdb
 //	claim     set q {owner: $1, run_at: now() + $2, attempts: coalesce(attempts, 0) + $3}
 //	          where run_at <= now() order run_at asc limit <batch> returning *      (held with Fenec-Wait)
 //	ack       del q where id = $1 and owner = $2 require 1
-//	          (KeepDone: set q {owner: null, run_at: null, done_at: now()} where ... require 1)
+//	          (KeepDone: set q {owner: $1, run_at: $2, done_at: now()} where id = $3 and owner = $4 require 1,
+//	          owner and run_at null)
 //	extend    set q {run_at: now() + $1} where id = $2 and owner = $3 require 1
+//	          (Run: one per heartbeat for a whole batch, see worker_run.go)
 //	fail      set q {owner: $1, error: $2, run_at: case when attempts >= $3 then null
 //	          else now() + $4 * attempts * attempts end} where id = $5 and owner = $6 require 1
 //	          (with BackoffFunc: ... else now() + $4 end, the delay worked out from the claimed attempts)
-//	dead      set q {owner: $1, error: "attempts exhausted", run_at: $2} where id = $3 and owner = $4 require 1
+//	dead      set q {owner: $1, error: $2, run_at: $3} where id = $4 and owner = $5 require 1
+//	          (null, "attempts exhausted", null: claimed past MaxAttempts, not run)
 //	give back set q {owner: $1, run_at: now(), attempts: coalesce(attempts, 0) + $2} where id = $3 and owner = $4
-//	          require 1    (attempts - 1: the job never ran, or was cut short by a hard stop)
-//	          and, for a claim given up on a stop whose answer never came, by its owner alone:
+//	          require 1    (null, -1: the job never ran, or was cut short by a hard stop); and for a claim
+//	          given up on a stop, whose answer may have been lost, by its owner alone:
 //	          set q {...the same...} where run_at > now() and owner = $3 returning id, attempts
 //
 // Owners are claim tokens, "<name>:<counter>", unique for each claim, so two claims of one job by the
