@@ -34,6 +34,11 @@ type Client struct {
 	key     string
 	hasKey  bool
 	err     *QueryError // a refused Wait or IdempotencyKey, returned by every call of this copy
+
+	// ownRetries: the copy a Worker's Run sends through. A request whose answer went missing is the
+	// Worker's to retry (after its pause, told as an event), not the transport's: net/http re-sends a
+	// request with an Idempotency-Key once, at once and unseen, when a reused connection fails under it.
+	ownRetries bool
 }
 
 // Option configures New.
@@ -178,6 +183,9 @@ func (c *Client) send(ctx context.Context, path, contentType string, body []byte
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(body))
 	if err != nil {
 		return answer{}, fmt.Errorf("fenecdb: %w", err)
+	}
+	if c.ownRetries {
+		req.GetBody = nil // a body that cannot be rewound is never re-sent by the transport
 	}
 	req.Header.Set("Content-Type", contentType)
 	req.Header.Set("Accept", "application/json")

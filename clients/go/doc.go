@@ -14,7 +14,9 @@
 //
 // A chain the builder refuses ends in a *QueryError, before anything is sent; a refusal of the server is
 // an *Error with its Status and Code (412 is CodeUnmet); cancellation and deadlines come back as the
-// context's errors, wrapped. Worker runs the claim, ack, extend and fail loop of a queue.
+// context's errors, wrapped. Worker runs the claim, ack, extend and fail loop of a queue: Worker.Run with
+// a heartbeat, a concurrency bound, retries through a server that goes away, and graceful (ctx, Shutdown)
+// and hard (Close) stops.
 //
 // The text every chain writes is the same, byte for byte, in every FenecDB SDK; the shared conformance
 // vectors hold the package to it.

@@ -8,9 +8,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log"
 	"os"
+	"os/signal"
 	"sort"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -112,10 +115,10 @@ func ExampleClient_Wait() {
 	// again: 412 unmet
 }
 
-// A worker pool: Run claims (held at the server), runs each job with its lease kept alive, and acks it,
-// or fails it with back-off when the handler returns an error.
+// The seed page's worker loop, by the helper: a held claim of ten jobs, four run at a time with their
+// leases kept alive, each acked or failed with back-off; Ctrl-C or SIGTERM stops it gracefully.
 func ExampleWorker() {
-	ctx, stop := context.WithCancel(context.Background())
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	db := fenecdb.New(serverURL)
 	if _, err := db.Exec(ctx, "create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int, error text)"); err != nil {
@@ -124,8 +127,21 @@ func ExampleWorker() {
 	}
 	defer db.Exec(context.Background(), "drop collection jobs")
 
-	w := &fenecdb.Worker{DB: db, Queue: "jobs", Batch: 5, Lease: 30 * time.Second, Wait: time.Second}
-	for _, to := range []string{"ada", "bo", "cy"} {
+	w := &fenecdb.Worker{
+		DB:          db,
+		Queue:       "jobs",
+		Batch:       10,               // jobs per claim
+		Concurrency: 4,                // of them run at once
+		Lease:       30 * time.Second, // extended every 10 s while a job is in hand
+		Wait:        30 * time.Second, // a claim is held at the server until a job is ready
+		MaxAttempts: 5,                // failed a fifth time, a job is a dead letter
+		OnEvent: func(e fenecdb.Event) {
+			if e.Type == "retry" { // the server is away: Run pauses and tries again
+				log.Printf("fenecdb: %v; again in %s", e.Err, e.Delay)
+			}
+		},
+	}
+	for _, to := range []string{"ada@example.com", "bo@example.com", "cy@example.com"} {
 		if _, err := w.Enqueue(ctx, fenecdb.D("to", to), 0); err != nil {
 			fmt.Println(err)
 			return
@@ -135,31 +151,25 @@ func ExampleWorker() {
 	var mu sync.Mutex
 	var sent []string
 	send := func(ctx context.Context, j fenecdb.Job) error {
+		to := j.Payload.(map[string]any)["to"].(string)
+		// the work: an error or a panic fails the job, to come back after 1 s × attempts²
 		mu.Lock()
 		defer mu.Unlock()
-		sent = append(sent, j.Payload.(map[string]any)["to"].(string))
+		sent = append(sent, to)
 		if len(sent) == 3 {
-			stop() // the demo ends once every job ran; a real worker runs until told to stop
+			stop() // the demo ends once every job ran; a real worker runs until a signal
 		}
 		return nil
 	}
-	var pool sync.WaitGroup
-	for i := 0; i < 3; i++ {
-		pool.Add(1)
-		go func() {
-			defer pool.Done()
-			if err := w.Run(ctx, send); err != nil {
-				fmt.Println(err)
-			}
-		}()
+	if err := w.Run(ctx, send); err != nil { // returns once stopped, its jobs finished or given back
+		fmt.Println(err)
 	}
-	pool.Wait()
 
 	sort.Strings(sent)
 	left, err := db.From("jobs").Count(context.Background())
 	fmt.Println(sent, left, err)
 	// Output:
-	// [ada bo cy] 0 <nil>
+	// [ada@example.com bo@example.com cy@example.com] 0 <nil>
 }
 
 // A claim retried under the same Idempotency-Key is answered the jobs the first try took, and takes none.

@@ -26,7 +26,8 @@ var agreedAPI = []string{
 	"Require", "Result", "Returning", "Row", "RowsAs", "Statement", "Stmt", "BatchItem", "BatchResult", "Client",
 	"Client.Batch", "Client.Exec", "Client.From", "Client.IdempotencyKey", "Client.Query", "Client.Seq",
 	"Client.Wait", "WithHTTPClient", "WithTimeout", "WithToken", "WriteOption", "Job", "Worker", "Worker.Ack",
-	"Worker.Claim", "Worker.Enqueue", "Worker.Extend", "Worker.Fail", "Worker.Run",
+	"Worker.Claim", "Worker.Enqueue", "Worker.Extend", "Worker.Fail", "Worker.Run", "Worker.Shutdown", "Worker.Close",
+	"Event",
 }
 
 func TestExportedNames(t *testing.T) {

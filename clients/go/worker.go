@@ -2,20 +2,32 @@ package fenecdb
 
 // The worker helper: the "A worker" loop of the job-queues page, on the builder.
 //
-// A queue is a collection (payload json, run_at timestamp @sorted, owner text, attempts int, error text).
-// Every step is one statement, and each names the owner its claim wrote, so a worker whose lease lapsed
-// finds out with a 412 instead of acking a job another worker holds:
+// A queue is a collection (payload json, run_at timestamp @sorted, owner text, attempts int, error text,
+// and done_at timestamp when finished jobs are kept). Every step is one statement, and each names the
+// owner its claim wrote, so a worker whose lease lapsed finds out with a 412 instead of acking a job
+// another worker holds:
 //
-//	enqueue  put q {payload: $1, run_at: now() + $2, attempts: $3}
-//	claim    set q {owner: $1, run_at: now() + $2, attempts: coalesce(attempts, 0) + $3}
-//	         where run_at <= now() order run_at asc limit <batch> returning *      (held with Fenec-Wait)
-//	ack      del q where id = $1 and owner = $2 require 1
-//	extend   set q {run_at: now() + $1} where id = $2 and owner = $3 require 1
-//	fail     set q {owner: $1, error: $2, run_at: case when attempts >= $3 then null
-//	         else now() + $4 * attempts * attempts end} where id = $5 and owner = $6 require 1
+//	enqueue   put q {payload: $1, run_at: now() + $2, attempts: $3}
+//	claim     set q {owner: $1, run_at: now() + $2, attempts: coalesce(attempts, 0) + $3}
+//	          where run_at <= now() order run_at asc limit <batch> returning *      (held with Fenec-Wait)
+//	ack       del q where id = $1 and owner = $2 require 1
+//	          (KeepDone: set q {owner: $1, run_at: $2, done_at: now()} where id = $3 and owner = $4 require 1,
+//	          owner and run_at null)
+//	extend    set q {run_at: now() + $1} where id = $2 and owner = $3 require 1
+//	          (Run: one per heartbeat for a whole batch, see worker_run.go)
+//	fail      set q {owner: $1, error: $2, run_at: case when attempts >= $3 then null
+//	          else now() + $4 * attempts * attempts end} where id = $5 and owner = $6 require 1
+//	          (with BackoffFunc: ... else now() + $4 end, the delay worked out from the claimed attempts)
+//	dead      set q {owner: $1, error: $2, run_at: $3} where id = $4 and owner = $5 require 1
+//	          (null, "attempts exhausted", null: claimed past MaxAttempts, not run)
+//	give back set q {owner: $1, run_at: now(), attempts: coalesce(attempts, 0) + $2} where id = $3 and owner = $4
+//	          require 1    (null, -1: the job never ran, or was cut short by a hard stop); and for a claim
+//	          given up on a stop, whose answer may have been lost, by its owner alone:
+//	          set q {...the same...} where run_at > now() and owner = $3 returning id, attempts
 //
 // Owners are claim tokens, "<name>:<counter>", unique for each claim, so two claims of one job by the
-// same worker are told apart too. Run may be called from several goroutines on one Worker.
+// same worker are told apart too. Run (worker_run.go) drives these; Claim, Ack, Extend and Fail are here
+// for loops of one's own.
 
 import (
 	"context"
@@ -28,21 +40,48 @@ import (
 	"time"
 )
 
-// Worker claims jobs of one queue and acks, extends or fails them. Zero fields take their defaults.
+// Worker claims jobs of one queue and acks, extends or fails them. Zero fields take their defaults. Set
+// the fields before the first call and leave them; Run, Shutdown and Close may be called from several
+// goroutines.
 type Worker struct {
-	DB        *Client       // the client it sends through (required)
-	Queue     string        // the queue's collection (required)
-	Name      string        // owners are Name:<counter>; a random "w-<hex>" when empty
-	Batch     int64         // jobs one claim takes; 10 when 0
-	Lease     time.Duration // how long a claimed job stays the worker's; 30 s when 0
-	Wait      time.Duration // how long a claim is held at the server for a job; 30 s when 0
-	Heartbeat time.Duration // Run extends a running job's lease this often; Lease/3 when 0, never when < 0
-	Backoff   time.Duration // a failed job comes back after Backoff * attempts²; 1 s when 0
-	DeadAfter int64         // a job failed at this many attempts is dead (run_at null); 5 when 0
+	DB          *Client       // the client it sends through (required)
+	Queue       string        // the queue's collection (required)
+	Name        string        // owners are Name:<counter>; a random "w-<hex>" when empty
+	Batch       int64         // jobs one claim takes; 10 when 0
+	Concurrency int           // Run runs up to this many jobs of a batch at once; 1 when 0, at most Batch
+	Lease       time.Duration // how long a claimed job stays the worker's; 30 s when 0
+	Wait        time.Duration // how long a claim is held at the server for a job; 30 s when 0
+	Heartbeat   time.Duration // Run extends every job in hand this often; Lease/3 when 0, never when < 0
+	MaxAttempts int64         // a job failed at this many attempts is dead (run_at null); 5 when 0
+	// Backoff: a failed job comes back after Backoff * attempts²; 1 s when 0.
+	Backoff time.Duration
+	// BackoffFunc, when set, is the delay before a failed job comes back, from its attempts; it replaces Backoff.
+	BackoffFunc func(attempts int64) time.Duration
+	// DrainTimeout: once Run is told to stop gracefully, how long the jobs already running may go on
+	// before their ctx is cancelled and they are given back; 30 s when 0.
+	DrainTimeout time.Duration
+	// RetryMin and RetryMax: after a connection error, a timeout or a 5xx, Run pauses a random time up to
+	// RetryMin doubled at each failure in a row, at most RetryMax (100 ms and 5 s when 0), and tries again.
+	RetryMin, RetryMax time.Duration
+	// Timeout bounds each request Run sends, and a held claim gets Wait on top; when 0, 10 s (a held
+	// claim: Wait + 5 s). The client's own timeout bounds it too.
+	Timeout time.Duration
+	// KeepDone: an acked job is kept, marked done (owner null, run_at null, done_at now()), not deleted.
+	KeepDone bool
+	// OnEvent, when set, is told what Run does (see Event). Calls are one at a time; keep it short.
+	OnEvent func(Event)
+
+	// DeadAfter is the old name of MaxAttempts, read when MaxAttempts is 0.
+	//
+	// Deprecated: use MaxAttempts.
+	DeadAfter int64
 
 	once    sync.Once
 	name    string
+	nonce   string // this Worker value's, in its idempotency keys: a name reused by a restarted process never replays
 	counter atomic.Int64
+	stops   stopper
+	eventMu sync.Mutex
 }
 
 // Job is one claimed job.
@@ -54,14 +93,37 @@ type Job struct {
 	Row      Row    // the whole row as the claim wrote it
 }
 
+// Event is one thing Run did, told to OnEvent. Type is one of:
+//
+//	claimed   a claim took N jobs (Owner is its token)
+//	start     a job's handler is called
+//	done      a job was acked
+//	failed    a job was failed (Err: why); it comes back after Delay
+//	dead      a job was failed for good: failed at MaxAttempts, or claimed past it (not run)
+//	released  a job was given back unstarted (on stop), or left by a stopped handler
+//	lost      a job's lease was lost: another claim holds it; its handler's ctx is cancelled
+//	retry     a call failed on the way or with a 5xx (Err); Run tries again after Delay
+//	stopped   Run returns
+type Event struct {
+	Type     string
+	ID       any
+	Owner    string
+	Attempts int64
+	N        int
+	Err      error
+	Delay    time.Duration
+}
+
 func (w *Worker) defaults() {
 	w.once.Do(func() {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		w.nonce = hex.EncodeToString(b[:])
 		w.name = w.Name
 		if w.name == "" {
-			var b [4]byte
-			_, _ = rand.Read(b[:])
-			w.name = "w-" + hex.EncodeToString(b[:])
+			w.name = "w-" + w.nonce[:8]
 		}
+		w.stops.init()
 	})
 }
 
@@ -73,14 +135,60 @@ func orDuration(d, def time.Duration) time.Duration {
 }
 
 func (w *Worker) lease() time.Duration { return orDuration(w.Lease, 30*time.Second) }
+func (w *Worker) wait() time.Duration  { return orDuration(w.Wait, 30*time.Second) }
 
-func (w *Worker) queue() *Query {
-	if w.DB == nil {
+func (w *Worker) batch() int64 {
+	if w.Batch <= 0 {
+		return 10
+	}
+	return w.Batch
+}
+
+func (w *Worker) maxAttempts() int64 {
+	switch {
+	case w.MaxAttempts > 0:
+		return w.MaxAttempts
+	case w.DeadAfter > 0:
+		return w.DeadAfter
+	}
+	return 5
+}
+
+func (w *Worker) concurrency() int {
+	n := w.Concurrency
+	if n <= 0 {
+		n = 1
+	}
+	if int64(n) > w.batch() {
+		n = int(w.batch())
+	}
+	return n
+}
+
+func (w *Worker) heartbeat() time.Duration {
+	if w.Heartbeat == 0 {
+		return w.lease() / 3
+	}
+	return w.Heartbeat
+}
+
+func (w *Worker) nextOwner() string {
+	return w.name + ":" + strconv.FormatInt(w.counter.Add(1), 10)
+}
+
+func (w *Worker) queue() *Query { return w.queueOn(w.DB) }
+
+func (w *Worker) queueOn(db *Client) *Query {
+	if db == nil {
 		q := From(w.Queue)
 		q.err = refuse("a Worker needs its DB")
 		return q
 	}
-	return w.DB.From(w.Queue)
+	return db.From(w.Queue)
+}
+
+func (w *Worker) mine(db *Client, j Job) *Query {
+	return w.queueOn(db).Where("id", "=", j.ID).Where("owner", "=", j.Owner)
 }
 
 // Enqueue puts one job, ready after delay (0: at once).
@@ -93,152 +201,100 @@ func (w *Worker) Enqueue(ctx context.Context, payload any, delay time.Duration) 
 // the held claim up.
 func (w *Worker) Claim(ctx context.Context) ([]Job, error) {
 	w.defaults()
-	owner := w.name + ":" + strconv.FormatInt(w.counter.Add(1), 10)
-	batch := w.Batch
-	if batch == 0 {
-		batch = 10
+	jobs, _, err := w.claimAs(ctx, w.DB, w.nextOwner())
+	return jobs, err
+}
+
+// claimAs sends the claim for owner through db (which may carry an idempotency key) and answers its jobs
+// and whether the answer was a replay.
+func (w *Worker) claimAs(ctx context.Context, db *Client, owner string) ([]Job, bool, error) {
+	if db != nil {
+		db = db.Wait(w.wait())
 	}
-	q := w.queue()
-	if w.DB != nil {
-		q.db = w.DB.Wait(orDuration(w.Wait, 30*time.Second))
-	}
-	res, err := q.WhereCond(Raw("run_at <= now()")).Order("run_at", "asc").Limit(batch).
+	res, err := w.queueOn(db).WhereCond(Raw("run_at <= now()")).Order("run_at", "asc").Limit(w.batch()).
 		Update(ctx, D("owner", owner, "run_at", Expr("now() + ?", w.lease().Milliseconds()), "attempts", Inc(1)),
 			Returning("*"))
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	jobs := make([]Job, len(res.Rows))
 	for i, r := range res.Rows {
 		attempts, _ := r["attempts"].(int64)
 		jobs[i] = Job{ID: r["id"], Owner: owner, Attempts: attempts, Payload: r["payload"], Row: r}
 	}
-	return jobs, nil
+	return jobs, res.Replayed, nil
 }
 
-// Ack deletes a finished job. A *Error with CodeUnmet means the job is no longer the worker's: its lease
-// lapsed and another claim took it.
-func (w *Worker) Ack(ctx context.Context, j Job) error {
-	_, err := w.queue().Where("id", "=", j.ID).Where("owner", "=", j.Owner).Delete(ctx, Require(1))
+// Ack finishes a job: deletes it, or with KeepDone marks it done. A *Error with CodeUnmet means the job
+// is no longer the worker's: its lease lapsed and another claim took it.
+func (w *Worker) Ack(ctx context.Context, j Job) error { return w.ackOn(ctx, w.DB, j) }
+
+func (w *Worker) ackOn(ctx context.Context, db *Client, j Job) error {
+	var err error
+	if w.KeepDone {
+		_, err = w.mine(db, j).Update(ctx, D("owner", nil, "run_at", nil, "done_at", Expr("now()")), Require(1))
+	} else {
+		_, err = w.mine(db, j).Delete(ctx, Require(1))
+	}
 	return err
 }
 
 // Extend moves the job's lease to Lease from now. CodeUnmet: the job is no longer the worker's.
 func (w *Worker) Extend(ctx context.Context, j Job) error {
-	_, err := w.queue().Where("id", "=", j.ID).Where("owner", "=", j.Owner).
-		Update(ctx, D("run_at", Expr("now() + ?", w.lease().Milliseconds())), Require(1))
+	_, err := w.mine(w.DB, j).Update(ctx, D("run_at", Expr("now() + ?", w.lease().Milliseconds())), Require(1))
 	return err
 }
 
-// Fail gives the job back with reason, ready again after Backoff * attempts², or dead (run_at null,
-// taken by no claim) once it has been tried DeadAfter times. CodeUnmet: the job is no longer the worker's.
+// Fail gives the job back with reason, ready again after its backoff (Backoff * attempts², or
+// BackoffFunc), or dead (run_at null, taken by no claim) once it has been tried MaxAttempts times.
+// CodeUnmet: the job is no longer the worker's.
 func (w *Worker) Fail(ctx context.Context, j Job, reason string) error {
-	deadAfter := w.DeadAfter
-	if deadAfter == 0 {
-		deadAfter = 5
+	return w.failOn(ctx, w.DB, j, reason)
+}
+
+func (w *Worker) failOn(ctx context.Context, db *Client, j Job, reason string) error {
+	runAt := Expr("case when attempts >= ? then null else now() + ? * attempts * attempts end",
+		w.maxAttempts(), orDuration(w.Backoff, time.Second).Milliseconds())
+	if w.BackoffFunc != nil {
+		runAt = Expr("case when attempts >= ? then null else now() + ? end", w.maxAttempts(), w.BackoffFunc(j.Attempts).Milliseconds())
 	}
-	backoff := orDuration(w.Backoff, time.Second).Milliseconds()
-	_, err := w.queue().Where("id", "=", j.ID).Where("owner", "=", j.Owner).
-		Update(ctx, D("owner", nil, "error", reason,
-			"run_at", Expr("case when attempts >= ? then null else now() + ? * attempts * attempts end", deadAfter, backoff)),
-			Require(1))
+	_, err := w.mine(db, j).Update(ctx, D("owner", nil, "error", reason, "run_at", runAt), Require(1))
 	return err
+}
+
+// failDelay is the backoff Fail gives a job of these attempts (0 for one it makes dead).
+func (w *Worker) failDelay(attempts int64) time.Duration {
+	switch {
+	case attempts >= w.maxAttempts():
+		return 0
+	case w.BackoffFunc != nil:
+		return w.BackoffFunc(attempts)
+	}
+	return orDuration(w.Backoff, time.Second) * time.Duration(attempts*attempts)
+}
+
+// deadOn fails a job claimed past MaxAttempts for good, without running it.
+func (w *Worker) deadOn(ctx context.Context, db *Client, j Job) error {
+	_, err := w.mine(db, j).Update(ctx, D("owner", nil, "error", "attempts exhausted", "run_at", nil), Require(1))
+	return err
+}
+
+// giveBackOn makes a job ready again at once, its claim uncounted. CodeUnmet: it is no longer ours.
+func (w *Worker) giveBackOn(ctx context.Context, db *Client, j Job) error {
+	_, err := w.mine(db, j).Update(ctx, D("owner", nil, "run_at", Expr("now()"), "attempts", Inc(-1)), Require(1))
+	return err
+}
+
+// giveBackOwner gives back whatever a claim of this owner took: the claim whose answer never came. Its
+// jobs are leased, run_at ahead: the @sorted run_at walks those alone, not the ready backlog.
+func (w *Worker) giveBackOwner(ctx context.Context, db *Client, owner string) ([]Row, error) {
+	res, err := w.queueOn(db).WhereCond(Raw("run_at > now()")).Where("owner", "=", owner).
+		Update(ctx, D("owner", nil, "run_at", Expr("now()"), "attempts", Inc(-1)), Returning("id", "attempts"))
+	return res.Rows, err
 }
 
 // IsStale tells whether err is the 412 of an ack, extend or fail whose job is no longer the worker's.
 func IsStale(err error) bool {
 	var e *Error
 	return errors.As(err, &e) && e.Code == CodeUnmet
-}
-
-// Run claims and handles jobs until ctx is cancelled, then answers nil. Each claimed job runs handle in
-// a goroutine of its own; while it runs its lease is extended every Heartbeat (a job lost meanwhile
-// cancels the ctx handle got). A nil from handle acks the job, an error fails it with the error's text.
-// Once ctx is cancelled, a held claim is given up and no new one is sent; a job whose handler still
-// returns nil is acked, one whose handler returns an error is left for its lease to lapse. A stale ack,
-// extend or fail (another claim holds the job) is not an error of the loop; any other refusal or network
-// error ends Run with it, after the jobs in hand are settled.
-func (w *Worker) Run(ctx context.Context, handle func(ctx context.Context, j Job) error) error {
-	for {
-		if ctx.Err() != nil {
-			return nil
-		}
-		jobs, err := w.Claim(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		errs := make([]error, len(jobs))
-		var wg sync.WaitGroup
-		for i := range jobs {
-			wg.Add(1)
-			go func(i int) {
-				defer wg.Done()
-				errs[i] = w.handleOne(ctx, jobs[i], handle)
-			}(i)
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			return err
-		}
-	}
-}
-
-func (w *Worker) handleOne(ctx context.Context, j Job, handle func(context.Context, Job) error) error {
-	jctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var lost atomic.Bool
-	beat := w.Heartbeat
-	if beat == 0 {
-		beat = w.lease() / 3
-	}
-	done := make(chan struct{})
-	var beating sync.WaitGroup
-	if beat > 0 {
-		beating.Add(1)
-		go func() {
-			defer beating.Done()
-			t := time.NewTicker(beat)
-			defer t.Stop()
-			for {
-				select {
-				case <-done:
-					return
-				case <-jctx.Done():
-					return
-				case <-t.C:
-					if err := w.Extend(jctx, j); IsStale(err) {
-						lost.Store(true)
-						cancel()
-						return
-					}
-				}
-			}
-		}()
-	}
-	herr := handle(jctx, j)
-	close(done)
-	beating.Wait()
-	if lost.Load() {
-		return nil
-	}
-	if herr != nil && ctx.Err() != nil {
-		// stopped mid-job: the job is left as it is, and its lease lapses for another claim (at least once)
-		return nil
-	}
-	// the work is done even when the loop is being stopped: tell the server so, within a short bound
-	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), orDuration(w.DB.timeout, 30*time.Second))
-	defer fcancel()
-	var err error
-	if herr == nil {
-		err = w.Ack(fctx, j)
-	} else {
-		err = w.Fail(fctx, j, herr.Error())
-	}
-	if err == nil || IsStale(err) {
-		return nil
-	}
-	return err
 }

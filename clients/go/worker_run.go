@@ -1,0 +1,595 @@
+package fenecdb
+
+// Run: the worker loop, its heartbeat and its two stops.
+//
+// One Run is a loop of batches: a held claim, then the batch's jobs. A dispatcher hands them one of
+// Concurrency slots each in the claim's order (oldest first); each then runs its handler in a goroutine
+// of its own and settles the job (ack, fail, dead-letter, give back). While a batch is in hand one heartbeat goroutine extends every unsettled job of it, in one
+// statement per beat (every job of a batch has the claim's owner):
+//
+//	set q {run_at: now() + $1} where owner = $2 and id in [$3, ...] returning id
+//
+// and a job missing from its answer was lost: another claim holds it.
+//
+// Each job is settled exactly once: whoever wins its settled flag (the handler's ack or fail, the
+// heartbeat's lost, a stop's give back) sends the one statement, and closes the job's finished channel
+// when it is done; a batch is over when every job's channel is closed.
+//
+// The stops. Graceful (Run's ctx cancelled, or Shutdown): the held claim is given up, no claim is sent,
+// jobs not started are given back at once, started ones run on, heartbeats and all, for DrainTimeout.
+// Hard (Close, Shutdown's ctx ended, or the drain timed out): every unsettled job is given back and its
+// handler's ctx cancelled, and Run returns once those statements are answered. A handler that ignores
+// its ctx may still be running then; what it returns is dropped.
+//
+// The server going away is not an error of the loop: a call that fails on the way, times out or is
+// answered a 5xx is tried again after a pause (RetryMin doubled at each failure in a row up to RetryMax,
+// full jitter), the claim under the same owner and Idempotency-Key so that a retry after a lost answer is
+// answered the jobs the first try took. Acks, fails, dead letters and give backs have keys of their own.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Run claims and handles jobs until it is stopped, and answers nil then. Each claimed job runs handle,
+// at most Concurrency at once, with a ctx that is cancelled when the job's lease is lost (the heartbeat
+// was refused: another claim holds it) or on a hard stop. A nil from handle acks the job; an error or a
+// panic fails it with its text, and the worker goes on. A job claimed past MaxAttempts is failed for
+// good without running.
+//
+// Cancelling ctx stops Run gracefully: no new claim, unstarted jobs given back at once, running ones
+// finished within DrainTimeout (then cancelled and given back); Run returns when its jobs are settled.
+// Shutdown does the same for every Run of the Worker, Close stops them at once. ctx's values reach the
+// handlers' ctx, its cancellation does not.
+//
+// Connection errors, timeouts and 5xx answers are retried, never returned. Run returns an error only
+// for a refusal no retry can mend (a 4xx other than a lost lease: a missing queue, a token without the
+// right), after a graceful stop.
+func (w *Worker) Run(ctx context.Context, handle func(ctx context.Context, j Job) error) error {
+	w.defaults()
+	if _, _, err := w.queue().ToFenecQL(); err != nil {
+		return err
+	}
+	db := *w.DB
+	db.ownRetries = true
+	r := &run{w: w, db: &db, handle: handle, base: context.WithoutCancel(ctx),
+		graceful: make(chan struct{}), hard: make(chan struct{}), finished: make(chan struct{}),
+		slots: make(chan struct{}, w.concurrency())}
+	if !w.stops.add(r) {
+		return nil
+	}
+	defer w.stops.remove(r)
+	if ctx.Err() != nil {
+		r.stopGracefully() // stopped before it began: not even one claim
+	}
+	var cancelClaim context.CancelFunc
+	r.claimCtx, cancelClaim = context.WithCancel(r.base)
+	defer cancelClaim()
+	go r.watch(ctx, cancelClaim)
+	defer close(r.finished)
+
+	for !closed(r.graceful) {
+		jobs, err := r.claim()
+		if err != nil {
+			r.fail(err)
+			break
+		}
+		if len(jobs) > 0 {
+			r.runBatch(jobs)
+		}
+	}
+	w.emit(Event{Type: "stopped"})
+	return r.firstErr()
+}
+
+// Shutdown stops every Run of the Worker gracefully, as cancelling its ctx does, and waits for them to
+// return. When ctx ends first, they are stopped hard (Close) and Shutdown answers ctx's error once they
+// have returned. A Run called after Shutdown returns at once. A handler that wants its worker stopped
+// cancels Run's ctx: Shutdown called from a handler waits for that handler too (until DrainTimeout).
+func (w *Worker) Shutdown(ctx context.Context) error {
+	w.defaults()
+	runs := w.stops.stop(false)
+	if waitRuns(ctx.Done(), runs) {
+		return nil
+	}
+	w.Close()
+	return ctx.Err()
+}
+
+// Close stops every Run of the Worker at once: running handlers' ctx cancelled, every job in hand given
+// back. It returns when they have returned. A Run called after Close returns at once.
+func (w *Worker) Close() {
+	w.defaults()
+	waitRuns(nil, w.stops.stop(true))
+}
+
+// stopper is the Worker's list of its Runs, for Shutdown and Close.
+type stopper struct {
+	mu       sync.Mutex
+	graceful chan struct{}
+	hard     chan struct{}
+	runs     map[*run]struct{}
+}
+
+func (s *stopper) init() {
+	s.graceful, s.hard, s.runs = make(chan struct{}), make(chan struct{}), map[*run]struct{}{}
+}
+
+// add lists a Run; false once the Worker is stopped.
+func (s *stopper) add(r *run) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if closed(s.graceful) {
+		return false
+	}
+	s.runs[r] = struct{}{}
+	return true
+}
+
+func (s *stopper) remove(r *run) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.runs, r)
+}
+
+// stop closes the graceful channel (and the hard one) and answers the Runs to wait for.
+func (s *stopper) stop(hard bool) []*run {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !closed(s.graceful) {
+		close(s.graceful)
+	}
+	if hard && !closed(s.hard) {
+		close(s.hard)
+	}
+	runs := make([]*run, 0, len(s.runs))
+	for r := range s.runs {
+		runs = append(runs, r)
+	}
+	return runs
+}
+
+// waitRuns waits for every run to return; false when give is closed first.
+func waitRuns(give <-chan struct{}, runs []*run) bool {
+	for _, r := range runs {
+		select {
+		case <-r.finished:
+		case <-give:
+			return false
+		}
+	}
+	return true
+}
+
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// run is one call of Run.
+type run struct {
+	w        *Worker
+	db       *Client // the Worker's DB, its retries left to Run
+	handle   func(context.Context, Job) error
+	base     context.Context // Run's ctx without its cancellation: the parent of every request and handler
+	claimCtx context.Context // cancelled by the graceful stop: it gives a held claim up
+	graceful chan struct{}
+	hard     chan struct{}
+	finished chan struct{}
+	slots    chan struct{} // Concurrency of them; a handler holds one until it returns
+	stopOnce sync.Once
+	hardOnce sync.Once
+	errMu    sync.Mutex
+	err      error
+}
+
+// watch turns Run's ctx, Shutdown and Close into this run's graceful and hard stops, and the drain's end
+// into a hard one.
+func (r *run) watch(ctx context.Context, cancelClaim context.CancelFunc) {
+	select {
+	case <-ctx.Done():
+	case <-r.w.stops.graceful:
+	case <-r.graceful:
+	case <-r.finished:
+		return
+	}
+	r.stopGracefully()
+	cancelClaim()
+	drain := time.NewTimer(orDuration(r.w.DrainTimeout, 30*time.Second))
+	defer drain.Stop()
+	select {
+	case <-drain.C:
+	case <-r.w.stops.hard:
+	case <-r.finished:
+		return
+	}
+	r.hardOnce.Do(func() { close(r.hard) })
+}
+
+func (r *run) stopGracefully() { r.stopOnce.Do(func() { close(r.graceful) }) }
+
+// fail keeps the first refusal no retry mends, and stops the run gracefully.
+func (r *run) fail(err error) {
+	r.errMu.Lock()
+	if r.err == nil {
+		r.err = err
+	}
+	r.errMu.Unlock()
+	r.stopGracefully()
+}
+
+func (r *run) firstErr() error {
+	r.errMu.Lock()
+	defer r.errMu.Unlock()
+	return r.err
+}
+
+func (w *Worker) emit(e Event) {
+	if w.OnEvent == nil {
+		return
+	}
+	w.eventMu.Lock()
+	defer w.eventMu.Unlock()
+	w.OnEvent(e)
+}
+
+// timeout bounds a request that is not held; held is for a held claim.
+func (w *Worker) timeout(held bool) time.Duration {
+	switch {
+	case w.Timeout > 0 && held:
+		return w.wait() + w.Timeout
+	case w.Timeout > 0:
+		return w.Timeout
+	case held:
+		return w.wait() + 5*time.Second
+	}
+	return 10 * time.Second
+}
+
+// retryDelay is the pause after the n-th failure in a row (from 0): full jitter under a doubling cap.
+func (w *Worker) retryDelay(n int) time.Duration {
+	limit, most := orDuration(w.RetryMin, 100*time.Millisecond), orDuration(w.RetryMax, 5*time.Second)
+	for i := 0; i < n && limit < most; i++ {
+		limit *= 2
+	}
+	if limit > most {
+		limit = most
+	}
+	return time.Duration(rand.Int64N(int64(limit) + 1))
+}
+
+// transient tells a failure a retry may mend: no answer (refused, cut, timed out, unreadable), or a 5xx,
+// 408 or 429.
+func transient(err error) bool {
+	var q *QueryError
+	if errors.As(err, &q) {
+		return false
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Status >= 500 || e.Status == 408 || e.Status == 429
+	}
+	return true
+}
+
+func pause(d time.Duration, stop <-chan struct{}) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-stop:
+	}
+}
+
+// claim sends one claim, retried under its owner and key until answered, and answers its jobs: none once
+// the run is stopping. A claim given up may have taken jobs whose answer never came: they are given back
+// by owner.
+func (r *run) claim() ([]*jobState, error) {
+	w := r.w
+	owner := w.nextOwner()
+	db := r.db.IdempotencyKey("claim:" + owner + "/" + w.nonce)
+	unsure := false // a try went unanswered: it may have taken jobs
+	for n := 0; ; n++ {
+		if closed(r.graceful) {
+			if unsure {
+				r.giveBackOwner(owner)
+			}
+			return nil, nil
+		}
+		ctx, cancel := context.WithTimeout(r.claimCtx, w.timeout(true))
+		jobs, replayed, err := w.claimAs(ctx, db, owner)
+		cancel()
+		if err != nil && closed(r.graceful) {
+			r.giveBackOwner(owner)
+			return nil, nil
+		}
+		if err != nil && !transient(err) {
+			return nil, err
+		}
+		if err != nil {
+			unsure = true
+			d := w.retryDelay(n)
+			w.emit(Event{Type: "retry", Owner: owner, Err: err, Delay: d})
+			pause(d, r.graceful)
+			continue
+		}
+		if len(jobs) > 0 {
+			w.emit(Event{Type: "claimed", Owner: owner, N: len(jobs)})
+		}
+		states := make([]*jobState, len(jobs))
+		for i, j := range jobs {
+			states[i] = &jobState{Job: j, finished: make(chan struct{})}
+			states[i].ctx, states[i].cancel = context.WithCancel(r.base)
+		}
+		if replayed && len(states) > 0 {
+			// the answer of a try that went unanswered, maybe long ago: keep only the jobs still ours
+			_ = r.extend(states) // unanswered: the heartbeat tries again
+			kept := states[:0]
+			for _, js := range states {
+				if !js.settled.Load() {
+					kept = append(kept, js)
+				}
+			}
+			states = kept
+		}
+		return states, nil
+	}
+}
+
+// giveBackOwner gives back what a claim whose answer never came took. One try: most often the claim
+// took nothing, and a server that does not answer now would keep a stopping worker waiting for nothing
+// more than its leases lapsing.
+func (r *run) giveBackOwner(owner string) {
+	ctx, cancel := context.WithTimeout(r.base, r.w.timeout(false))
+	defer cancel()
+	rows, _ := r.w.giveBackOwner(ctx, r.db, owner)
+	for _, row := range rows {
+		attempts, _ := row["attempts"].(int64)
+		r.w.emit(Event{Type: "released", ID: row["id"], Owner: owner, Attempts: attempts})
+	}
+}
+
+// retrying runs a settling call until it is answered, or refused for good. Once the run is stopped hard
+// it makes one last try without a pause.
+func (r *run) retrying(about Event, call func(ctx context.Context) error) error {
+	for n := 0; ; n++ {
+		ctx, cancel := context.WithTimeout(r.base, r.w.timeout(false))
+		err := call(ctx)
+		cancel()
+		if err == nil || !transient(err) || closed(r.hard) {
+			return err
+		}
+		about.Type, about.Err, about.Delay = "retry", err, r.w.retryDelay(n)
+		r.w.emit(about)
+		pause(about.Delay, r.hard)
+	}
+}
+
+// jobState is a claimed job in the run's hands.
+type jobState struct {
+	Job
+	ctx      context.Context
+	cancel   context.CancelFunc
+	settled  atomic.Bool   // won once, by whoever settles the job
+	finished chan struct{} // closed by the winner once its statement is answered
+}
+
+func (j *jobState) settle() bool { return j.settled.CompareAndSwap(false, true) }
+
+// runBatch runs the jobs of one claim, and returns once each is settled.
+func (r *run) runBatch(jobs []*jobState) {
+	go r.dispatch(jobs)
+	beatDone := make(chan struct{})
+	var beating sync.WaitGroup
+	if r.w.heartbeat() > 0 {
+		beating.Add(1)
+		go func() {
+			defer beating.Done()
+			r.heartbeat(jobs, beatDone)
+		}()
+	}
+	all := make(chan struct{})
+	go func() {
+		for _, js := range jobs {
+			<-js.finished
+		}
+		close(all)
+	}()
+	select {
+	case <-all:
+	case <-r.hard:
+		var back []*jobState
+		for _, js := range jobs {
+			if js.settle() {
+				back = append(back, js)
+			}
+		}
+		for _, js := range jobs {
+			js.cancel()
+		}
+		for _, js := range back {
+			go r.giveBack(js)
+		}
+		<-all
+	}
+	close(beatDone)
+	beating.Wait()
+	for _, js := range jobs {
+		js.cancel()
+	}
+}
+
+// dispatch starts the jobs in the order the claim answered them (oldest first), each once a slot is
+// free. A job claimed past MaxAttempts is dead-lettered at once, unrun; once the run is stopping, a job
+// not started is given back instead.
+func (r *run) dispatch(jobs []*jobState) {
+	w := r.w
+	for _, js := range jobs {
+		if js.Attempts > w.maxAttempts() && js.settle() {
+			go r.settleWith(js, "dead", "dead", errors.New("attempts exhausted"), func(ctx context.Context, db *Client) error {
+				return w.deadOn(ctx, db, js.Job)
+			})
+		}
+	}
+	for _, js := range jobs {
+		if js.settled.Load() {
+			continue
+		}
+		held := false
+		select {
+		case r.slots <- struct{}{}:
+			held = true
+		case <-r.graceful:
+		case <-js.ctx.Done(): // lost, or a hard stop, while waiting for a slot
+		}
+		if !held || closed(r.graceful) || js.ctx.Err() != nil {
+			if held {
+				<-r.slots
+			}
+			if js.settle() {
+				go r.giveBack(js)
+			}
+			continue
+		}
+		w.emit(Event{Type: "start", ID: js.ID, Owner: js.Owner, Attempts: js.Attempts})
+		go r.runJob(js)
+	}
+}
+
+// runJob runs the handler of a job that holds a slot, and settles the job by what it returned.
+func (r *run) runJob(js *jobState) {
+	w := r.w
+	herr := callHandler(js.ctx, r.handle, js.Job)
+	<-r.slots
+	if !js.settle() {
+		return // lost, or given back by a hard stop: its outcome is no longer the worker's to tell
+	}
+	if herr == nil {
+		r.settleWith(js, "done", "ack", nil, func(ctx context.Context, db *Client) error { return w.ackOn(ctx, db, js.Job) })
+		return
+	}
+	kind := "failed"
+	if js.Attempts >= w.maxAttempts() {
+		kind = "dead"
+	}
+	r.settleWith(js, kind, "fail", herr, func(ctx context.Context, db *Client) error {
+		return w.failOn(ctx, db, js.Job, herr.Error())
+	})
+}
+
+// callHandler runs the handler; a panic is its failure, with the panic's value as the text.
+func callHandler(ctx context.Context, handle func(context.Context, Job) error, j Job) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return handle(ctx, j)
+}
+
+// giveBack makes a job that is not running (or whose handler a hard stop cancelled) ready again.
+func (r *run) giveBack(js *jobState) {
+	r.settleWith(js, "released", "release", nil, func(ctx context.Context, db *Client) error {
+		return r.w.giveBackOn(ctx, db, js.Job)
+	})
+}
+
+// settleWith sends the one statement that settles a job the caller won, under a key of its own, and
+// tells the event: kind once answered, lost on a 412. A refusal no retry mends stops the run; a job
+// still unanswered at a hard stop is left for its lease to lapse.
+func (r *run) settleWith(js *jobState, kind, key string, why error, call func(context.Context, *Client) error) {
+	defer close(js.finished)
+	w := r.w
+	db := r.db.IdempotencyKey(fmt.Sprintf("%s:%s:%v/%s", key, js.Owner, js.ID, w.nonce))
+	about := Event{ID: js.ID, Owner: js.Owner, Attempts: js.Attempts}
+	err := r.retrying(about, func(ctx context.Context) error { return call(ctx, db) })
+	switch {
+	case err == nil:
+		about.Type, about.Err = kind, why
+		if kind == "failed" {
+			about.Delay = w.failDelay(js.Attempts)
+		}
+		w.emit(about)
+	case IsStale(err):
+		about.Type = "lost"
+		w.emit(about)
+	case !transient(err):
+		r.fail(err)
+	}
+}
+
+// heartbeat extends the batch's unsettled jobs every Heartbeat until done, sooner again after a beat
+// that went unanswered.
+func (r *run) heartbeat(jobs []*jobState, done <-chan struct{}) {
+	every := r.w.heartbeat()
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for fails := 0; ; {
+		select {
+		case <-t.C:
+		case <-done:
+			return
+		case <-r.hard:
+			return
+		}
+		err := r.extend(jobs)
+		if err == nil {
+			fails = 0
+			t.Reset(every)
+			continue
+		}
+		d := min(every, r.w.retryDelay(fails))
+		fails++
+		r.w.emit(Event{Type: "retry", Owner: jobs[0].Owner, Err: err, Delay: d})
+		t.Reset(d)
+	}
+}
+
+// extend moves the lease of every unsettled job on, in one statement; a job it did not answer was
+// lost: its handler's ctx is cancelled. It answers the error of a statement that went unanswered (or
+// was answered a 5xx).
+func (r *run) extend(jobs []*jobState) error {
+	w := r.w
+	var ids []any
+	for _, js := range jobs {
+		if !js.settled.Load() {
+			ids = append(ids, js.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	owner := jobs[0].Owner
+	ctx, cancel := context.WithTimeout(r.base, w.timeout(false))
+	res, err := w.queueOn(r.db).Where("owner", "=", owner).Where("id", "in", ids).
+		Update(ctx, D("run_at", Expr("now() + ?", w.lease().Milliseconds())), Returning("id"))
+	cancel()
+	if err != nil && transient(err) {
+		return err
+	}
+	if err != nil {
+		r.fail(err)
+		return nil
+	}
+	kept := make(map[any]bool, len(res.Rows))
+	for _, row := range res.Rows {
+		kept[row["id"]] = true
+	}
+	for _, js := range jobs {
+		if !kept[js.ID] && js.settle() {
+			js.cancel()
+			w.emit(Event{Type: "lost", ID: js.ID, Owner: js.Owner, Attempts: js.Attempts})
+			close(js.finished)
+		}
+	}
+	return nil
+}
