@@ -1,7 +1,8 @@
 package fenecdb_test
 
 // The README's examples, run as tests. The ones that talk to a server read its address from
-// FENEC_TEST_URL (test.sh starts a fenec-server and sets it); without it, TestMain skips them and says so.
+// FENECDB_URL, as a program of yours may (test.sh starts a fenec-server and sets it); without it,
+// TestMain skips them and says so.
 
 import (
 	"context"
@@ -9,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"net/http"
 	"os"
 	"os/signal"
 	"sort"
@@ -20,13 +22,10 @@ import (
 	"fenecdb.dev/go/fenecdb"
 )
 
-// serverURL is the server the examples talk to, such as "http://127.0.0.1:8080".
-var serverURL = os.Getenv("FENEC_TEST_URL")
-
 func TestMain(m *testing.M) {
 	flag.Parse()
-	if serverURL == "" && flag.Lookup("test.run").Value.String() != "^TestConformance$" {
-		fmt.Println("SKIP go examples that need a server (ExampleClient_*, ExampleWorker): FENEC_TEST_URL is not set")
+	if os.Getenv("FENECDB_URL") == "" && flag.Lookup("test.run").Value.String() != "^TestConformance$" {
+		fmt.Println("SKIP go examples that need a server (ExampleClient_*, ExampleWorker): FENECDB_URL is not set")
 		skip := "^(ExampleClient_|ExampleWorker)"
 		if prev := flag.Lookup("test.skip").Value.String(); prev != "" {
 			skip = prev + "|" + skip
@@ -34,6 +33,16 @@ func TestMain(m *testing.M) {
 		_ = flag.Set("test.skip", skip)
 	}
 	os.Exit(m.Run())
+}
+
+// A client with every option: a compiled example (it sends nothing).
+func ExampleNew() {
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}} // leave hc.Timeout at 0
+	db := fenecdb.New("http://127.0.0.1:8080",
+		fenecdb.WithToken(os.Getenv("FENEC_TOKEN")), // Authorization: Bearer <token>
+		fenecdb.WithTimeout(30*time.Second),         // per request; the default; 0 for none
+		fenecdb.WithHTTPClient(hc))                  // optional
+	_ = db
 }
 
 // The claim of a worker, written by the builder: values are parameters, names are checked.
@@ -59,7 +68,7 @@ func Example() {
 // A queue by hand: enqueue, a claim held at the server, ack, fail with back-off, and a stale ack.
 func ExampleClient_Wait() {
 	ctx := context.Background()
-	db := fenecdb.New(serverURL, fenecdb.WithTimeout(10*time.Second))
+	db := fenecdb.New(os.Getenv("FENECDB_URL"), fenecdb.WithTimeout(10*time.Second))
 	if _, err := db.Exec(ctx, "create collection mail (payload json, run_at timestamp @sorted, owner text, attempts int, error text)"); err != nil {
 		fmt.Println(err)
 		return
@@ -120,7 +129,7 @@ func ExampleClient_Wait() {
 func ExampleWorker() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	db := fenecdb.New(serverURL)
+	db := fenecdb.New(os.Getenv("FENECDB_URL"))
 	if _, err := db.Exec(ctx, "create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int, error text)"); err != nil {
 		fmt.Println(err)
 		return
@@ -175,7 +184,7 @@ func ExampleWorker() {
 // A claim retried under the same Idempotency-Key is answered the jobs the first try took, and takes none.
 func ExampleClient_IdempotencyKey() {
 	ctx := context.Background()
-	db := fenecdb.New(serverURL)
+	db := fenecdb.New(os.Getenv("FENECDB_URL"))
 	if _, err := db.Exec(ctx, "create collection tasks (payload json, run_at timestamp @sorted, owner text, attempts int, error text)"); err != nil {
 		fmt.Println(err)
 		return

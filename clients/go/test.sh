@@ -23,7 +23,7 @@ stop_server() {
 }
 trap stop_server EXIT
 
-unset FENEC_TEST_URL
+unset FENEC_TEST_URL FENECDB_URL
 if [ -x "$server" ]; then
 	"$server" --http 127.0.0.1:0 >/dev/null 2>"$log" &
 	pid=$!
@@ -41,7 +41,7 @@ if [ -x "$server" ]; then
 		exit 1
 	fi
 	echo "live tests against $addr"
-	export FENEC_TEST_URL="$addr"
+	export FENEC_TEST_URL="$addr" FENECDB_URL="$addr"  # the live tests; the README examples
 else
 	echo "SKIP go live tests and examples: no fenec-server at .venv/bin (make venv installs it)"
 fi
