@@ -41,6 +41,7 @@ class Block:
         self.touched.add(coll.name)
 
     def rollback(self) -> None:
+        """Put everything back. Safe to call twice: the second call finds nothing to undo."""
         for coll, rid, old in reversed(self.undo):
             coll.undo_one(rid, old)
         for coll, nid in self.ids.items():
@@ -49,6 +50,9 @@ class Block:
             fn()
         self.undo.clear()
         self.ops.clear()
+        self.schema_undo.clear()
+        self.ids.clear()
+        self.writes = 0
 
 
 def unmet(verb: str, coll: str, got: int, want: int, read: bool = False) -> FenecError:
