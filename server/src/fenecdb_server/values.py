@@ -195,8 +195,10 @@ def to_json_value(v: Any, depth: int = 0) -> Any:
     t = type(v)
     if (t is dict or t is list or t is tuple) and depth >= JSON_DEPTH:
         raise FenecError("type", f"json nested deeper than {JSON_DEPTH} levels")
-    if v is None or t is bool or t is str or t is int:
+    if v is None or t is bool or t is str:
         return v
+    if t is int:  # 64-bit, as everywhere (an in-process caller's 2**70 too)
+        return check_int(v)
     if t is float:
         if not math.isfinite(v):
             raise FenecError("type", "expected json, found a non-finite number")

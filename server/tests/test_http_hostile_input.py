@@ -1,0 +1,115 @@
+"""The reproductions of issue 18 (hostile input), against a real `fenec-server`: each was a broken
+promise on the old code, each is a regression test now.
+
+* An `Idempotency-Key` that is not UTF-8 (Latin-1 `order-\\xe9`, allowed: 1 to 255 bytes) lost an
+  acknowledged write: the record failed to encode, the block stayed in memory, the retry was
+  replayed, and a restart dropped the row.
+* Integers past 64 bits in `params` were silently changed (a float, or clamped into an int field);
+  the same literal in the text was, and is, 400.
+* A `Fenec-Wait` of more than 4 300 digits escaped as a plain-text 500.
+* Rows leaked through error messages (see test_policy_rules.py for the in-process cases).
+* A job with `attempts` at the 64-bit maximum stopped every claim of its queue.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+from test_http_e2e import Server, raw, status_of
+
+JOBS = "create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int)"
+PUT = {"query": "put jobs {payload: $1, run_at: now(), attempts: 0}", "params": [{"to": "ada@example.com"}]}
+
+
+def count(c: httpx.Client) -> int:
+    r = c.post("/query", json={"query": "get jobs count"})
+    assert r.status_code == 200, r.text
+    return int(r.json()[0]["count"])
+
+
+# -- 1. an acknowledged write is never lost --------------------------------------------------------
+
+def test_a_latin1_idempotency_key_keeps_its_write_across_a_restart(tmp_path: Path) -> None:
+    path = str(tmp_path / "q.fenec")
+    key = {"Idempotency-Key": b"order-\xe9"}  # type: ignore[dict-item]  # bytes: the header as sent
+    s = Server("--file", path, "--sync", "always")
+    try:
+        with s.client() as c:
+            assert c.post("/query", json={"query": JOBS}).status_code == 200
+            first = c.post("/query", json=PUT, headers=key)
+            assert first.status_code == 200 and first.json() == {"affected": 1}, first.text
+            assert "idempotent-replayed" not in first.headers
+            again = c.post("/query", json=PUT, headers=key)
+            assert again.status_code == 200 and again.content == first.content
+            assert again.headers["idempotent-replayed"] == "true"
+            assert count(c) == 1
+    finally:
+        assert s.stop() == 0
+    s = Server("--file", path, "--sync", "always")
+    try:
+        with s.client() as c:
+            assert count(c) == 1  # the acknowledged row is still there
+            third = c.post("/query", json=PUT, headers=key)
+            assert third.headers.get("idempotent-replayed") == "true" and third.content == first.content
+            assert count(c) == 1
+    finally:
+        assert s.stop() == 0
+
+
+# -- 7. integers past 64 bits are refused, in params as in the text --------------------------------
+
+def test_integers_past_64_bits_are_refused_in_params_as_in_the_text() -> None:
+    s = Server()
+    try:
+        with s.client() as c:
+            assert c.post("/query", json={"query": JOBS}).status_code == 200
+            big = "12345678901234567890123"
+            text = c.post("/query", json={"query": f"put jobs {{attempts: {big}}}"})
+            assert text.status_code == 400 and text.json() == {"error": f"integer {big} is out of range (64-bit)"}
+            for value in (big, "-9223372036854775809", "9223372036854775808", "18446744073709551616",
+                          "-" + "9" * 5000):
+                for doc in (f'{{"query":"put jobs {{attempts: $1}}","params":[{value}]}}',
+                            f'{{"query":"put jobs {{payload: $1}}","params":[{{"n":[1,{value}]}}]}}',
+                            f'{{"query":"get jobs where attempts = $1","params":{value}}}'):
+                    r = c.post("/query", content=doc.encode())
+                    assert r.status_code == 400, (doc[:80], r.text)
+                    assert r.json()["error"].startswith("integer ") and "out of range (64-bit)" in r.json()["error"]
+                    assert len(r.content) < 300  # the number is not echoed whole
+                line = f'{{"query":"put jobs {{attempts: $1}}","params":[{value}]}}'
+                b = c.post("/batch", content=(json.dumps(PUT) + "\n" + line).encode())
+                assert b.status_code == 400 and b.json()["error"].startswith("batch line 2: integer "), b.text
+            assert count(c) == 0  # nothing was written, nothing clamped
+            # the edges of the range, and long numbers that are not integers, pass as they are
+            edge = b'{"query":"put jobs {attempts: $1, payload: $2}","params":[-9223372036854775808,' \
+                   b'{"hi":9223372036854775807,"f":1.2345678901234567890123,"e":12345678901234567890e-10}]}'
+            assert c.post("/query", content=edge).json() == {"affected": 1}
+            got = c.post("/query", json={"query": "get jobs select attempts, payload"}).json()
+            assert got == [{"attempts": -9223372036854775808,
+                            "payload": {"e": 1234567890.123456789, "f": 1.2345678901234567, "hi": 9223372036854775807}}]
+            # digits inside text are text
+            assert c.post("/query", json={"query": "put jobs {owner: $1}", "params": ["9" * 40]}).status_code == 200
+    finally:
+        assert s.stop() == 0
+
+
+# -- 8. a header number of any length is a JSON 400 (or its cap), never a 500 -----------------------
+
+def test_headers_of_thousands_of_digits_are_answered_in_json() -> None:
+    s = Server()
+    try:
+        body = b'{"query":"get jobs"}'
+        for wait, want in ((b"9" * 5000, 404), (b"0" * 5000 + b"5", 404), (b"1" * 4301, 404),
+                           (b"-" + b"9" * 5000, 400), (b"9" * 5000 + b".5", 400)):
+            r = raw(s.addr, b"POST /query HTTP/1.1\r\nHost: x\r\nFenec-Wait: " + wait +
+                    b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            assert status_of(r) == want, r[:300]
+            head, _, payload = r.partition(b"\r\n\r\n")
+            assert b"application/json" in head and "error" in json.loads(payload)
+        for length in (b"9" * 5000, b"0" * 5000 + b"2"):
+            r = raw(s.addr, b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: " + length + b"\r\n\r\n{}")
+            head, _, payload = r.partition(b"\r\n\r\n")
+            assert status_of(r) in (400, 413) and b"application/json" in head and "error" in json.loads(payload)
+    finally:
+        assert s.stop() == 0
