@@ -14,7 +14,10 @@ promise on the old code, each is a regression test now.
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 from test_http_e2e import Server, raw, status_of
@@ -111,5 +114,114 @@ def test_headers_of_thousands_of_digits_are_answered_in_json() -> None:
             r = raw(s.addr, b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: " + length + b"\r\n\r\n{}")
             head, _, payload = r.partition(b"\r\n\r\n")
             assert status_of(r) in (400, 413) and b"application/json" in head and "error" in json.loads(payload)
+    finally:
+        assert s.stop() == 0
+
+
+# -- 6. an error never shows a row the token may not read ------------------------------------------
+
+SECRET = "a secret for the hostile-input tests, longer than 32 bytes"
+ROOT = "root-token-for-hostile-tests"
+CARDS = ["4111 1111 1111 1111", "5500 0000 0000 0004", "3400 0000 0000 009", "6011 0000 0000 0004"]
+README_JOBS = "create collection jobs (queue text @hash, payload json, run_at timestamp @sorted, owner text, attempts int)"
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_no_error_over_http_shows_a_row_of_another_queue(tmp_path: Path) -> None:
+    from fenecdb_server.http.tokens import mint_claims
+    from test_policy_engine import readme_policy
+
+    (tmp_path / "jobs.policy").write_text(readme_policy())
+    (tmp_path / "jwt.secret").write_text(SECRET + "\n")
+    s = Server("--http-token", ROOT, "--jwt-secret-file", str(tmp_path / "jwt.secret"),
+               "--policy", str(tmp_path / "jobs.policy"), "--auth-delay", "0")
+    root = bearer(ROOT)
+    w = bearer(mint_claims({"sub": "w-7", "role": "worker", "queue": "mail", "exp": int(time.time()) + 600},
+                           SECRET.encode()))
+    try:
+        with s.client() as c:
+            def q(auth: dict[str, str], text: str, *params: Any, **headers: str) -> httpx.Response:
+                return c.post("/query", json={"query": text, "params": list(params)}, headers={**auth, **headers})
+
+            assert q(root, README_JOBS).status_code == 200
+            for card in CARDS:
+                assert q(root, "put jobs {queue: 'pay', payload: {card: $1}, run_at: now(), attempts: 0}",
+                         card).status_code == 200
+            answers = []
+            for rid in range(1, 5):
+                answers.append(q(w, "get jobs where id = $1 and timestamp(payload.card) > 0", rid))
+                answers.append(q(w, "set jobs {run_at: now()} where id = $1 and timestamp(payload.card) > 0", rid))
+            answers.append(q(w, "set jobs {owner: 'w-7', run_at: now() + 30000, attempts: attempts + 1} "
+                                "where run_at <= now() and timestamp(payload.card) > 0 order run_at limit 4 returning id"))
+            for r in answers:
+                assert r.status_code == 200 and r.json() in ([], {"affected": 0}), r.text
+            # a held claim, woken by a job of its own queue that it may claim but not read
+            held: dict[str, httpx.Response] = {}
+
+            def hold() -> None:
+                with s.client() as hc:
+                    held["r"] = hc.post("/query", headers={**w, "Fenec-Wait": "20000"}, json={"query": (
+                        "set jobs {owner: 'w-7', run_at: now() + 30000, attempts: attempts + 1} "
+                        "where run_at <= now() and timestamp(payload.card) > 0 order run_at limit 1 returning id")})
+
+            t = threading.Thread(target=hold)
+            t.start()
+            deadline = time.monotonic() + 30
+            while "fenec_held_requests 1" not in c.get("/_metrics", headers=root).text:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            assert q(root, "put jobs {queue: 'mail', payload: {card: $1}, run_at: now(), attempts: 0}",
+                     CARDS[0]).status_code == 200
+            t.join(30)
+            r = held["r"]
+            assert r.status_code == 400 and r.json() == {"error": "`set jobs` failed on a row this token may not read; "
+                                                                  "the reason is withheld, since it would show the row"}
+            for card in CARDS:
+                assert all(card not in a.text for a in answers) and card not in r.text
+    finally:
+        assert s.stop() == 0
+
+
+# -- 9. one job never stops its queue --------------------------------------------------------------
+
+def test_a_job_at_the_64_bit_maximum_of_attempts_does_not_stop_its_queue() -> None:
+    s = Server("--http-token", ROOT)
+    root = bearer(ROOT)
+    claim = ("set jobs {owner: $1, run_at: now() + 30000, attempts: attempts + 1} "
+             "where run_at <= now() order run_at limit 1 returning id, attempts")
+    try:
+        with s.client() as c:
+            def q(text: str, *params: Any, **headers: str) -> httpx.Response:
+                return c.post("/query", json={"query": text, "params": list(params)}, headers={**root, **headers})
+
+            assert q(JOBS).status_code == 200
+            assert q("put jobs {payload: {}, run_at: now() - 1000, attempts: $1}", 9223372036854775807).status_code == 200
+            assert q("put jobs {payload: {}, run_at: now(), attempts: 0}").status_code == 200
+            r = q(claim, "w1")
+            assert r.status_code == 200 and r.json() == [{"id": 2, "attempts": 1}], r.text
+            assert q(claim, "w2").json() == []
+            # a held claim beside the poison job is answered the next job that comes
+            held: dict[str, httpx.Response] = {}
+
+            def hold() -> None:
+                with s.client() as hc:
+                    held["r"] = hc.post("/query", json={"query": claim, "params": ["w3"]},
+                                        headers={**root, "Fenec-Wait": "20000"})
+
+            t = threading.Thread(target=hold)
+            t.start()
+            deadline = time.monotonic() + 30
+            while "fenec_held_requests 1" not in c.get("/_metrics", headers=root).text:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            assert q("put jobs {payload: {}, run_at: now(), attempts: 0}").status_code == 200
+            t.join(30)
+            assert held["r"].status_code == 200 and held["r"].json() == [{"id": 3, "attempts": 1}]
+            got = q("get jobs select id, owner, attempts order id").json()
+            assert got == [{"id": 1, "owner": None, "attempts": 9223372036854775807},
+                           {"id": 2, "owner": "w1", "attempts": 1}, {"id": 3, "owner": "w3", "attempts": 1}]
     finally:
         assert s.stop() == 0

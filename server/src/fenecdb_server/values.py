@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from .errors import FenecError
+from .errors import FenecError, Overflow
 
 INT_MIN = -(2**63)
 INT_MAX = 2**63 - 1
@@ -219,7 +219,7 @@ def to_json_value(v: Any, depth: int = 0) -> Any:
 
 def check_int(v: int) -> int:
     if not INT_MIN <= v <= INT_MAX:
-        raise FenecError("type", "integer out of range (64-bit)")
+        raise Overflow("integer out of range (64-bit)")
     return v
 
 
