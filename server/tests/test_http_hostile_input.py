@@ -225,3 +225,38 @@ def test_a_job_at_the_64_bit_maximum_of_attempts_does_not_stop_its_queue() -> No
                            {"id": 2, "owner": "w1", "attempts": 1}, {"id": 3, "owner": "w3", "attempts": 1}]
     finally:
         assert s.stop() == 0
+
+
+# -- 1. (cont.) a token whose sub is not Unicode: its key and its rows are stored and answered -------
+
+def test_a_sub_holding_a_lone_surrogate_keeps_its_keyed_write_and_its_rows_answer(tmp_path: Path) -> None:
+    from fenecdb_server.http.tokens import mint_claims
+
+    (tmp_path / "p.policy").write_text("notes read,insert where owner = $jwt.sub\n")
+    (tmp_path / "jwt.secret").write_text(SECRET + "\n")
+    path = str(tmp_path / "n.fenec")
+    flags = ("--file", path, "--http-token", ROOT, "--jwt-secret-file", str(tmp_path / "jwt.secret"),
+             "--policy", str(tmp_path / "p.policy"), "--auth-delay", "0")
+    odd = bearer(mint_claims({"sub": "u-\ud800", "exp": int(time.time()) + 600}, SECRET.encode()))
+    put = {"query": "put notes {text: 'hello'}"}
+    s = Server(*flags)
+    try:
+        with s.client() as c:
+            assert c.post("/query", json={"query": "create collection notes (owner text, text text)"},
+                          headers=bearer(ROOT)).status_code == 200
+            first = c.post("/query", json=put, headers={**odd, "Idempotency-Key": "n-1"})
+            assert first.status_code == 200 and first.json() == {"affected": 1}, first.text
+            again = c.post("/query", json=put, headers={**odd, "Idempotency-Key": "n-1"})
+            assert again.headers.get("idempotent-replayed") == "true"
+            got = c.post("/query", json={"query": "get notes select owner, text"}, headers=odd)
+            assert got.status_code == 200 and got.json() == [{"owner": "u-\ud800", "text": "hello"}], got.text
+    finally:
+        assert s.stop() == 0
+    s = Server(*flags)
+    try:
+        with s.client() as c:
+            r = c.post("/query", json=put, headers={**odd, "Idempotency-Key": "n-1"})
+            assert r.headers.get("idempotent-replayed") == "true"
+            assert c.post("/query", json={"query": "get notes count"}, headers=bearer(ROOT)).json() == [{"count": 1}]
+    finally:
+        assert s.stop() == 0

@@ -62,7 +62,13 @@ WRITE_VERBS = ("put", "insert", "set", "del", "create", "drop")
 
 
 def _dumps_json(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        # text holding a lone surrogate (an in-process caller's, a token claim a rule pinned
+        # into a row): the same JSON with it escaped, as `\ud800`, never a 500 for an answer
+        return json.dumps(value, separators=(",", ":")).encode()
 
 
 if orjson is not None:
