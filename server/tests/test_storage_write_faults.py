@@ -1,7 +1,8 @@
 """A write is all or nothing, whatever fails on its way (server README, invariants 2 and 3).
 
 A fault is injected at each step of a keyed write — applying the documents, rendering the answer
-kept with the key, storing the key, encoding the record, appending it, telling the listeners — as
+kept with the key, storing the key, encoding the record, appending it, measuring it, telling the
+listeners — as
 each kind of exception: a `FenecError`, a bug (`RuntimeError`), `MemoryError`, an encoder's
 `UnicodeEncodeError` (issue 18: a Latin-1 `Idempotency-Key` failed the record's encoding after the
 rows were in memory; the write was answered 500, read, claimed and replayed, then gone after a
@@ -87,6 +88,8 @@ def injected(step: str, kind: str, db: Database, monkeypatch: pytest.MonkeyPatch
         monkeypatch.setattr(database_module, "encode_row", boom)
     elif step == "append":
         monkeypatch.setattr(db._log, "append", boom)
+    elif step == "measure":  # the dead-bytes estimate, after the append
+        monkeypatch.setattr(type(db._footprint), "record", boom)
     elif step == "announce":
         db.listen(boom)
     yield out
@@ -95,7 +98,8 @@ def injected(step: str, kind: str, db: Database, monkeypatch: pytest.MonkeyPatch
         db.unlisten(boom)
 
 
-STEPS = ["apply", "answer", "key", "encode", "append", "announce"]
+STEPS = ["apply", "answer", "key", "encode", "append", "measure", "announce"]
+LANDED = ("measure", "announce")  # after the append: the write stands, and is answered
 KINDS = ["fenec", "bug", "memory", "encoding"]
 
 
@@ -107,7 +111,7 @@ def test_a_fault_at_any_step_leaves_the_write_everywhere_or_nowhere(tmp_path, mo
     db = fresh(path)
     before, seq = rows(db), db.seq
     with injected(step, kind, db, monkeypatch) as inj:
-        if step == "announce":  # the record is appended: the write stands, and is answered
+        if step in LANDED:
             landed = put(db, render=inj["render"])
             assert landed.replayed is None and landed.answers == [{"affected": 3}]
         else:
@@ -115,7 +119,7 @@ def test_a_fault_at_any_step_leaves_the_write_everywhere_or_nowhere(tmp_path, mo
                 put(db, render=inj["render"])
             e = refused.value
             assert (e.status, e.kind) == ((400, "type") if kind == "fenec" else (500, "io")), e
-    if step == "announce":
+    if step in LANDED:
         written = rows(db)
         assert [r["n"] for r in written] == [0, 1, 2, 3] and db.seq == seq + 1
     else:

@@ -291,6 +291,7 @@ class Database:
         nothing unwritten is ever read, claimed or replayed. Only a failed append stops later
         writes: the disk may hold part of that record, or all of it."""
         seq = self.seq
+        ticket = None
         try:
             if idempotency is not None:
                 status, body = render(answers) if render is not None else (200, _json_bytes(answers))
@@ -312,8 +313,6 @@ class Database:
                 log.exception("internal error appending a record")
                 raise FenecError("io", f"{self._failed}: this write was not applied, but the file may hold "
                                        "it; every later write is refused until restart") from None
-            self._footprint.record(len(payload), self.seq, out, self._documents)
-            return ticket
         except BaseException as e:
             blk.rollback()
             self.seq = seq
@@ -321,6 +320,12 @@ class Database:
                 raise
             log.exception("internal error storing a write")
             raise FenecError("io", f"internal error: {type(e).__name__}", status=500) from None
+        # appended: from here on the write stands, whatever else fails
+        try:
+            self._footprint.record(len(payload), self.seq, out, self._documents)
+        except Exception:
+            log.exception("internal error measuring change %d", self.seq)
+        return ticket
 
     def _announce(self, blk: Block) -> None:
         """After the record is appended: tell the bidding tracker and the listeners. The write
