@@ -91,6 +91,11 @@ def test_integers_past_64_bits_are_refused_in_params_as_in_the_text() -> None:
             got = c.post("/query", json={"query": "get jobs select attempts, payload"}).json()
             assert got == [{"attempts": -9223372036854775808,
                             "payload": {"e": 1234567890.123456789, "f": 1.2345678901234567, "hi": 9223372036854775807}}]
+            # a float past a double's range is refused as orjson refuses `1e400`, long or short
+            for doc in (b'{"query":"put jobs {payload: $1}","params":[1e400]}',
+                        b'{"query":"put jobs {payload: $1}","params":[1' + b"0" * 400 + b'.5]}'):
+                r = c.post("/query", content=doc)
+                assert r.status_code == 400 and "infinity" in r.json()["error"], r.text
             # digits inside text are text
             assert c.post("/query", json={"query": "put jobs {owner: $1}", "params": ["9" * 40]}).status_code == 200
     finally:

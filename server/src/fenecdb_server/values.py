@@ -198,7 +198,9 @@ def to_json_value(v: Any, depth: int = 0) -> Any:
     if v is None or t is bool or t is str:
         return v
     if t is int:  # 64-bit, as everywhere (an in-process caller's 2**70 too)
-        return check_int(v)
+        if INT_MIN <= v <= INT_MAX:
+            return v
+        raise Overflow("integer out of range (64-bit)")
     if t is float:
         if not math.isfinite(v):
             raise FenecError("type", "expected json, found a non-finite number")

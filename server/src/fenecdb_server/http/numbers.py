@@ -13,6 +13,7 @@ The test is one regex pass over the bytes (well under a microsecond for a claim'
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -46,9 +47,16 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")  # as orjson: NaN and Infinity are not numbers of JSON
 
 
+def _finite(s: str) -> float:
+    v = float(s)
+    if math.isinf(v):  # as orjson: a number past a double's range is refused, not infinity
+        raise ValueError(f"number is infinity when parsed as double: {s[:_SHOWN]}")
+    return v
+
+
 def loads(raw: bytes, text: str) -> Any:
     """The JSON value of a body (`text` is `raw` decoded). Raises OutOfRange, or ValueError (and
     RecursionError) for what is not JSON."""
     if orjson is not None and _LONG_DIGITS.search(raw) is None:
         return orjson.loads(text)
-    return json.loads(text, parse_int=_int64, parse_constant=_no_constant)
+    return json.loads(text, parse_int=_int64, parse_float=_finite, parse_constant=_no_constant)
