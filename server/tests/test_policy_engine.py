@@ -536,6 +536,15 @@ def test_an_error_on_a_row_the_token_may_update_but_not_read_is_withheld(readme_
     assert CARDS[0] in server.value.message
 
 
+def test_an_upserts_error_on_a_row_the_token_may_not_read_is_withheld():
+    db = Database(clock=TestClock())
+    db.query("create collection p (email text @unique, owner text, secret text)")
+    db.query("put p {email: 'a@x', owner: 'other', secret: 'SECRET-CARD'}")
+    s = Policy.parse("p read where owner = $jwt.sub\np insert,update where owner = $jwt.sub\n").scope_for({"sub": "me"})
+    e = refusal(db, s, "put p {email: 'a@x'} if absent else set {secret: timestamp(secret)}")
+    assert e.status == 400 and "SECRET" not in e.message and "withheld" in e.message
+
+
 # ---------------------------------------------------------------- one row never stops a queue
 
 
