@@ -7,8 +7,12 @@ promise on the old code, each is a regression test now.
 * Integers past 64 bits in `params` were silently changed (a float, or clamped into an int field);
   the same literal in the text was, and is, 400.
 * A `Fenec-Wait` of more than 4 300 digits escaped as a plain-text 500.
-* Rows leaked through error messages (see test_policy_rules.py for the in-process cases).
+* Rows leaked through error messages: another queue's card numbers, through a get by id, a set, a
+  claim and a held claim, under the server README's own policy (test_policy_engine.py and
+  test_policy_hypothesis.py hold the in-process cases).
 * A job with `attempts` at the 64-bit maximum stopped every claim of its queue.
+* A token whose `sub` holds a lone surrogate lost its keyed writes as the Latin-1 key did, and its
+  rows were answered 500.
 """
 
 from __future__ import annotations
