@@ -199,13 +199,12 @@ class Plan:
     """A scoped statement prepared for one set of rules: the rewritten statement and the
     rules it is judged by."""
 
-    __slots__ = ("p", "updates", "readable", "may_read", "inserts", "any_fields")
+    __slots__ = ("p", "updates", "readable", "inserts", "any_fields")
 
     def __init__(self, p: Prepared) -> None:
         self.p = p
         self.updates: list[UpdateRule] = []
-        self.readable: Fn | None = None  # a set's read test of each written row (returning)
-        self.may_read: Fn | None = None  # the read rules as a test of one row: whose errors show
+        self.readable: Fn | None = None
         self.inserts: list[InsertRule] = []
         self.any_fields: frozenset[str] | None = None  # every field some update rule may change
 
@@ -240,7 +239,6 @@ def _plan(db: Any, text: str, stmt: A.Statement, scope: Scope) -> Plan:
         plan.inserts = [InsertRule(r, schema) for r in g.rules("insert")]
         if getattr(stmt, "else_patch", None) is not None:
             _judges(plan, g, schema)
-    plan.may_read = _test(_union(g.rules("read")), schemas[stmt.collection])  # type: ignore[attr-defined]
     if len(db._prepared) > 4096:
         db._prepared.clear()
     db._prepared[key] = plan
@@ -318,17 +316,18 @@ def run(db: Any, text: str, stmt: A.Statement, env: Env, blk: Block | None, scop
             return _run_set(db, plan, env, blk)
         return _run_put(db, plan, env, blk, scope)
     except FenecError as e:
-        if e.row is not None and not _may_read(plan, e.row, env):
+        if e.row is not None and not _may_read(db, stmt, scope, e.row, env):
             raise withheld(e, stmt) from None
         raise
 
 
-def _may_read(plan: Plan, row: dict, env: Env) -> bool:
-    test = plan.may_read
-    if test is None:
-        return True
+def _may_read(db: Any, stmt: A.Statement, scope: Scope, row: dict, env: Env) -> bool:
+    """Whether the token's read rules admit `row`. Asked only on the way out of an error, so
+    the test is compiled here rather than kept with every plan; any doubt is a no."""
+    name = stmt.collection  # type: ignore[attr-defined]
     try:
-        return bool(test(row, env))
+        test = _test(_union(scope.grants(name).rules("read")), db.collections[name].schema)
+        return test is None or bool(test(row, env))
     except Exception:
         return False
 
