@@ -100,16 +100,26 @@ def test_the_fast_claim_answers_as_the_general_plan(queue, run):
             db.close()
 
 
-def test_a_claim_past_the_last_int_fails_whole_and_moves_nothing():
-    db = Database(clock=TestClock())
-    db.query(create(True))
-    db.query("put jobs [{run_at: now() - 2, attempts: 0}, {run_at: now() - 1, attempts: 9223372036854775807}]")
-    before = db.query("get jobs order id")
-    try:
-        db.query(CLAIMS[0].format(n=10), ["w"])
-    except FenecError as e:
-        assert e.status == 400 and "overflow" in e.message
-    else:
-        raise AssertionError("the claim should overflow")
-    assert db.query("get jobs order id") == before
-    assert [r["id"] for r in db.query("get jobs where run_at <= now() order run_at")] == [1, 2]
+def test_a_claim_passes_over_a_row_past_the_last_int_and_moves_the_rest():
+    # issue 18: one job at the 64-bit maximum of attempts stopped every claim of its queue;
+    # a claim passes over it (left as it was) and takes the rest, on the fast path and the scan
+    answers = []
+    for indexed in (True, False):
+        db = Database(clock=TestClock())
+        db.query(create(indexed))
+        db.query("put jobs [{run_at: now() - 3, attempts: 0}, {run_at: now() - 2, attempts: 9223372036854775807}, "
+                 "{run_at: now() - 1, attempts: 4}]")
+        poison = db.query("get jobs where id = 2")
+        got = db.query(CLAIMS[0].format(n=10), ["w"])
+        assert [(r["id"], r["attempts"], r["owner"]) for r in got] == [(1, 1, "w"), (3, 5, "w")]
+        assert db.query("get jobs where id = 2") == poison
+        assert [r["id"] for r in db.query("get jobs where run_at <= now() order run_at")] == [2]
+        try:
+            db.query("set jobs {attempts: attempts + 1} where run_at <= now()")  # no limit: refused whole
+        except FenecError as e:
+            assert e.status == 400 and "overflow" in e.message
+        else:
+            raise AssertionError("a set of every match should overflow")
+        answers.append((got, db.query("get jobs order id")))
+        db.close()
+    assert answers[0] == answers[1]

@@ -448,6 +448,21 @@ def test_a_held_claim_waits_for_its_own_queue_only(server: Server, c: httpx.Clie
     assert answer["r"].json() == [{"id": mail, "queue": "mail", "owner": "w1", "attempts": 1}]
 
 
+def test_a_held_claim_whose_token_expires_with_no_run_is_answered_its_last_run_at_the_deadline(
+        server: Server, c: httpx.Client) -> None:
+    """access.md §2.2: the token is checked again at each run; the deadline is no run, so it is
+    answered what the last run answered (`[]`), as the server README says; the token's next
+    request is the 401."""
+    exp = int(time.time()) + 3  # good for 2 to 3 s: long enough to be held, well before the deadline
+    short = bearer(mint_claims({"sub": "w8", "role": "worker", "queue": "nowhere", "exp": exp}, SECRET.encode()))
+    t0 = time.monotonic()
+    r = q(c, short, claim(1), "w8", **{"Fenec-Wait": "6000"})
+    assert time.time() >= exp  # the token expired while the claim was held
+    assert r.status_code == 200 and r.json() == [] and time.monotonic() - t0 >= 5.5
+    again = q(c, short, claim(1), "w8")
+    assert again.status_code == 401 and again.json() == {"error": "the token has expired"}
+
+
 def test_a_held_claim_whose_token_expires_is_answered_401_at_its_next_run(server: Server, c: httpx.Client) -> None:
     exp = int(time.time()) + 2
     short = bearer(mint_claims({"sub": "w9", "role": "worker", "queue": "mail", "exp": exp}, SECRET.encode()))

@@ -450,3 +450,141 @@ def test_a_held_look_does_not_wake_for_rows_the_token_could_not_read_as_written(
     assert not claim.look()
     mine = db.prepare_hold([("set jobs {owner: 'w'} order id limit 1 returning id", None)], scope=s)
     assert mine.look()
+
+
+# ---------------------------------------------------------------- errors never carry a row the token cannot read
+
+
+def readme_policy() -> str:
+    """The policy of the server README's access setup, as the README writes it."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    start = text.index("cat > jobs.policy <<'RULES'\n") + len("cat > jobs.policy <<'RULES'\n")
+    return text[start:text.index("RULES\n", start)]
+
+
+CARDS = ["4111 1111 1111 1111", "5500 0000 0000 0004", "3400 0000 0000 009", "6011 0000 0000 0004"]
+
+
+@pytest.fixture
+def readme_db(clock):
+    d = Database(clock=clock)
+    d.query("create collection jobs (queue text @hash, payload json, run_at timestamp @sorted, owner text, attempts int)")
+    for card in CARDS:  # another queue's jobs, and their card numbers
+        d.query("put jobs {queue: 'pay', payload: {card: $1}, run_at: now() - 1000, attempts: 0}", [card])
+    return d
+
+
+def no_card_in(e: FenecError) -> None:
+    for card in CARDS:
+        assert card not in e.message, e.message
+
+
+def test_no_error_shows_a_row_of_another_queue_through_the_readme_policy(readme_db):
+    """Issue 18: a `mail` worker, who may read none of the `pay` jobs, got 4 of 4 card numbers out
+    of error messages, through a get by id, a set, a claim and its order. Now its statements never
+    work an expression out on those rows: they answer what they would answer without the rows."""
+    db = readme_db
+    w = Policy.parse(readme_policy()).scope_for({"sub": "w-7", "role": "worker", "queue": "mail"})
+    before = dump(db)
+    for rid in range(1, 5):
+        assert run(db, w, "get jobs where id = $1 and timestamp(payload.card) > 0", [rid]) == []
+        assert run(db, w, "get jobs where timestamp(payload.card) > 0 and id = $1 count", [rid]) == [{"count": 0}]
+        assert run(db, w, "set jobs {run_at: now() + 1000} where id = $1 and timestamp(payload.card) > 0",
+                   [rid]) == {"affected": 0}
+        assert run(db, w, "del jobs where timestamp(payload.card) > 0 and id = $1", [rid]) == {"affected": 0}
+    claim = ("set jobs {owner: 'w-7', run_at: now() + 30000, attempts: attempts + 1} "
+             "where run_at <= now() and timestamp(payload.card) > 0 order run_at limit 4 returning id")
+    assert run(db, w, claim) == []
+    assert run(db, w, "set jobs {owner: 'w-7', run_at: timestamp(payload.card), attempts: attempts + 1} "
+                      "where run_at <= now() order timestamp(payload.card) limit 4 returning id") == []
+    assert dump(db) == before
+
+
+def test_an_error_on_a_row_the_token_may_update_but_not_read_is_withheld(readme_db):
+    """A ready job of the worker's own queue is one it may claim (update) but not read (it is
+    nobody's yet): a filter, an order key or a value that fails on it answers the error's status
+    and a message without the row. Once the job is its own, the same error shows the value."""
+    db = readme_db
+    w = Policy.parse(readme_policy()).scope_for({"sub": "w-7", "role": "worker", "queue": "mail"})
+    db.query("put jobs {queue: 'mail', payload: {card: $1}, run_at: now() - 500, attempts: 0}", [CARDS[0]])
+    withheld = "`set jobs` failed on a row this token may not read; the reason is withheld, since it would show the row"
+    for text in (
+        "set jobs {owner: 'w-7', run_at: now() + 30000, attempts: attempts + 1} "
+        "where run_at <= now() and timestamp(payload.card) > 0 order run_at limit 1 returning id",
+        "set jobs {owner: 'w-7', run_at: now() + 30000, attempts: attempts + 1} "
+        "where run_at <= now() order timestamp(payload.card) limit 1 returning id",
+        "set jobs {owner: 'w-7', run_at: timestamp(payload.card), attempts: attempts + 1} "
+        "where run_at <= now() order run_at limit 1 returning id",
+    ):
+        e = refusal(db, w, text)
+        assert (e.status, e.message) == (400, withheld), text
+    # the held claim's look says "run it", and its run answers the same
+    hold = db.prepare_hold([(
+        "set jobs {owner: 'w-7', run_at: now() + 30000, attempts: attempts + 1} "
+        "where run_at <= now() and timestamp(payload.card) > 0 order run_at limit 1 returning id", None)], scope=w)
+    assert hold.look()
+    # its own job: the error may show what the worker may read
+    claim = CLAIM.replace("{}", "1")
+    assert [r["id"] for r in run(db, w, claim, ["w-7"])] == [5]
+    e = refusal(db, w, "get jobs where id = 5 and timestamp(payload.card) > 0")
+    assert e.status == 400 and CARDS[0] in e.message
+    # the server token reads every row: its errors are as they were
+    with pytest.raises(FenecError) as server:
+        db.query("get jobs where timestamp(payload.card) > 0")
+    assert CARDS[0] in server.value.message
+
+
+def test_an_upserts_error_on_a_row_the_token_may_not_read_is_withheld():
+    db = Database(clock=TestClock())
+    db.query("create collection p (email text @unique, owner text, secret text)")
+    db.query("put p {email: 'a@x', owner: 'other', secret: 'SECRET-CARD'}")
+    s = Policy.parse("p read where owner = $jwt.sub\np insert,update where owner = $jwt.sub\n").scope_for({"sub": "me"})
+    e = refusal(db, s, "put p {email: 'a@x'} if absent else set {secret: timestamp(secret)}")
+    assert e.status == 400 and "SECRET" not in e.message and "withheld" in e.message
+
+
+# ---------------------------------------------------------------- one row never stops a queue
+
+
+def test_a_claim_passes_over_a_job_whose_attempts_would_overflow(db):
+    """Issue 18: a producer put `attempts` at the 64-bit maximum; every claim of that queue, the
+    server token's too, was a 400 while that job was the oldest ready. A claim (a set with
+    `limit`) passes over the row whose new values overflow and takes the next, in order."""
+    top = 9223372036854775807
+    db.query("put jobs {queue: 'mail', run_at: now() - 3000, attempts: $1}", [top])
+    enqueue(db, "mail", "mail", at=-2000)
+    claim = CLAIM.replace("{}", "1")
+    assert db.query(claim, ["w1"]) == [{"id": 2, "queue": "mail", "owner": "w1", "attempts": 1}]
+    assert db.query(CLAIM.replace("{}", "10"), ["w2"]) == [{"id": 3, "queue": "mail", "owner": "w2", "attempts": 1}]
+    assert db.query(CLAIM.replace("{}", "10"), ["w3"]) == []
+    with pytest.raises(FenecError) as e:
+        db.query(claim + " require 1", ["w3"])
+    assert e.value.status == 412
+    assert db.query("get jobs select owner, attempts where id = 1") == [{"owner": None, "attempts": top}]
+    # a worker's token passes over it the same way
+    policy = Policy.parse(WORKERS)
+    w4 = policy.scope_for({"sub": "w4", "role": "worker", "queue": "mail"})
+    enqueue(db, "mail")
+    assert run(db, w4, claim, ["w4"]) == [{"id": 4, "queue": "mail", "owner": "w4", "attempts": 1}]
+    assert run(db, w4, claim, ["w4"]) == []
+    # a set of every match is refused whole, as before; so is an overflow that reads no row
+    for text in ("set jobs {attempts: attempts + 1} where queue = 'mail'",
+                 "set jobs {attempts: attempts + 1} where id = 1",
+                 "set jobs {attempts: 9223372036854775807 + 1} where run_at <= now() order run_at limit 1"):
+        before = dump(db)
+        with pytest.raises(FenecError) as e:
+            db.query(text)
+        assert e.value.status == 400 and "overflow" in e.value.message and dump(db) == before, text
+    e2 = refusal(db, w4, "set jobs {owner: 'w4', run_at: now() + 30000, attempts: attempts + 1} where id = 1")
+    assert e2.status == 400
+
+
+def test_a_claim_passes_over_many_overflowing_rows_to_fill_its_page(db):
+    top = 9223372036854775807
+    for i in range(40):
+        db.query("put jobs {queue: 'mail', run_at: now() - 5000 + $1, attempts: $2}", [i, top if i % 4 else 0])
+    got = db.query(CLAIM.replace("{}", "10"), ["w1"])
+    assert [r["id"] for r in got] == [1, 5, 9, 13, 17, 21, 25, 29, 33, 37]
+    assert db.query(CLAIM.replace("{}", "10"), ["w2"]) == []

@@ -152,7 +152,10 @@ def order(rows):
     return sorted(rows, key=lambda r: (r["a"], r["id"]))
 
 
-def where_text(f) -> str:
+def where_text(f, first: str | None = None) -> str:
+    """The `where` clause of a drawn filter, after a `first` condition if one is given."""
+    if first is not None:
+        return f" where {first}" + (f" and ({f[0]})" if f is not None else "")
     return f" where {f[0]}" if f is not None else ""
 
 
@@ -221,21 +224,26 @@ def model(stmt, rows: dict, rules: list[ModelRule], cl: dict, next_id: int):
     return None, ([n["id"] for n in news] if returning else len(news)), after, next_id
 
 
-def statement_text(stmt) -> str:
+def statement_text(stmt, poison: str | None = None) -> str:
+    """The statement's text; `poison` (test_an_error_never_carries...) adds `timestamp(s)` to its
+    filter (first), its order (last) or, for a set, its values."""
     kind = stmt[0]
+    first = "(timestamp(s) > 0 or true)" if poison == "where" else None
+    order = " order a, timestamp(s)" if poison == "order" else " order a"
     if kind == "get":
         _, f, limit, count = stmt
         if count:
-            return "get t" + where_text(f) + " count"
-        return "get t" + where_text(f) + " order a" + (f" limit {limit}" if limit else "")
+            return "get t" + where_text(f, first) + " count"
+        return "get t" + where_text(f, first) + order + (f" limit {limit}" if limit else "")
     if kind == "put":
         return "put t " + DOCS[stmt[1]][0]
     if kind == "del":
         _, f, limit, returning = stmt
-        return ("del t" + where_text(f) + " order a" + (f" limit {limit}" if limit else "")
+        return ("del t" + where_text(f, first) + order + (f" limit {limit}" if limit else "")
                 + (" returning id" if returning else ""))
     _, f, limit, returning, pi = stmt
-    return ("set t " + PATCHES[pi][0] + where_text(f) + " order a" + (f" limit {limit}" if limit else "")
+    patch = PATCHES[pi][0].replace("{", "{s: timestamp(s), ", 1) if poison == "value" else PATCHES[pi][0]
+    return ("set t " + patch + where_text(f, first) + order + (f" limit {limit}" if limit else "")
             + (" returning id" if returning else ""))
 
 
@@ -269,6 +277,69 @@ def test_a_token_never_reads_or_writes_past_its_rules(rules, claims, rows, stmts
             else:
                 assert [r["id"] for r in got] == want, (text, got, want)
         state = after
+        full = {r["id"]: {"id": r["id"], **{k: r.get(k) for k in FIELDS}} for r in db.query("get t")}
+        assert full == state, (text, full, state)
+    db.close()
+
+
+# ---------------------------------------------------------------- errors never carry a row the token cannot read
+
+# Where a statement meets the poison: `timestamp(s)` fails on a row holding a secret in `s`
+# (quoting it, as its message does) and is null on a row without one, where each form that
+# statement_text writes is neutral: the statement answers what the model says.
+POISONS = ("where", "order", "value")
+secret_st = st.lists(st.booleans(), min_size=8, max_size=8)
+
+
+def secret(rid: int) -> str:
+    return f"secret-{rid}-x"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rules=st.lists(rule_st, min_size=1, max_size=4), claims=claims_st,
+       rows=st.lists(row_st, max_size=8), secrets=secret_st, stmts=st.lists(stmt_st, min_size=1, max_size=6),
+       poisons=st.lists(st.sampled_from(POISONS), min_size=6, max_size=6), sorted_a=st.booleans())
+def test_an_error_never_carries_a_row_the_token_cannot_read(rules, claims, rows, secrets, stmts, poisons,
+                                                            sorted_a):
+    """The rule test above, with a text field `s` holding a secret in some rows and every statement
+    made to fail on such a row in its filter, its order or its values: an error may quote a row
+    only when the token may read it; otherwise the statement answers exactly what the model says."""
+    mrules = [ModelRule(r) for r in rules]
+    policy = Policy.parse("\n".join(r.text() for r in mrules))
+    scope = policy.scope_for(claims)
+    db = Database(clock=TestClock())
+    db.query(f"create collection t (a int{' @sorted' if sorted_a else ''}, b text, c int, owner text, s text)")
+    docs = [{**{k: v for k, v in r.items() if v is not None}, **({"s": secret(i + 1)} if secrets[i] else {})}
+            for i, r in enumerate(rows)]
+    if docs:
+        db.query("put t $1", [docs])
+    state = {i + 1: {"id": i + 1, **r} for i, r in enumerate(rows)}
+    hidden = {i + 1 for i in range(len(rows)) if secrets[i]}
+    next_id = len(rows) + 1
+    mine = [r for r in mrules if r.applies(claims)]
+    readers = [r for r in mine if "read" in r.grants]
+    for stmt, where in zip(stmts, poisons, strict=False):
+        text = statement_text(stmt, where)
+        status, want, after, new_next = model(stmt, state, mrules, claims, next_id)
+        try:
+            got = db.execute([(text, None)], scope=scope).answers[0]
+        except FenecError as e:
+            for rid in hidden:
+                if secret(rid) in e.message:
+                    assert rid in state and any(r.admits(state[rid], claims) for r in readers), \
+                        (text, e.message, state.get(rid))
+            full = {r["id"]: {"id": r["id"], **{k: r.get(k) for k in FIELDS}} for r in db.query("get t")}
+            assert full == state, (text, "an error left something behind")
+            continue
+        assert status is None, (text, got, status)
+        if isinstance(got, dict):
+            assert got == {"affected": want}, (text, got, want)
+        elif got and "count" in got[0]:
+            assert got == [{"count": want}], (text, got, want)
+        else:
+            assert [r["id"] for r in got] == want, (text, got, want)
+        state, next_id = after, new_next
+        hidden &= set(state)
         full = {r["id"]: {"id": r["id"], **{k: r.get(k) for k in FIELDS}} for r in db.query("get t")}
         assert full == state, (text, full, state)
     db.close()

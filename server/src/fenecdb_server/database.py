@@ -269,33 +269,8 @@ class Database:
             answers, taken = self._run_block(parsed, block, blk, scope)
             keep_key = idempotency is not None and (taken > 0 or idempotency.keep_empty)
             if blk.ops or keep_key:
-                if keep_key:
-                    assert idempotency is not None
-                    status, body = render(answers) if render is not None else (200, _json_bytes(answers))
-                    at = self.now()
-                    entry = (idempotency.request_hash, status, body, at, idempotency.ttl_ms)
-                    blk.ops.append(("k", idempotency.key, entry))
-                    old = self._idem.get(idempotency.key)
-                    self._idem[idempotency.key] = entry
-                    blk.schema_undo.append(_restore_idem(self._idem, idempotency.key, old))
-                if blk.writes:
-                    self.seq += blk.writes
-                else:
-                    self.seq += 1
-                if self._log is not None:
-                    try:
-                        ticket = self._log.append(self._encode(blk.ops))
-                    except FenecError as e:
-                        blk.rollback()
-                        self.seq -= blk.writes or 1
-                        self._failed = e.message
-                        raise
-                if self.written.on:
-                    self.written.note(self.seq, blk.ops)
-                if self._listeners:
-                    touched = frozenset(blk.touched)
-                    for cb in self._listeners:
-                        cb(touched, self.seq)
+                ticket = self._commit(blk, answers, idempotency if keep_key else None, render)
+                self._announce(blk)
             result = Result(answers, self.seq, True, taken, None)
         finally:
             self._lock.release_write()
@@ -306,6 +281,64 @@ class Database:
                 self._failed = e.message
                 raise
         return result
+
+    def _commit(self, blk: Block, answers: list, idempotency: Idem | None,
+                render: Callable[[list], tuple[int, bytes]] | None) -> Any:
+        """Under the write lock: store the key's answer with the block, number the block and
+        append its record; answer the log's ticket (None in memory). All of it or none of it:
+        an exception at any step (a `FenecError`, a bug, a `MemoryError`, an encoder's refusal)
+        puts the block back, the key and the change counter with it, before it goes on up, so
+        nothing unwritten is ever read, claimed or replayed. Only a failed append stops later
+        writes: the disk may hold part of that record, or all of it."""
+        seq = self.seq
+        ticket = None
+        try:
+            if idempotency is not None:
+                status, body = render(answers) if render is not None else (200, _json_bytes(answers))
+                entry = (idempotency.request_hash, status, body, self.now(), idempotency.ttl_ms)
+                blk.ops.append(("k", idempotency.key, entry))
+                blk.schema_undo.append(_restore_idem(self._idem, idempotency.key, self._idem.get(idempotency.key)))
+                self._idem[idempotency.key] = entry
+            self.seq += blk.writes or 1
+            if self._log is None:
+                return None
+            payload, out = self._encode(blk.ops)
+            try:
+                ticket = self._log.append(payload)
+            except FenecError as e:
+                self._failed = e.message
+                raise
+            except Exception as e:
+                self._failed = f"internal error appending a record: {type(e).__name__}"
+                log.exception("internal error appending a record")
+                raise FenecError("io", f"{self._failed}: this write was not applied, but the file may hold "
+                                       "it; every later write is refused until restart") from None
+        except BaseException as e:
+            blk.rollback()
+            self.seq = seq
+            if isinstance(e, FenecError) or not isinstance(e, Exception):
+                raise
+            log.exception("internal error storing a write")
+            raise FenecError("io", f"internal error: {type(e).__name__}", status=500) from None
+        # appended: from here on the write stands, whatever else fails
+        try:
+            self._footprint.record(len(payload), self.seq, out, self._documents)
+        except Exception:
+            log.exception("internal error measuring change %d", self.seq)
+        return ticket
+
+    def _announce(self, blk: Block) -> None:
+        """After the record is appended: tell the bidding tracker and the listeners. The write
+        has landed, so a fault here is logged, never answered as the write's failure."""
+        try:
+            if self.written.on:
+                self.written.note(self.seq, blk.ops)
+            if self._listeners:
+                touched = frozenset(blk.touched)
+                for cb in self._listeners:
+                    cb(touched, self.seq)
+        except Exception:
+            log.exception("internal error announcing change %d", self.seq)
 
     def _authorize(self, parsed: list, block: bool, scope: Any) -> None:
         for i, (_, stmt, _) in enumerate(parsed):
@@ -336,7 +369,7 @@ class Database:
                 raise
             except RecursionError:
                 raise _at(FenecError("query", "expression too deep"), i if block else None) from None
-            except (IndexError, KeyError, TypeError, ValueError, OverflowError, ZeroDivisionError) as e:
+            except Exception as e:
                 # As in _run_block: an engine fault is logged and answered as one, never a raw exception.
                 log.exception("internal error reading %r", text[:200])
                 raise _at(FenecError("io", f"internal error: {type(e).__name__}", status=500),
@@ -385,12 +418,16 @@ class Database:
             except RecursionError:
                 blk.rollback()
                 raise _at(FenecError("query", "expression too deep"), i if block else None) from None
-            except (IndexError, KeyError, TypeError, ValueError, OverflowError, ZeroDivisionError) as e:
-                # A fault in the engine must never leave a half-applied block behind.
+            except Exception as e:
+                # A fault in the engine (a bug, a MemoryError) must never leave a half-applied
+                # block behind: put back, logged, and answered as a fault.
                 blk.rollback()
                 log.exception("internal error running %r", text[:200])
                 raise _at(FenecError("io", f"internal error: {type(e).__name__}", status=500),
                           i if block else None) from None
+            except BaseException:
+                blk.rollback()  # KeyboardInterrupt, SystemExit: put back, then on their way
+                raise
             answers.append(ans)
         return answers, taken
 
@@ -428,7 +465,11 @@ class Database:
 
     # ---------------------------------------------------------------- the log
 
-    def _encode(self, ops: list) -> bytes:
+    def _encode(self, ops: list) -> tuple[bytes, list]:
+        """A block's record payload, and its ops as written (for the footprint, once appended).
+        Text is encoded with `surrogatepass`: a lone surrogate (an in-process caller's text, a
+        token's claim) is stored as it is and read back as it was (`json.loads` of bytes decodes
+        the same way), never an encoder's refusal of a write that already ran."""
         out = []
         for op in ops:
             kind = op[0]
@@ -441,9 +482,8 @@ class Database:
                 out.append(["k", op[1], h.hex(), status, body.decode("utf-8", "surrogateescape"), at, ttl])
             else:
                 out.append(list(op))
-        payload = json.dumps({"s": self.seq, "o": out}, separators=(",", ":"), ensure_ascii=False).encode()
-        self._footprint.record(len(payload), self.seq, out, self._documents)
-        return payload
+        payload = json.dumps({"s": self.seq, "o": out}, separators=(",", ":"), ensure_ascii=False)
+        return payload.encode("utf-8", "surrogatepass"), out
 
     def _replay(self, payload: bytes) -> None:
         rec = json.loads(payload)
@@ -504,14 +544,14 @@ class Database:
         for schema_json, next_id, rows in state["colls"]:
             schema = Schema.from_json(schema_json)
             rows_json = dumps([[rid, encode_row(schema, r)] for rid, r in sorted(rows.items())])
-            nbytes = len(rows_json.encode())
+            nbytes = len(rows_json.encode("utf-8", "surrogatepass"))
             sizes[schema_json["name"]] = (nbytes, len(rows))
             colls.append(f'{{"schema":{dumps(schema_json)},"next":{int(next_id)},"bytes":{nbytes},"rows":{rows_json}}}')
         idem_json = dumps([[k, h.hex(), st, b.decode("utf-8", "surrogateescape"), at, ttl]
                            for k, (h, st, b, at, ttl) in state["idem"].items()])
-        idem_bytes = len(idem_json.encode())
+        idem_bytes = len(idem_json.encode("utf-8", "surrogatepass"))
         payload = (f'{{"s":{int(state["s"])},"colls":[{",".join(colls)}],"idem":{idem_json},'
-                   f'"idem_bytes":{idem_bytes}}}').encode()
+                   f'"idem_bytes":{idem_bytes}}}').encode("utf-8", "surrogatepass")  # as _encode
         return payload, {"rows": sizes, "keys": (idem_bytes, len(state["idem"]))}
 
     def _load_snapshot(self, payload: bytes) -> None:
@@ -606,17 +646,11 @@ class Database:
                     del self._idem[k]
                     blk.ops.append(("K", k))
             if blk.ops:
-                self.seq += 1
-                if self._log is not None:
-                    try:
-                        ticket = self._log.append(self._encode(blk.ops))
-                    except FenecError as e:
-                        blk.rollback()
-                        self.seq -= 1
-                        self._failed = e.message
-                        return 0
-                for cb in self._listeners:
-                    cb(frozenset(blk.touched), self.seq)
+                try:
+                    ticket = self._commit(blk, [], None, None)
+                except FenecError:
+                    return 0
+                self._announce(blk)
         finally:
             self._lock.release_write()
         if ticket is not None:

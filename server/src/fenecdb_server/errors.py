@@ -37,10 +37,12 @@ class FenecError(Exception):
     """A refusal: `.status` is the HTTP status, `.message` the `error` text.
 
     `.at` is the 0-based index of the failing statement of a block (`Database.batch`,
-    `POST /batch`), `None` for a single statement.
+    `POST /batch`), `None` for a single statement. `.row` is the row whose evaluation raised
+    it, where the engine knows it: a token's statement answers a withheld message instead when
+    that row is one the token may not read (engine/scoped.py), since the message may quote it.
     """
 
-    __slots__ = ("kind", "status", "message", "at")
+    __slots__ = ("kind", "status", "message", "at", "row")
 
     def __init__(self, kind: str, message: str, *, at: int | None = None, status: int | None = None) -> None:
         super().__init__(message)
@@ -48,12 +50,24 @@ class FenecError(Exception):
         self.status = status if status is not None else STATUS[kind]
         self.message = message
         self.at = at
+        self.row: dict | None = None
 
     def __repr__(self) -> str:
         return f"FenecError({self.kind!r}, {self.message!r}, status={self.status}, at={self.at})"
 
     def __str__(self) -> str:
         return self.message
+
+
+class Overflow(FenecError):
+    """An integer result or value past 64 bits (kind `type`, 400). The same refusal as any other
+    type error, but a picking write passes over the row it comes from instead (engine/execute.py):
+    a row's own value, put there by a producer, must not stop every claim of its queue."""
+
+    __slots__ = ()
+
+    def __init__(self, message: str) -> None:
+        super().__init__("type", message)
 
 
 def query_error(message: str) -> FenecError:

@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from .errors import FenecError
+from .errors import FenecError, Overflow
 
 INT_MIN = -(2**63)
 INT_MAX = 2**63 - 1
@@ -195,8 +195,12 @@ def to_json_value(v: Any, depth: int = 0) -> Any:
     t = type(v)
     if (t is dict or t is list or t is tuple) and depth >= JSON_DEPTH:
         raise FenecError("type", f"json nested deeper than {JSON_DEPTH} levels")
-    if v is None or t is bool or t is str or t is int:
+    if v is None or t is bool or t is str:
         return v
+    if t is int:  # 64-bit, as everywhere (an in-process caller's 2**70 too)
+        if INT_MIN <= v <= INT_MAX:
+            return v
+        raise Overflow("integer out of range (64-bit)")
     if t is float:
         if not math.isfinite(v):
             raise FenecError("type", "expected json, found a non-finite number")
@@ -217,7 +221,7 @@ def to_json_value(v: Any, depth: int = 0) -> Any:
 
 def check_int(v: int) -> int:
     if not INT_MIN <= v <= INT_MAX:
-        raise FenecError("type", "integer out of range (64-bit)")
+        raise Overflow("integer out of range (64-bit)")
     return v
 
 

@@ -282,6 +282,14 @@ def test_json_65_levels_refused_whatever_the_innermost_holds():
     refused(nest_objects(63, [{}]), "json", "deeper")  # 63 objects, a list, an object
 
 
+def test_json_holds_64_bit_integers_only_as_an_int_field_does():
+    for v in (2**63, -(2**63) - 1, 2**64, 10**30):
+        refused(v, "json", "out of range (64-bit)")
+        refused({"a": [1, v]}, "json", "out of range (64-bit)")
+        refused(v, "int", "out of range (64-bit)")
+    assert V.coerce({"hi": 2**63 - 1, "lo": -(2**63)}, "json") == {"hi": 2**63 - 1, "lo": -(2**63)}
+
+
 def test_a_year_of_thousands_of_digits_is_out_of_range_not_a_crash():
     huge = "9" * 5000 + "-01-01"
     refused(huge, "timestamp", "out of range")

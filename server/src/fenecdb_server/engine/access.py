@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import values as V
+from ..errors import FenecError
 from ..plan.compile import Env
 from ..plan.planner import Access, RangeTerm
 from .collection import Collection
@@ -313,18 +314,37 @@ def _finish(coll: Collection, q: Query, env: Env, rows: Iterable[dict], need: in
 
 def sort_rows(rows: list[dict], order: list[tuple[Callable, bool]], env: Env) -> list[dict]:
     """Stable sort by each key from the last to the first; rows arrive in ascending id."""
-    if len(order) == 1:
-        fn, desc = order[0]
-        dec = [(V.sort_key(fn(r, env)), r) for r in rows]
-        dec.sort(key=lambda x: x[0], reverse=desc)
-        return [r for _, r in dec]
-    keyed = [([V.sort_key(fn(r, env)) for fn, _ in order], r) for r in rows]
+    try:
+        if len(order) == 1:
+            fn, desc = order[0]
+            dec = [(V.sort_key(fn(r, env)), r) for r in rows]
+            dec.sort(key=lambda x: x[0], reverse=desc)
+            return [r for _, r in dec]
+        keyed = [([V.sort_key(fn(r, env)) for fn, _ in order], r) for r in rows]
+    except FenecError as e:
+        _blame(e, rows, order, env)
+        raise
     for i in range(len(order) - 1, -1, -1):
         # a def, not a lambda with `i=i`: mypy cannot infer that lambda's type
         def key(x: tuple[list[Any], dict], i: int = i) -> Any:
             return x[0][i]
         keyed.sort(key=key, reverse=order[i][1])
     return [r for _, r in keyed]
+
+
+def _blame(e: FenecError, rows: list[dict], order: list[tuple[Callable, bool]], env: Env) -> None:
+    """Name the row whose order key raised `e` (`FenecError.row`, see compile.guard_missing):
+    the keys are worked out again, row by row, until one raises. Only on the way out of an
+    error, so the sort itself pays nothing for it."""
+    if e.row is not None:
+        return
+    for r in rows:
+        try:
+            for fn, _ in order:
+                fn(r, env)
+        except FenecError:
+            e.row = r
+            return
 
 
 def _walk(coll: Collection, q: Query, env: Env, need: int, bounds: tuple | None, tgt: str) -> list[dict] | None:

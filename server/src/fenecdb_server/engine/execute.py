@@ -14,7 +14,7 @@ from dataclasses import is_dataclass
 from typing import Any
 
 from .. import values as V
-from ..errors import FenecError
+from ..errors import FenecError, Overflow
 from ..plan.compile import Env
 from ..plan.schema import FieldInfo, Schema, check_annotation
 from ..ql import ast as A
@@ -41,6 +41,7 @@ class Block:
         self.touched.add(coll.name)
 
     def rollback(self) -> None:
+        """Put everything back. Safe to call twice: the second call finds nothing to undo."""
         for coll, rid, old in reversed(self.undo):
             coll.undo_one(rid, old)
         for coll, nid in self.ids.items():
@@ -49,6 +50,9 @@ class Block:
             fn()
         self.undo.clear()
         self.ops.clear()
+        self.schema_undo.clear()
+        self.ids.clear()
+        self.writes = 0
 
 
 def unmet(verb: str, coll: str, got: int, want: int, read: bool = False) -> FenecError:
@@ -170,11 +174,18 @@ def run_set(eng: Any, p: Prepared, env: Env, blk: Block) -> Any:
     coll = eng.collection(p.coll)
     picked = pick(coll, p.query, env)
     if picked:
-        schema = coll.schema
-        blk.touch(coll)
         # Work every value out over the rows as they were, before writing any (§6.3); a value
         # that reads no row is worked out, and converted to its field's type, once.
-        news = _rewrite_plain(p.plain, picked, env) if p.plain is not None else _rewrite(schema, p.patch, picked, env)
+        try:
+            news = _rewrite_plain(p.plain, picked, env) if p.plain is not None else \
+                _rewrite(coll.schema, p.patch, picked, env)
+        except Overflow:
+            if p.query.limit is None:
+                raise  # a set of every match: an error on any row refuses it whole
+            picked, news = _pass_over(coll, p, env)
+    if picked:
+        schema = coll.schema
+        blk.touch(coll)
         undo = blk.undo
         if coll.unique:
             # Each row is checked against the rows before it already written (§4.4).
@@ -197,6 +208,38 @@ def run_set(eng: Any, p: Prepared, env: Env, blk: Block) -> Any:
     if p.cols is not None:
         return render(p.cols, news if picked else [], env)
     return {"affected": len(picked)}
+
+
+def _pass_over(coll: Collection, p: Prepared, env: Env) -> tuple[list[dict], list[dict]]:
+    """A picking set (one with `limit`: a claim) met a row whose new values do not fit 64 bits
+    (`attempts + 1` on a job a producer put at the maximum): that row is passed over, left as
+    it was and not answered, and the pick goes on in order to the next, as it does past a row
+    a token could not read (access.md §4.4). So one row never stops every claim of its queue.
+    An overflow that reads no row (`{n: 9223372036854775807 + 1}`) is the statement's own:
+    raised. The rows are read again in pages that double; a rare path, off the claim's."""
+    def rewrite(rows: list[dict]) -> list[dict]:
+        return _rewrite_plain(p.plain, rows, env) if p.plain is not None else _rewrite(coll.schema, p.patch, rows, env)
+
+    rewrite([])  # the values that read no row: their overflow is the statement's
+    limit = p.query.limit
+    assert limit is not None
+    need = limit
+    while True:
+        cands = pick(coll, p.query, env, need_override=need)
+        olds: list[dict] = []
+        news: list[dict] = []
+        for old in cands:
+            try:
+                (new,) = rewrite([old])
+            except Overflow:
+                continue
+            olds.append(old)
+            news.append(new)
+            if len(olds) == limit:
+                return olds, news
+        if len(cands) < need:
+            return olds, news
+        need *= 2
 
 
 def _rewrite_plain(plain: tuple[list, list], picked: list[dict], env: Env) -> list[dict]:

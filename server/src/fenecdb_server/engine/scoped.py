@@ -18,6 +18,11 @@ tests a rule; a scoped statement comes here instead.
 * `put`: each document must fall inside an insert rule, the fields the rule pins filled in when
   left out; an upsert's existing row is judged as an update.
 * A unique clash tells a scoped token the field only.
+* An error never shows a row the token may not read: the rules' terms come before the
+  statement's in every filter, so a get (and the read rules' rows) never works the statement's
+  expressions out on such a row; a set, del or upsert works its filter, order and values out on
+  the rows its update or delete rules admit, and an error raised on one the read rules keep out
+  is answered with its status and a withheld message (`run`, `FenecError.row`).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import values as V
-from ..errors import FenecError
+from ..errors import FenecError, Overflow
 from ..plan.compile import Ctx, Env, compile_expr, guard_missing, mentions
 from ..plan.planner import and_terms
 from ..policy import Scope
@@ -213,16 +218,19 @@ def _plan(db: Any, text: str, stmt: A.Statement, scope: Scope) -> Plan:
     schemas = {n: c.schema for n, c in db.collections.items()}
     expired = mentions(getattr(stmt, "where", None), _is_expired)
     extra = _union(g.rules("expired")) if expired else None
+    # The rules' terms come first in each filter, the statement's after them: `and` stops at
+    # the first false term, so the statement's expressions are never worked out on a row the
+    # rules keep out (`timestamp(payload.card)` quoting another queue's card in its error).
     if isinstance(stmt, A.Get):
-        stmt2: A.Statement = dataclasses.replace(stmt, where=_and(stmt.where, _union(g.rules("read")), extra))
+        stmt2: A.Statement = dataclasses.replace(stmt, where=_and(_union(g.rules("read")), extra, stmt.where))
         plan = Plan(prepare(stmt2, schemas, allow_claims=True))
     elif isinstance(stmt, A.Del):
         returns = stmt.returning is not None or stmt.returning_all
         reads = _union(g.rules("read")) if returns else None
-        stmt2 = dataclasses.replace(stmt, where=_and(stmt.where, _union(g.rules("delete")), reads, extra))
+        stmt2 = dataclasses.replace(stmt, where=_and(_union(g.rules("delete")), reads, extra, stmt.where))
         plan = Plan(prepare(stmt2, schemas, allow_claims=True))
     elif isinstance(stmt, A.Set):
-        stmt2 = dataclasses.replace(stmt, where=_and(stmt.where, _union(g.rules("update"), "using"), extra))
+        stmt2 = dataclasses.replace(stmt, where=_and(_union(g.rules("update"), "using"), extra, stmt.where))
         plan = Plan(prepare(stmt2, schemas, allow_claims=True))
         _judges(plan, g, schemas[stmt.collection])
     else:
@@ -298,14 +306,41 @@ def run(db: Any, text: str, stmt: A.Statement, env: Env, blk: Block | None, scop
     """One authorized statement under the token's rules (`env.claims` set to its claims)."""
     plan = _plan(db, text, stmt, scope)
     t = type(stmt)
-    if t is A.Get:
-        return run_get(db, plan.p, env)
-    assert blk is not None
-    if t is A.Del:
-        return run_del(db, plan.p, env, blk)
-    if t is A.Set:
-        return _run_set(db, plan, env, blk)
-    return _run_put(db, plan, env, blk, scope)
+    try:
+        if t is A.Get:
+            return run_get(db, plan.p, env)
+        assert blk is not None
+        if t is A.Del:
+            return run_del(db, plan.p, env, blk)
+        if t is A.Set:
+            return _run_set(db, plan, env, blk)
+        return _run_put(db, plan, env, blk, scope)
+    except FenecError as e:
+        if e.row is not None and not _may_read(db, stmt, scope, e.row, env):
+            raise withheld(e, stmt) from None
+        raise
+
+
+def _may_read(db: Any, stmt: A.Statement, scope: Scope, row: dict, env: Env) -> bool:
+    """Whether the token's read rules admit `row`. Asked only on the way out of an error, so
+    the test is compiled here rather than kept with every plan; any doubt is a no."""
+    name = stmt.collection  # type: ignore[attr-defined]
+    try:
+        test = _test(_union(scope.grants(name).rules("read")), db.collections[name].schema)
+        return test is None or bool(test(row, env))
+    except Exception:
+        return False
+
+
+def withheld(e: FenecError, stmt: A.Statement) -> FenecError:
+    """An error raised on a row the token may not read: its status, never its message, which
+    may quote the row (`timestamp() could not read '4111 1111 1111 1111' as a time`). A set or
+    del works its filter, order and values out on the rows its update or delete rules admit,
+    read or not; a get, and the read rules' own rows, never meet such a row (see _plan)."""
+    verb = {A.Get: "get", A.Set: "set", A.Del: "del"}.get(type(stmt), "put")
+    coll = stmt.collection  # type: ignore[attr-defined]
+    return FenecError(e.kind, f"`{verb} {coll}` failed on a row this token may not read; "
+                              "the reason is withheld, since it would show the row", status=e.status)
 
 
 def choose(db: Any, plan: Plan, env: Env, limit: int | None) -> tuple[list[dict], list[dict]]:
@@ -328,8 +363,17 @@ def choose(db: Any, plan: Plan, env: Env, limit: int | None) -> tuple[list[dict]
         while i < len(cands) and (limit is None or len(olds) < limit):
             old = cands[i]
             i += 1
-            vals = [f(old, env) if f is not None else c for f, c in zip(fns, fixed, strict=False)]
-            new = _apply_entries(schema, old, patch, vals)
+            try:
+                vals = [f(old, env) if f is not None else c for f, c in zip(fns, fixed, strict=False)]
+                new = _apply_entries(schema, old, patch, vals)
+            except Overflow as e:
+                if limit is None:
+                    e.row = old
+                    raise
+                continue  # a picking set passes over a row whose new values overflow (execute._pass_over)
+            except FenecError as e:
+                e.row = old  # a value worked out on this row: its error may quote it
+                raise
             judge_update(plan, coll.name, old, new, env)
             if readable is not None and not readable(new, env):
                 continue
@@ -418,7 +462,11 @@ def _run_put(db: Any, plan: Plan, env: Env, blk: Block, scope: Scope) -> Any:
                 continue
             upd_env = Env(env.params, env.now, env.claims, doc)
             patch = p.else_patch
-            new = _apply_entries(schema, holder, patch, [fn(holder, upd_env) for _, fn, _, _ in patch])
+            try:
+                new = _apply_entries(schema, holder, patch, [fn(holder, upd_env) for _, fn, _, _ in patch])
+            except FenecError as e:
+                e.row = holder  # the row that holds the value: maybe one the token may not read
+                raise
             judge_update(plan, coll.name, holder, new, env)
             _check_required(schema, new)
             _unique_check(coll, new, alive, blk.undo)
@@ -446,15 +494,16 @@ def _run_put(db: Any, plan: Plan, env: Env, blk: Block, scope: Scope) -> Any:
 
 def look(db: Any, text: str, stmt: A.Statement, params: list, scope: Scope, now: Any) -> bool:
     """Under the read lock: would this scoped set/del take a row now? It reads only the rows
-    the token could take; a rewrite its rules refuse counts as taking (the run answers 403)."""
+    the token could take; a rewrite its rules refuse, or an error, counts as taking (the run
+    answers it: 403, or the error, withheld as `run` withholds it)."""
     plan = _plan(db, text, stmt, scope)
     env = Env(params, now, scope.claims)
     coll = db.collections.get(plan.p.coll)
     if coll is None:
         return True
-    if isinstance(stmt, A.Del):
-        return bool(pick(coll, plan.p.query, env, need_override=1))
     try:
+        if isinstance(stmt, A.Del):
+            return bool(pick(coll, plan.p.query, env, need_override=1))
         olds, _ = choose(db, plan, env, 1)
     except FenecError:
         return True

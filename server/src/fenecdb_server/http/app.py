@@ -28,6 +28,7 @@ from typing import Any
 
 from ..errors import FenecError
 from . import errors as E
+from . import numbers
 from .auth import OPEN, Auth, AuthDelay, AuthRefused, Caller
 from .idempotency import (
     DEFAULT_TTL_S,
@@ -61,7 +62,13 @@ WRITE_VERBS = ("put", "insert", "set", "del", "create", "drop")
 
 
 def _dumps_json(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        # text holding a lone surrogate (an in-process caller's, a token claim a rule pinned
+        # into a row): the same JSON with it escaped, as `\ud800`, never a 500 for an answer
+        return json.dumps(value, separators=(",", ":")).encode()
 
 
 if orjson is not None:
@@ -169,7 +176,17 @@ class App:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
-            await self.http(scope, receive, send)
+            try:
+                await self.http(scope, receive, send)
+            except Exception:
+                # Every answer is JSON (http.md §6): a fault no route caught is a JSON 500 here,
+                # not uvicorn's plain text. (Once the answer has started, the send fails and
+                # uvicorn closes the connection, as it would.)
+                log.exception("internal fault answering %s %s", scope.get("method"), scope.get("path"))
+                try:
+                    await self.respond(send, 500, E.body(E.INTERNAL), ((b"connection", b"close"),))
+                except Exception:
+                    pass
         elif kind == "lifespan":
             await self.lifespan(receive, send)
 
@@ -327,7 +344,9 @@ class App:
         except UnicodeDecodeError:
             raise Refusal(400, E.body(E.NOT_UTF8)) from None
         try:
-            return json.loads(text) if orjson is None else orjson.loads(text)
+            return numbers.loads(raw, text)
+        except numbers.OutOfRange as e:
+            raise Refusal(400, E.body(str(e))) from None
         except ValueError as e:
             raise Refusal(400, E.bad_json(str(e).split("\n")[0][:200])) from None
         except RecursionError:

@@ -30,15 +30,31 @@ def namespace_of(sub: object) -> str | None:
     a `sub` (such a token may not send a key: 400)."""
     if sub is None:
         return None
-    if isinstance(sub, str):
+    if isinstance(sub, str) and _is_unicode(sub):
         return f"@{len(sub)}:{sub}"
-    text = json.dumps(sub, separators=(",", ":"), sort_keys=True)  # a `sub` of another type: its JSON
+    # a `sub` of another type, or text holding a lone surrogate (JSON's `"\ud800"`, not
+    # Unicode): its JSON, all ASCII, after `#` where no `@` form starts
+    text = json.dumps(sub, separators=(",", ":"), sort_keys=True)
     return f"#{len(text)}:{text}"
 
 
 def namespaced(raw: bytes, namespace: str = SHARED_NAMESPACE) -> str:
-    # surrogateescape keeps any byte sequence a distinct key, whatever its encoding
-    return namespace + ":" + raw.decode("utf-8", "surrogateescape")
+    """The key as stored in the write's own record: always valid Unicode. A UTF-8 key is kept
+    as its text after `:`; any other bytes (Latin-1 `order-\\xe9`, which http.md allows) as
+    their hex after `%`, where no UTF-8 key is written. So every byte string stays a distinct
+    key, the keys that are text read as themselves in the file, and none is an odd one out."""
+    try:
+        return namespace + ":" + raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return namespace + "%" + raw.hex()
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def request_hash(method: str, target: bytes, body: bytes) -> bytes:

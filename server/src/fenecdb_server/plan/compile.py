@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from .. import values as V
-from ..errors import FenecError
+from ..errors import FenecError, Overflow
 from ..ql import ast as A
 from .schema import Schema
 
@@ -93,7 +93,7 @@ def arith(op: str, a: Any, b: Any) -> Any:
             r = abs(a) % abs(b)
             r = r if a >= 0 else -r
         if not V.INT_MIN <= r <= V.INT_MAX:
-            raise terr("integer overflow: the result does not fit in 64 bits")
+            raise Overflow("integer overflow: the result does not fit in 64 bits")
         return r
     if ta is V.Ts or tb is V.Ts:
         return _ts_arith(op, a, b)
@@ -746,10 +746,16 @@ def children(n: A.Expr) -> list[A.Expr]:
 
 
 def guard_missing(f: Fn) -> Fn:
-    """A filter reading a claim the token lacks keeps no row."""
+    """A filter reading a claim the token lacks keeps no row. An error of another row's filter
+    names that row (`FenecError.row`), for the token's statement to withhold its message when
+    the token may not read the row (engine/scoped.py); at no cost until something raises."""
     def guarded(row, env):
         try:
             return f(row, env)
         except _Missing:
             return False
+        except FenecError as e:
+            if e.row is None:
+                e.row = row
+            raise
     return guarded
