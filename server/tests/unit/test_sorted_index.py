@@ -182,3 +182,19 @@ def test_readers_sharing_the_read_lock_never_see_a_half_built_index():
     for idx in (PackedIndex(True), SortedIndex(False)):
         errors = _race(idx)
         assert not errors, repr(errors[:3])
+
+
+def test_nulls_walk_in_id_order_whenever_they_became_null():
+    """A row set to null after others is still walked by its id among the nulls (ties by ascending id): the
+    nulls were kept in the order they became null, so `order f limit 1` answered id 8 where a scan answers 3
+    (found by test_plans_hypothesis)."""
+    from fenecdb_server.engine.sorted_index import PackedIndex
+
+    for idx in (PackedIndex(True), SortedIndex(False)):
+        for rid in (8, 5):
+            idx.add(rid, None)
+        idx.add(3, 7)
+        idx.remove(3, 7)
+        idx.add(3, None)
+        assert list(idx.walk(None, True, None, True, False, True)) == [3, 5, 8]
+        assert list(idx.walk(None, True, None, True, True, True)) == [3, 5, 8]

@@ -95,7 +95,7 @@ class SortedIndex:
         keys = self._range(lo, lo_incl, hi, hi_incl, desc)
         if not desc:
             if with_nulls:
-                yield from list(self.nulls)
+                yield from sorted(self.nulls)  # ids in order: a row set to null later is not last
             for item in keys:
                 yield item[1]
         else:
@@ -112,7 +112,7 @@ class SortedIndex:
             if group:
                 yield from reversed(group)
             if with_nulls:
-                yield from list(self.nulls)
+                yield from sorted(self.nulls)  # ids in order: a row set to null later is not last
 
     def first_above(self, bound: Any, incl: bool) -> Any:
         """The least value > bound (>= when incl), or None."""
@@ -246,7 +246,7 @@ class PackedIndex:
         keys = iter(()) if empty else self.keys.iterate(first, last, desc)
         if not desc:
             if with_nulls:
-                yield from list(self.nulls)
+                yield from sorted(self.nulls)  # ids in order: a row set to null later is not last
             for key in keys:
                 yield key & _MASK
         else:
@@ -263,7 +263,7 @@ class PackedIndex:
             if group:
                 yield from reversed(group)
             if with_nulls:
-                yield from list(self.nulls)
+                yield from sorted(self.nulls)  # ids in order: a row set to null later is not last
 
     def first_above(self, bound: Any, incl: bool) -> Any:
         """The least value > bound (>= when incl), or None."""
