@@ -119,9 +119,11 @@ class Driver:
             try:
                 code = proc.wait(BUILD_S)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
                 return f"--build still ran after {BUILD_S:.0f} s"
+            finally:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
         if code != 0:
             tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
             return f"--build exited {code}:\n" + "\n".join(f"      {line}" for line in tail)
@@ -157,8 +159,8 @@ class Driver:
             for step in scenario.get("steps", []):
                 if not self.step(run, step):
                     return run
-            self.stop_workers(run, signal.SIGTERM)
             self.proxy.pass_()
+            self.stop_workers(run, signal.SIGTERM)
             self.check(run)
         except Exception as e:  # a scenario that breaks the driver is that scenario's failure, not the run's end
             run.fail(f"driver error: {type(e).__name__}: {e}")
@@ -401,6 +403,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--only", default="", help="only the scenarios whose name holds this text")
     parser.add_argument("--scenarios", type=Path, default=SCENARIOS)
     args = parser.parse_args(argv)
+    # a SIGTERM (the caller giving up) unwinds through every `finally`, which kill what this started
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sdk, root = args.sdk, args.root.resolve()
     data = json.loads(args.scenarios.read_text(encoding="utf-8"))
     scenarios = [s for s in data["scenarios"] if args.only in s["name"]]
