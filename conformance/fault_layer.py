@@ -142,7 +142,7 @@ class Proxy:
         self.drop_match = b""
         self.conns: set[_Conn] = set()
         self.accepted = 0
-        self.cuts = 0
+        self.cut_conns = 0      # connections reset by `cut`, `refuse` and the end of a `freeze`
         self.dropped = 0
 
     @property
@@ -188,7 +188,7 @@ class Proxy:
 
         async def zero() -> None:
             self.drop_left, self.drop_match = 0, b""
-            self.accepted = self.cuts = self.dropped = 0
+            self.accepted = self.cut_conns = self.dropped = 0
         self._run(zero)
 
     def drop_answers(self, n: int, match: str) -> None:
@@ -236,7 +236,7 @@ class Proxy:
     async def _cut(self) -> None:
         for conn in list(self.conns):
             self._drop_conn(conn)
-        self.cuts += 1
+            self.cut_conns += 1
 
     async def _freeze(self) -> None:
         self.mode = "freeze"

@@ -91,6 +91,7 @@ class Run:
     workers: list[WorkerProcess] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     last_fault_ms: float = 0.0
+    signalled_ms: float = 0.0
     codes: dict[int, int | None] = field(default_factory=dict)
 
     def fail(self, reason: str) -> None:
@@ -256,6 +257,7 @@ class Driver:
     def signal_workers(self, run: Run, step: dict[str, Any]) -> bool:
         sig = signal.SIGTERM if step["do"] == "sigterm" else signal.SIGINT
         sent = time.monotonic()
+        run.signalled_ms = now_ms()
         for w in run.workers:
             w.signal(sig)
         group = step.get("given_back")
@@ -332,6 +334,8 @@ class Driver:
         if fate == "done":
             if len(done) != 1:
                 run.fail(f"{where} has {len(done)} `done` events, expected 1")
+            if g.get("done_after_signal") and not all(float(e["t"]) >= run.signalled_ms > 0 for e in done):
+                run.fail(f"{where} was done before the signal: it was not running when the worker was told to stop")
             if keep:
                 if row is None or row["run_at"] is not None or row["owner"] is not None or row.get("done_at") is None:
                     run.fail(f"{where} is not kept done (run_at null, owner null, done_at set): {row}")
@@ -380,6 +384,8 @@ class Driver:
             n = sum(1 for e in events if e["event"] == "retry")
             if n < expect["retries"]:
                 run.fail(f"{n} `retry` events, expected at least {expect['retries']}: the fault did not reach a worker")
+        if "connections_cut" in expect and self.proxy.cut_conns < expect["connections_cut"]:
+            run.fail(f"{self.proxy.cut_conns} connections were open to cut, expected at least {expect['connections_cut']}")
         if "dropped" in expect and self.proxy.dropped != expect["dropped"]:
             run.fail(f"the proxy dropped {self.proxy.dropped} answers, expected {expect['dropped']}")
         peaks = []
