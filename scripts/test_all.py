@@ -112,6 +112,8 @@ def main() -> int:
 
     driver = ROOT / "conformance" / "run.py"
     if driver.exists():
+        # the fault driver's proxy, mode by mode, before the suite leans on it
+        record("fault-proxy", run("fault-proxy", [python, "-m", "pytest", "conformance/test_fault_layer.py"]))
         record("conformance", run("conformance", [python, str(driver)]))
     else:
         skip("conformance", "the suite is not built yet (conformance/ holds only its README)")
