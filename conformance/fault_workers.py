@@ -100,6 +100,18 @@ class WorkerProcess:
             pass
         self.reader.join(5)
 
+    def summary(self, events: Events) -> str:
+        """This worker's event counts by type and its last events: what a failure report starts from."""
+        mine = events.of(self.index)
+        counts: dict[str, int] = {}
+        for e in mine:
+            counts[e["event"]] = counts.get(e["event"], 0) + 1
+        last = " ".join(json.dumps({k: v for k, v in e.items() if k not in ("worker", "worker_index", "seq")})
+                        for e in mine[-3:])
+        code = self.proc.poll()
+        state = "running" if code is None else f"exit {code}"
+        return f"      {self.name} ({state}): {counts or 'no events'}; last: {last or '-'}"
+
     def tail(self, lines: int = 12) -> str:
         try:
             text = self.stderr_path.read_text(encoding="utf-8", errors="replace").splitlines()

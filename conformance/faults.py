@@ -146,6 +146,8 @@ class Driver:
         jobs = [Job(f"{g['group']}-{n}", g) for g in scenario["jobs"] for n in range(g["count"])]
         run = Run(scenario, queue, jobs)
         try:
+            if self.server.proc is None or self.server.proc.poll() is not None:
+                self.proxy.pass_(self.server.start())   # a scenario before lost it: each starts with one
             self.proxy.reset()
             self.enqueue(run)
             for step in scenario.get("before", []):
@@ -226,7 +228,9 @@ class Driver:
             else:
                 raise ValueError(f"unknown condition {what!r}")
             if not wait_for(met, DEADLINE_S):
-                run.fail(f"waited {DEADLINE_S:.0f} s for {json.dumps(step)}: not met")
+                gone = [f"{w.name} exited {w.proc.poll()}" for w in run.workers if w.proc.poll() is not None]
+                run.fail(f"waited {DEADLINE_S:.0f} s for {json.dumps(step)}: not met"
+                         + (f" ({', '.join(gone)})" if gone and what != "exited" else ""))
                 return False
             return True
         action = step["do"]
@@ -444,6 +448,7 @@ def main(argv: list[str]) -> int:
                     for reason in run.failures:
                         print(f"    {reason}", flush=True)
                     for w in run.workers:
+                        print(w.summary(run.events), flush=True)
                         print(w.tail(), flush=True)
                 else:
                     passed += 1
