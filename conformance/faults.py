@@ -393,9 +393,9 @@ class Driver:
         if "dropped" in expect and self.proxy.dropped != expect["dropped"]:
             run.fail(f"the proxy dropped {self.proxy.dropped} answers, expected {expect['dropped']}")
         peaks = []
-        for w in run.workers:
+        for index in sorted({e["worker_index"] for e in events}):
             running = peak = 0
-            for e in run.events.of(w.index):
+            for e in run.events.of(index):
                 running += {"start": 1, "end": -1}.get(e["event"], 0)
                 peak = max(peak, running)
             peaks.append(peak)
