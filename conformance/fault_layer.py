@@ -10,6 +10,8 @@ asyncio loop on a thread of its own and keeps its port for the whole run, whatev
               either side sends is dropped) until `pass`, which resets the frozen ones
     drop      the answer of each of the next N requests whose text holds a given string is cut:
               the request reaches the server and runs, its answer never reaches the client
+    busy      each of the next N new connections is answered what the server answers past its
+              `--max-connections`: 503 `{"error":"too many connections"}`, then closed; nothing is run
 
 HTTP/1.1 without pipelining is assumed (every client here sends one request at a time on a
 connection), so the first bytes from the server after a request are that request's answer.
@@ -128,6 +130,28 @@ def _reset(writer: asyncio.StreamWriter | None) -> None:
     writer.transport.abort()
 
 
+BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json; charset=utf-8\r\n"
+        b"Content-Length: 32\r\nConnection: close\r\n\r\n{\"error\":\"too many connections\"}")
+
+
+async def _answer_busy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Reads one request whole (head and Content-Length body), answers 503 and closes."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n"):
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value.strip() or 0)
+        if length:
+            await reader.readexactly(length)
+        writer.write(BUSY)
+        await writer.drain()
+    except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+        pass
+    writer.close()
+
+
 class Proxy:
     """A TCP proxy on 127.0.0.1:<its own port> before the server's current port."""
 
@@ -140,10 +164,12 @@ class Proxy:
         self.mode = "pass"
         self.drop_left = 0
         self.drop_match = b""
+        self.busy_left = 0
         self.conns: set[_Conn] = set()
         self.accepted = 0
         self.cut_conns = 0      # connections reset by `cut`, `refuse` and the end of a `freeze`
         self.dropped = 0
+        self.busied = 0         # connections answered 503 by `busy`
 
     @property
     def url(self) -> str:
@@ -187,9 +213,14 @@ class Proxy:
         self.pass_()
 
         async def zero() -> None:
-            self.drop_left, self.drop_match = 0, b""
-            self.accepted = self.cut_conns = self.dropped = 0
+            self.drop_left, self.drop_match, self.busy_left = 0, b"", 0
+            self.accepted = self.cut_conns = self.dropped = self.busied = 0
         self._run(zero)
+
+    def busy(self, n: int) -> None:
+        async def set_busy() -> None:
+            self.busy_left = n
+        self._run(set_busy)
 
     def drop_answers(self, n: int, match: str) -> None:
         async def set_drop() -> None:
@@ -261,6 +292,11 @@ class Proxy:
         self.accepted += 1
         if self.mode == "refuse":
             _reset(writer)
+            return
+        if self.busy_left > 0 and self.mode == "pass":
+            self.busy_left -= 1
+            self.busied += 1
+            await _answer_busy(reader, writer)
             return
         conn = _Conn(writer, frozen=self.mode == "freeze")
         self.conns.add(conn)

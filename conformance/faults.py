@@ -8,7 +8,7 @@ in a temporary folder behind the proxy of `fault_layer.py`, and plays each scena
 
 1. create the scenario's queue and enqueue its jobs (straight to the server, with its own access);
 2. apply the `before` faults, start the worker processes, wait until each printed `ready`;
-3. play the steps: a fault (`restart`, `cut`, `freeze`, `refuse`, `drop`, `pass`, `pause`), a signal
+3. play the steps: a fault (`restart`, `cut`, `freeze`, `refuse`, `drop`, `busy`, `pass`, `pause`), a signal
    to the workers (`sigterm`, `sigint`), or a condition waited for (`until`), each with a deadline
    of 60 s; nothing assumes a speed;
 4. stop the workers (SIGTERM) if they still run, and check, from the server's rows and the events:
@@ -250,6 +250,8 @@ class Driver:
             self.proxy.refuse()
         elif action == "pass":
             self.proxy.pass_()
+        elif action == "busy":
+            self.proxy.busy(step["n"])
         elif action == "drop":
             self.proxy.drop_answers(step["n"], step["match"].replace("{queue}", run.queue))
         elif action == "pause":
@@ -390,6 +392,8 @@ class Driver:
                 run.fail(f"{n} `retry` events, expected at least {expect['retries']}: the fault did not reach a worker")
         if "connections_cut" in expect and self.proxy.cut_conns < expect["connections_cut"]:
             run.fail(f"{self.proxy.cut_conns} connections were open to cut, expected at least {expect['connections_cut']}")
+        if "busied" in expect and self.proxy.busied != expect["busied"]:
+            run.fail(f"the proxy answered {self.proxy.busied} connections 503, expected {expect['busied']}")
         if "dropped" in expect and self.proxy.dropped != expect["dropped"]:
             run.fail(f"the proxy dropped {self.proxy.dropped} answers, expected {expect['dropped']}")
         peaks = []

@@ -135,3 +135,14 @@ def test_pass_follows_the_server_to_a_new_port(proxy: tuple[Proxy, Upstream]) ->
         assert other.seen == [b"moved"]
     finally:
         other.sock.close()
+
+
+def test_busy_answers_503_to_the_next_new_connections_and_runs_nothing(proxy: tuple[Proxy, Upstream]) -> None:
+    p, up = proxy
+    p.busy(2)
+    request = b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
+    for _ in range(2):
+        answer = ask(p.port, request)
+        assert answer.startswith(b"HTTP/1.1 503 ") and answer.endswith(b'{"error":"too many connections"}')
+    assert up.seen == [] and p.busied == 2
+    assert ask(p.port, b"third") == b"answer:third"
