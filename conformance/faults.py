@@ -236,6 +236,9 @@ class Driver:
         action = step["do"]
         if action in ("sigterm", "sigint"):
             return self.signal_workers(run, step)
+        if action == "pause":
+            time.sleep(step["ms"] / 1000)   # an outage's length, a fault parameter
+            return True
         run.last_fault_ms = now_ms()
         if action == "restart":
             self.proxy.refuse()
@@ -254,8 +257,6 @@ class Driver:
             self.proxy.busy(step["n"])
         elif action == "drop":
             self.proxy.drop_answers(step["n"], step["match"].replace("{queue}", run.queue))
-        elif action == "pause":
-            time.sleep(step["ms"] / 1000)
         else:
             raise ValueError(f"unknown action {action!r}")
         return True
