@@ -12,6 +12,11 @@ FENEC_REQUIRE_SERVER=1. Each prints exactly one line `<sdk>: N passed, M failed`
 (conformance.md C.1); the driver reads it, prints a total line worded apart from that
 pattern, and exits non-zero when any SDK failed, printed no summary, or the server did not
 start.
+
+Then, in a full run, the fault scenarios: for every SDK whose toolchain is present and which has
+`clients/<sdk>/fault-worker.sh`, `faults.py --sdk <sdk>` (its own server on a file, behind its
+proxy) prints `<sdk> faults: N passed, M failed`; an SDK without the script prints
+`SKIP <sdk> faults: no fault-worker.sh yet`, counted as skipped, never as passed.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 BIN = ROOT / ".venv" / "bin"
 SUMMARY = re.compile(r"^(python|js|go|dotnet|swift|kotlin|dart): ([0-9]+) passed, ([0-9]+) failed$")
+FAULTS_SUMMARY = re.compile(r"^(python|js|go|dotnet|swift|kotlin|dart) faults: ([0-9]+) passed, ([0-9]+) failed$")
 LISTENING = re.compile(r"listening on: (http://\S+)")
 SDKS: list[tuple[str, list[str]]] = [
     ("python", []),
@@ -89,7 +95,8 @@ class Server:
             self.proc.wait()
 
 
-def run_sdk(name: str, cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, int] | None:
+def run_sdk(name: str, cmd: list[str], cwd: Path, env: dict[str, str],
+            summary: re.Pattern[str] = SUMMARY) -> tuple[int, int] | None:
     """Runs one SDK, echoing its output; answers (passed, failed) from its summary line, or None."""
     print(f"--- {name}: {' '.join(cmd)}", flush=True)
     started = time.monotonic()
@@ -100,8 +107,8 @@ def run_sdk(name: str, cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[
     for line in proc.stdout:
         line = line.rstrip("\n")
         print(line, flush=True)
-        m = SUMMARY.match(line)
-        if m and m.group(1) == name:
+        m = summary.match(line)
+        if m and m.group(1) == name.split()[0]:
             found.append((int(m.group(2)), int(m.group(3))))
     code = proc.wait()
     print(f"--- {name}: exit {code} in {time.monotonic() - started:.1f} s", flush=True)
@@ -113,6 +120,32 @@ def run_sdk(name: str, cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[
         print(f"{name} exited {code} with {failed} failed", flush=True)
         return passed, max(failed, 1)
     return passed, failed
+
+
+def missing_tool(tools: list[str], env: dict[str, str]) -> str | None:
+    return next((t for t in tools if shutil.which(t, path=env["PATH"]) is None), None)
+
+
+def run_faults(env: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
+    """The fault scenarios of every SDK that has a harness; answers (green, red, skipped) SDK names."""
+    green: list[str] = []
+    red: list[str] = []
+    skipped: list[str] = []
+    fault_env = {k: v for k, v in env.items() if not k.startswith("FENEC_")}
+    for name, tools in SDKS:
+        missing = missing_tool(tools, env)
+        if missing:
+            print(f"SKIP {name} faults: no '{missing}' on PATH", flush=True)
+            skipped.append(name)
+            continue
+        if not (ROOT / "clients" / name / "fault-worker.sh").exists():
+            print(f"SKIP {name} faults: no fault-worker.sh yet", flush=True)
+            skipped.append(name)
+            continue
+        result = run_sdk(f"{name} faults", [sys.executable, str(HERE / "faults.py"), "--sdk", name], ROOT,
+                         fault_env, FAULTS_SUMMARY)
+        (red if result is None or result[1] > 0 else green).append(name)
+    return green, red, skipped
 
 
 def main(argv: list[str]) -> int:
@@ -139,11 +172,11 @@ def main(argv: list[str]) -> int:
             if name == "python":
                 result = run_sdk(name, [sys.executable, str(HERE / "python_runner.py")], ROOT, env)
             else:
-                missing = [t for t in tools if shutil.which(t, path=env["PATH"]) is None]
+                missing = missing_tool(tools, env)
                 folder = ROOT / "clients" / name
                 if missing:
-                    print(f"{name}: skipped (no {missing[0]})", flush=True)
-                    print(f"SKIP {name}: no '{missing[0]}' on PATH", flush=True)
+                    print(f"{name}: skipped (no {missing})", flush=True)
+                    print(f"SKIP {name}: no '{missing}' on PATH", flush=True)
                     skipped.append(name)
                     continue
                 if not (folder / "conformance.sh").exists():
@@ -157,11 +190,22 @@ def main(argv: list[str]) -> int:
                 passed_sdks.append(name)
     finally:
         server.stop()
+    fault_green: list[str] = []
+    fault_red: list[str] = []
+    fault_skipped: list[str] = []
+    if vectors_only:
+        print("conformance: the fault scenarios need a server; not run with --vectors-only", flush=True)
+    else:
+        fault_green, fault_red, fault_skipped = run_faults(env)
     if server_failed:
         print("conformance: FAILED, the server did not start", flush=True)
     print(f"conformance total: {len(passed_sdks)} SDKs green, {len(failed_sdks)} red"
           f"{' (' + ', '.join(failed_sdks) + ')' if failed_sdks else ''}, {len(skipped)} skipped", flush=True)
-    return 1 if failed_sdks or server_failed else 0
+    if not vectors_only:
+        print(f"conformance total under faults: {len(fault_green)} SDKs green, {len(fault_red)} red"
+              f"{' (' + ', '.join(fault_red) + ')' if fault_red else ''}, {len(fault_skipped)} skipped"
+              f"{' (' + ', '.join(fault_skipped) + ')' if fault_skipped else ''}", flush=True)
+    return 1 if failed_sdks or fault_red or server_failed else 0
 
 
 if __name__ == "__main__":

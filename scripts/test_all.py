@@ -112,6 +112,8 @@ def main() -> int:
 
     driver = ROOT / "conformance" / "run.py"
     if driver.exists():
+        # the fault driver's own tests (its proxy mode by mode, its checks on made-up events), before the suite
+        record("fault-driver", run("fault-driver", [python, "-m", "pytest", "conformance"]))
         record("conformance", run("conformance", [python, str(driver)]))
     else:
         skip("conformance", "the suite is not built yet (conformance/ holds only its README)")

@@ -1,6 +1,7 @@
-"""docs/queues.md runs: every `fenecql` block, statement by statement, with each `-- → x` answer checked.
+"""docs/queues.md and docs/workers.md run: every `fenecql` block, statement by statement, with each
+`-- → x` answer checked.
 
-The page's conventions are written down in docs/README.md. The totals below are exact on purpose: a page
+The pages' conventions are written down in docs/README.md. The totals below are exact on purpose: a page
 that loses a block, a statement or an answer fails here rather than quietly checking less.
 """
 
@@ -13,11 +14,14 @@ from pathlib import Path
 import pytest
 from conftest import TestClock
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "queues.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+PAGE = DOCS / "queues.md"
 
-BLOCKS = 8
-STATEMENTS = 27
-ANSWERS = 19
+# page: (blocks, statements, answers)
+PAGES = {
+    "queues.md": (8, 27, 19),
+    "workers.md": (7, 17, 16),
+}
 
 ANSWER = re.compile(r"--\s*→\s*(.*?)\s*$")
 LATER = re.compile(r"^--\s*(\d+)\s*(ms|s|m)\s+later\s*$")
@@ -105,11 +109,13 @@ def check(answer: str, got, error) -> None:
         assert first == value, f"first value {first!r}, expected {value!r} (row {got[0]!r})"
 
 
-def test_page_blocks_run_with_their_answers():
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_page_blocks_run_with_their_answers(page):
     from fenecdb_server import Database, FenecError
 
-    blocks = fenecql_blocks(PAGE.read_text(encoding="utf-8"))
-    assert len(blocks) == BLOCKS
+    blocks_total, statements_total, answers_total = PAGES[page]
+    blocks = fenecql_blocks((DOCS / page).read_text(encoding="utf-8"))
+    assert len(blocks) == blocks_total
     clock = TestClock()
     db = Database(clock=clock)
     ran = checked = 0
@@ -136,7 +142,7 @@ def test_page_blocks_run_with_their_answers():
                 checked += 1
     finally:
         db.close()
-    assert (ran, checked) == (STATEMENTS, ANSWERS)
+    assert (ran, checked) == (statements_total, answers_total)
 
 
 def test_other_languages_are_kept_but_not_run():

@@ -1,0 +1,113 @@
+"""The checks of faults.py on made-up events and rows: each one fails what it is there to catch.
+
+No server and no worker here: a `Driver` is built but never started, and a `Run` is filled by hand.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fault_workers import Event
+from faults import Driver, Job, Run
+
+
+@pytest.fixture
+def driver(tmp_path: Path) -> Driver:
+    return Driver("test", tmp_path, tmp_path)
+
+
+def make_run(group: dict[str, Any], events: list[Event], keep_done: bool = False) -> tuple[Run, Job]:
+    job = Job("g-0", group, id=7)
+    run = Run({"name": "t", "jobs": [group], "keep_done": keep_done}, "q", [job])
+    for seq, e in enumerate(events):
+        run.events.add(e.pop("w", 0), seq, e)
+    return run, job
+
+
+def ev(kind: str, t: float, owner: str = "w:1", job_id: int = 7, **more: Any) -> Event:
+    return {"event": kind, "t": t, "owner": owner, "id": job_id, **more}
+
+
+def by_id(run: Run) -> dict[int, list[Event]]:
+    out: dict[int, list[Event]] = {}
+    for e in run.events.snapshot():
+        out.setdefault(e["id"], []).append(e)
+    return out
+
+
+def test_two_owners_running_one_job_at_once_fail(driver: Driver) -> None:
+    run, _ = make_run({"group": "g", "expect": "done"},
+                      [ev("start", 100, "a:1"), ev("start", 150, "b:1", w=1), ev("end", 200, "a:1"),
+                       ev("end", 250, "b:1", w=1)])
+    driver.check_overlap(run, by_id(run))
+    assert len(run.failures) == 1 and "at once" in run.failures[0]
+
+
+def test_one_owner_after_another_passes_and_an_unended_run_counts_as_running(driver: Driver) -> None:
+    run, _ = make_run({"group": "g", "expect": "done"},
+                      [ev("start", 100, "a:1"), ev("end", 200, "a:1"), ev("start", 300, "b:1", w=1),
+                       ev("end", 400, "b:1", w=1)])
+    driver.check_overlap(run, by_id(run))
+    assert run.failures == []
+    run, _ = make_run({"group": "g", "expect": "done"}, [ev("start", 100, "a:1"), ev("start", 5000, "b:1", w=1)])
+    driver.check_overlap(run, by_id(run))
+    assert len(run.failures) == 1
+
+
+def test_running_at_once_is_counted_from_one_workers_line_order(driver: Driver) -> None:
+    events = [ev("start", 1, job_id=1), ev("start", 2, job_id=2), ev("start", 3, job_id=3), ev("end", 4, job_id=1)]
+    run, _ = make_run({"group": "g", "expect": "done"}, events)
+    run.scenario["expect"] = {"max_running": 2, "min_peak_running": 2}
+    driver.check_expect(run, run.events.snapshot())
+    assert run.failures == ["a worker ran 3 jobs at once, more than 2"]
+    run, _ = make_run({"group": "g", "expect": "done"}, [ev("start", 1), ev("end", 2), ev("start", 3), ev("end", 4)])
+    run.scenario["expect"] = {"min_peak_running": 2}
+    driver.check_expect(run, run.events.snapshot())
+    assert len(run.failures) == 1 and "expected 2" in run.failures[0]
+
+
+def test_a_done_job_is_acked_once_and_gone(driver: Driver) -> None:
+    group = {"group": "g", "expect": "done", "starts": 1, "start_attempts": 1}
+    run, job = make_run(group, [ev("start", 1, attempts=1), ev("end", 2), ev("done", 3)])
+    driver.check_job(run, job, None, False, run.events.snapshot())
+    assert run.failures == []
+    row = {"id": 7, "owner": "w:1", "run_at": "2026-01-01T00:00:00.000Z", "attempts": 2, "error": None}
+    run, job = make_run(group, [ev("start", 1, attempts=2), ev("start", 5, attempts=2), ev("done", 3), ev("done", 6)])
+    driver.check_job(run, job, row, False, run.events.snapshot())
+    assert len(run.failures) == 4  # started twice, at attempts 2, two `done`s, row still there
+
+
+def test_kept_done_and_dead_letters_are_told_apart_by_done_at(driver: Driver) -> None:
+    kept = {"id": 7, "owner": None, "run_at": None, "attempts": 1, "error": None, "done_at": "2026-01-01T00:00:00Z"}
+    run, job = make_run({"group": "g", "expect": "done"}, [ev("done", 1)], keep_done=True)
+    driver.check_job(run, job, kept, False, run.events.snapshot())
+    assert run.failures == []
+    run, job = make_run({"group": "g", "expect": "dead", "attempts": 1}, [ev("dead", 1)])
+    driver.check_job(run, job, kept, False, run.events.snapshot())
+    assert len(run.failures) == 2  # done_at set, and no error
+
+
+def test_a_dead_letter_keeps_its_error_and_attempts(driver: Driver) -> None:
+    dead = {"id": 7, "owner": None, "run_at": None, "attempts": 3, "error": "smtp timeout"}
+    group = {"group": "g", "expect": "dead", "attempts": 3, "error": "smtp timeout", "starts": 3}
+    starts = [ev("start", t) for t in (1, 2, 3)]
+    run, job = make_run(group, [*starts, ev("dead", 4)])
+    driver.check_job(run, job, dead, False, run.events.snapshot())
+    assert run.failures == []
+    run, job = make_run(group, starts)
+    driver.check_job(run, job, {**dead, "error": "boom", "attempts": 2}, False, run.events.snapshot())
+    assert len(run.failures) == 3  # wrong error, wrong attempts, no `dead` event
+
+
+def test_a_job_given_back_is_ready_and_ownerless(driver: Driver) -> None:
+    back = {"id": 7, "owner": None, "run_at": "2026-01-01T00:00:00.000Z", "attempts": 0, "error": None}
+    group = {"group": "g", "expect": "released", "attempts": 0, "starts": 0}
+    run, job = make_run(group, [])
+    driver.check_job(run, job, back, True, [])
+    assert run.failures == []
+    for row, ready in (({**back, "owner": "w:1"}, True), (back, False), ({**back, "attempts": 1}, True)):
+        run, job = make_run(group, [])
+        driver.check_job(run, job, row, ready, [])
+        assert len(run.failures) == 1, (row, ready)
