@@ -162,3 +162,24 @@ def test_planning_and_running_a_long_list_is_linear() -> None:
 
     small, large = calls(lambda: run(500)), calls(lambda: run(2000))
     assert large <= GROWTH * small + 200, (small, large)
+
+
+def test_the_statement_cache_is_bounded_by_characters() -> None:
+    """20 distinct 10 MB statements stayed in the cache (450 MB held); a long text is now parsed
+    each time it comes, and the cache as a whole keeps at most CACHE_CHARS of text."""
+    from fenecdb_server import database as D
+
+    db = Database()
+    db.query("create collection t (s text)")
+    tracemalloc.start()
+    try:
+        for i in range(20):
+            db.query(f'get t where s = "{i}' + "x" * 200_000 + '"')
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert held < 1_000_000  # was 20 x (the text as the key + its literal in the AST): 8 MB
+    for i in range(200):  # texts under CACHE_TEXT_MAX are kept, within the characters budget
+        db.query(f'get t where s = "{i}' + "y" * 60_000 + '"')
+    assert db._parsed_chars <= D.CACHE_CHARS and db._prepared_chars <= D.CACHE_CHARS
+    assert sum(len(t) for t in db._parsed) == db._parsed_chars
