@@ -688,7 +688,7 @@ def parse(text: str) -> list[A.Statement]:
     if not isinstance(text, str):
         raise _qerr("a statement is text")
     try:
-        stmts = _LARK.parse(text)
+        stmts: list[A.Statement] = _LARK.parse(text)  # type: ignore[assignment]  # the transformer's `text`
     except UnexpectedInput as e:
         raise _syntax_error(text, e) from None
     except _Located as inner:
