@@ -92,8 +92,8 @@ def test_slow_heads_and_bodies_are_timed_out_and_free_their_slots() -> None:
         # a complete request on a connection is not cut by the timeouts while it is served
         with s.client() as c:
             q(c, JOBS)
-            r = c.post("/query", json={"query": TAKE, "params": ["w"]}, headers={"Fenec-Wait": "3000"})
-            assert r.status_code == 200 and r.json() == []
+            claimed = c.post("/query", json={"query": TAKE, "params": ["w"]}, headers={"Fenec-Wait": "3000"})
+            assert claimed.status_code == 200 and claimed.json() == []
     finally:
         assert s.stop() == 0
 
@@ -115,7 +115,7 @@ def test_health_ping_and_metrics_answer_when_held_claims_fill_every_slot() -> No
 
         for i, c in enumerate(clients):  # one at a time, each seen held before the next comes
             held.append(pool.submit(hold, c, f"w{i}"))
-            wait_for(lambda: held_now(s) == i + 1)
+            wait_for(lambda n=i + 1: held_now(s) == n)
         r = raw(s.addr, b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: 26\r\n\r\n"
                         b"{\"query\":\"get jobs count\"}")
         assert status_of(r) == 503 and body_of(r) == {"error": "too many connections"}
