@@ -608,7 +608,10 @@ class Job:
 
 
 def _without_params(raw: bytes) -> str:
-    """The body for the slow log, with parameter values left out (server.md §8)."""
+    """The body for the slow log, with parameter values left out (server.md §8). A large body is
+    not decoded again on the loop for it (it is cut at 1 000 characters anyway)."""
+    if len(raw) > OFF_LOOP_BODY:
+        return f"(a body of {len(raw)} bytes)"
     texts = []
     for line in raw.split(b"\n"):
         try:
