@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 from test_http_e2e import JOBS, Server, body_of, command, q, raw, status_of
+from test_http_held import read_answer
 
 DEADLINE = 60.0
 TAKE = ("set jobs {owner: $1, run_at: now() + 30000, attempts: attempts + 1} "
@@ -189,12 +190,7 @@ def test_a_large_statement_does_not_stop_other_clients() -> None:
             big.sendall(b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
             pollers = [pool.submit(poll, k) for k in answered]  # only once the server has it all
             big.settimeout(300)
-            got = b""
-            while not (b"\r\n\r\n" in got and got.endswith(b"]")):
-                chunk = big.recv(65536)
-                if not chunk:
-                    break
-                got += chunk
+            got = read_answer(big)
             done.set()
             for p in pollers:
                 p.result(timeout=DEADLINE)
