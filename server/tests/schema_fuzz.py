@@ -98,7 +98,9 @@ class Report:
 
 
 def describe(case: Any) -> str:
-    return f"{case.method} {case.path} headers={case.headers!r} body={str(case.body)[:300]!r}"
+    texts = [b.get("query") for b in (case.body if isinstance(case.body, list) else [case.body])
+             if isinstance(b, dict)]
+    return f"{case.method} {case.path} queries={texts!r} headers={case.headers!r} body={str(case.body)[:300]!r}"
 
 
 def with_statements(case: Any, pick: int) -> None:
