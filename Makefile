@@ -8,7 +8,7 @@ PORT ?= 8080
 FILE ?= ./data.fenec
 PY_PARTS := server/pyproject.toml $(wildcard clients/python/pyproject.toml clients/python/requirements-test.txt)
 
-.PHONY: help serve test test-server check queue-bench conformance conformance-vectors queue-compare
+.PHONY: help serve test test-server check fuzz queue-bench conformance conformance-vectors queue-compare
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -38,6 +38,9 @@ test-server: $(STAMP) ## the server's tests only
 
 check: $(STAMP) ## lint and types: ruff and mypy (every hand-written Python part), tsc --strict (JS), go vet (Go)
 	$(BIN)/python scripts/test_all.py --check
+
+fuzz: $(STAMP) ## schemathesis over /_openapi.json, long (EXAMPLES=20000 SEED=n); reports requests sent and 5xx seen
+	$(BIN)/python server/tests/schema_fuzz.py --examples $(or $(EXAMPLES),20000) $(if $(SEED),--seed $(SEED))
 
 queue-bench: $(STAMP) ## the job-queue benchmarks (bench/README.md has the measured table)
 	$(BIN)/python bench/queue_bench.py

@@ -351,12 +351,14 @@ def test_token_cors_connections_idle() -> None:
             assert r.status_code == 404  # reads still run: the collection does not exist
             assert c.get("/_metrics", headers=auth).status_code == 200
             assert r.headers["access-control-expose-headers"].startswith("fenec-seq")
-        # past --max-connections: 503 with Retry-After, then closed
+        # past --max-connections: 503 with Retry-After, then closed; the health check still answers
         held = [socket.create_connection(s.addr) for _ in range(3)]
         time.sleep(0.2)
-        r = raw(s.addr, b"GET /_health HTTP/1.1\r\nHost: x\r\n\r\n")
+        r = raw(s.addr, b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
         assert status_of(r) == 503 and b"retry-after: 1" in r.lower()
         assert body_of(r) == {"error": "too many connections"}
+        r = raw(s.addr, b"GET /_health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert status_of(r) == 200 and b"connection: close" in r.lower()
         for h in held:
             h.close()
         time.sleep(0.3)

@@ -28,8 +28,13 @@ FLAGS: list[tuple[str, str | None, str]] = [
     ("--insecure", "off", "allow a non-loopback bind with no token"),
     ("--sync off|always|<ms>", "250", "when writes reach the disk"),
     ("--auto-compact <ratio>|off", "0.5", "compact once this share of the file is dead (and >= 64 MB)"),
-    ("--max-connections <n>", "100", "concurrent connections, 0 = unlimited; past it 503"),
+    ("--max-connections <n>", "100", "concurrent connections, held claims included, 0 = unlimited; past it 503 "
+     "(8 more may ask /_health or /_metrics)"),
     ("--idle-timeout <s>", "60", "close a keep-alive connection silent this long, 0 = never"),
+    ("--header-timeout <s>", "10", "a request head must arrive within this, else 408 and close; 0 = never"),
+    ("--body-timeout <s>", "60", "a request body must arrive within this of its head, else 408; 0 = never"),
+    ("--max-statement-bytes <n>", "1048576", "statement text of one request (a batch's distinct texts "
+     "together), else 413; 0 = no ceiling"),
     ("--idempotency-ttl <s>", "86400", "how long an Idempotency-Key and its answer are kept"),
     ("--http-token <value>", "env FENEC_HTTP_TOKEN", "the server token: full access"),
     ("--jwt-secret <value>", "env FENEC_JWT_SECRET", "HS256 secret (>= 32 bytes) of scoped tokens"),
@@ -50,6 +55,7 @@ FLAGS: list[tuple[str, str | None, str]] = [
 ]
 
 VALUE_FLAGS = {"--file", "-f", "--http", "--sync", "--auto-compact", "--max-connections", "--idle-timeout",
+               "--header-timeout", "--body-timeout", "--max-statement-bytes",
                "--idempotency-ttl", "--http-token", "--http-cors", "--slow-ms", "--jwt-secret", "--jwt-secret-file",
                "--jwt-require-exp", "--jwt-max-age", "--policy", "--mint-token", "--admin-token", "--auth-delay"}
 SWITCHES = {"--insecure", "--http-read-only", "--no-mmap", "--no-checkpoint", "--ping", "--help", "-h"}
@@ -139,6 +145,16 @@ def parse_int(flag: str, text: str, *, minimum: int = 0) -> int:
     return int(t)
 
 
+def parse_seconds(flag: str, text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 10**9:  # also refuses nan and inf
+        raise Exit(2, f"{flag} expects seconds (0 = never), not {text!r}")
+    return value
+
+
 def parse_addr(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or int(port) > 65535:
@@ -218,6 +234,9 @@ def _main(argv: list[str]) -> int:
             raise Exit(2, "--auto-compact expects a ratio between 0 and 1, or off")
     max_conn = parse_int("--max-connections", opts.get("max-connections", "100"))
     idle = parse_int("--idle-timeout", opts.get("idle-timeout", "60"))
+    opts["header-timeout"] = parse_seconds("--header-timeout", opts.get("header-timeout", "10"))
+    opts["body-timeout"] = parse_seconds("--body-timeout", opts.get("body-timeout", "60"))
+    opts["max-statement-bytes"] = parse_int("--max-statement-bytes", opts.get("max-statement-bytes", "1048576"))
     ttl = parse_int("--idempotency-ttl", opts.get("idempotency-ttl", "86400"), minimum=1)
     slow = opts.get("slow-ms")
     slow_ms = float(parse_int("--slow-ms", slow)) if slow is not None else None
@@ -266,11 +285,14 @@ def serve(db: Any, opts: dict[str, Any], *, host: str, port: int, path: str | No
     server_box: list[Any] = []
     app = App(db, Config(version=version(), token=token, cors=opts.get("http-cors"), idempotency_ttl_s=ttl,
                          slow_ms=slow_ms, threaded=bool(path) and sync == "always",
-                         auth=access.auth if access else None, auth_delay_ms=access.delay_ms if access else 100),
+                         auth=access.auth if access else None, auth_delay_ms=access.delay_ms if access else 100,
+                         max_statement_bytes=opts.get("max-statement-bytes", 1 << 20)),
               connections=lambda: len(server_box[0].server_state.connections) if server_box else 0)
 
     class Protocol(FenecProtocol):
         max_connections = max_conn
+        header_timeout = opts.get("header-timeout", 10.0)
+        body_timeout = opts.get("body-timeout", 60.0)
 
     config = uvicorn.Config(app, http=Protocol, loop="uvloop", lifespan="on", log_config=None,
                             access_log=False, server_header=False, date_header=True,

@@ -55,7 +55,15 @@ from .storage.footprint import Footprint
 
 log = logging.getLogger("fenecdb.database")
 
-PARSE_CACHE = 4096
+PARSE_CACHE = 4096  # statements kept parsed (and prepared) at most
+# ... and at most this many characters of statement text between them: an AST holds up to ~40x
+# its text (a 1 MB `in [1, 1, ...]`: 37 MB, tests/unit/test_parser_linear.py), so 20 distinct
+# 10 MB statements kept 450 MB. A text longer than CACHE_TEXT_MAX is parsed every time it comes.
+CACHE_CHARS = 4 << 20
+CACHE_TEXT_MAX = 64 << 10
+# A statement this long (and not prepared yet) is compiled before the lock is taken: compiling
+# a 1 MB `in` list takes seconds, which under the lock would stop every claim.
+PREPARE_OUTSIDE = 2048
 SWEEP_GRACE_MS = 60_000
 
 
@@ -95,7 +103,9 @@ class Database:
         # text -> (statements, the highest parameter each names)
         self._parsed: OrderedDict[str, tuple[list[A.Statement], list[int]]] = OrderedDict()
         self._parsed_mutex = threading.Lock()
-        self._prepared: dict[tuple[str, int], Prepared] = {}
+        self._parsed_chars = 0
+        self._prepared: dict[tuple[str, Any], Any] = {}
+        self._prepared_chars = 0
         self._version = 0
         self.seq = 0
         self._listeners: list[Callable[[frozenset[str], int], None]] = []
@@ -135,8 +145,10 @@ class Database:
         self.schema_changed()
 
     def schema_changed(self) -> None:
-        self._version += 1
-        self._prepared.clear()
+        with self._parsed_mutex:
+            self._version += 1
+            self._prepared.clear()
+            self._prepared_chars = 0
 
     # ---------------------------------------------------------------- public surface
 
@@ -191,21 +203,70 @@ class Database:
             return got
         stmts = parse(text)
         entry = (stmts, [max_param(s) for s in stmts])
+        if len(text) > CACHE_TEXT_MAX:
+            return entry
         with self._parsed_mutex:
-            self._parsed[text] = entry
-            if len(self._parsed) > PARSE_CACHE:
-                self._parsed.popitem(last=False)
+            if text not in self._parsed:
+                self._parsed[text] = entry
+                self._parsed_chars += len(text)
+                while len(self._parsed) > PARSE_CACHE or self._parsed_chars > CACHE_CHARS:
+                    old, _ = self._parsed.popitem(last=False)
+                    self._parsed_chars -= len(old)
         return entry
 
-    def _prepare(self, text: str, i: int, stmt: A.Statement) -> Prepared:
+    def cached(self, text: str) -> bool:
+        """Whether `text` is parsed already (the HTTP layer runs a long uncached one off its loop)."""
+        return text in self._parsed
+
+    def remember_plan(self, key: tuple[str, Any], plan: Any, version: int | None = None) -> None:
+        """Keep a prepared statement, within the cache's count and characters. With `version`,
+        only if the schema has not changed since it was read (a plan prepared outside the lock)."""
+        text = key[0]
+        if len(text) > CACHE_TEXT_MAX:
+            return
+        with self._parsed_mutex:
+            if version is not None and version != self._version:
+                return
+            if len(self._prepared) >= PARSE_CACHE or self._prepared_chars + len(text) > CACHE_CHARS:
+                self._prepared.clear()
+                self._prepared_chars = 0
+            if key not in self._prepared:
+                self._prepared_chars += len(text)
+            self._prepared[key] = plan
+
+    def _prepare(self, text: str, i: int, stmt: A.Statement, ready: dict | None = None) -> Prepared:
         key = (text, i)
         p = self._prepared.get(key)
+        if p is None and ready is not None:
+            early = ready.get(key)
+            if early is not None and early[0] == self._version:
+                return early[1]
         if p is None:
             p = prepare(stmt, {n: c.schema for n, c in self.collections.items()})
-            if len(self._prepared) > PARSE_CACHE:
-                self._prepared.clear()
-            self._prepared[key] = p
+            self.remember_plan(key, p)
         return p
+
+    def _prepare_early(self, parsed: list) -> dict | None:
+        """Compile the long statements before any lock is taken (PREPARE_OUTSIDE). Each is kept
+        with the schema version it was read at, and used under the lock only if that version is
+        still current; anything that goes wrong here is left for the locked path to meet again."""
+        ready: dict | None = None
+        for text, stmt, _ in parsed:
+            if len(text) < PREPARE_OUTSIDE or type(stmt) not in (A.Get, A.Set, A.Del, A.Put):
+                continue
+            key = (text, 0)
+            if key in self._prepared:
+                continue
+            version = self._version
+            try:
+                p = prepare(stmt, {n: c.schema for n, c in list(self.collections.items())})
+            except Exception:  # a refusal or a schema read mid-change: the locked path decides
+                continue
+            if ready is None:
+                ready = {}
+            ready[key] = (version, p)
+            self.remember_plan(key, p, version)
+        return ready
 
     def _statements(self, statements: list[tuple[str, Any]], block: bool) -> list[tuple[str, A.Statement, list]]:
         out = []
@@ -239,6 +300,7 @@ class Database:
         parsed = self._statements(statements, block)
         if scope is not None:
             self._authorize(parsed, block, scope)
+        ready = self._prepare_early(parsed) if scope is None else None
         writes = parsed[0][1].writes if len(parsed) == 1 else any(s.writes for _, s, _ in parsed)
         if writes and self._read_only:
             err = FenecError("denied", "the server is in read-only mode")
@@ -250,7 +312,7 @@ class Database:
         if not writes:
             self._lock.acquire_read()
             try:
-                answers = self._run_reads(parsed, block, scope)
+                answers = self._run_reads(parsed, block, scope, ready)
                 return Result(answers, self.seq, False, 0, None)
             finally:
                 self._lock.release_read()
@@ -266,7 +328,7 @@ class Database:
                         raise FenecError("conflict", "this Idempotency-Key came with another request: a key is for one")
                     return Result([], self.seq, False, 0, (stored[1], stored[2]))
             blk = Block(self)
-            answers, taken = self._run_block(parsed, block, blk, scope)
+            answers, taken = self._run_block(parsed, block, blk, scope, ready)
             keep_key = idempotency is not None and (taken > 0 or idempotency.keep_empty)
             if blk.ops or keep_key:
                 ticket = self._commit(blk, answers, idempotency if keep_key else None, render)
@@ -349,7 +411,7 @@ class Database:
                     e.at = i
                 raise
 
-    def _run_reads(self, parsed: list, block: bool, scope: Any = None) -> list:
+    def _run_reads(self, parsed: list, block: bool, scope: Any = None, ready: dict | None = None) -> list:
         answers = []
         for i, (text, stmt, params) in enumerate(parsed):
             env = Env(params, V.Ts(self.now()))
@@ -358,7 +420,7 @@ class Database:
                     env.claims = scope.claims
                     answers.append(run_scoped(self, text, stmt, env, None, scope))
                     continue
-                p = self._prepare(text, 0, stmt)
+                p = self._prepare(text, 0, stmt, ready)
                 answers.append(run_get(self, p, env))
             except FenecError as e:
                 if block:
@@ -376,7 +438,8 @@ class Database:
                           i if block else None) from None
         return answers
 
-    def _run_block(self, parsed: list, block: bool, blk: Block, scope: Any = None) -> tuple[list, int]:
+    def _run_block(self, parsed: list, block: bool, blk: Block, scope: Any = None,
+                   ready: dict | None = None) -> tuple[list, int]:
         answers = []
         taken = 0
         clock = self._clock
@@ -390,15 +453,15 @@ class Database:
                     if t is A.Set or t is A.Del:
                         taken += len(ans) if type(ans) is list else ans["affected"]
                 elif t is A.Set:
-                    ans = run_set(self, self._prepare(text, 0, stmt), env, blk)
+                    ans = run_set(self, self._prepare(text, 0, stmt, ready), env, blk)
                     taken += len(ans) if type(ans) is list else ans["affected"]
                 elif t is A.Del:
-                    ans = run_del(self, self._prepare(text, 0, stmt), env, blk)
+                    ans = run_del(self, self._prepare(text, 0, stmt, ready), env, blk)
                     taken += len(ans) if type(ans) is list else ans["affected"]
                 elif t is A.Get:
-                    ans = run_get(self, self._prepare(text, 0, stmt), env)
+                    ans = run_get(self, self._prepare(text, 0, stmt, ready), env)
                 elif t is A.Put:
-                    ans = run_put(self, self._prepare(text, 0, stmt), env, blk)
+                    ans = run_put(self, self._prepare(text, 0, stmt, ready), env, blk)
                 elif t is A.CreateCollection:
                     ans = run_create(self, stmt, blk)
                 elif t is A.DropCollection:

@@ -167,3 +167,19 @@ def test_returning_and_picking_writes(db):
     got = db.query("set q {n: n * 10} order n desc limit 2 returning id, n")
     assert got == [{"id": 1, "n": 30}, {"id": 3, "n": 20}]
     assert db.query("del q order n limit 1 returning *") == [{"id": 2, "n": 1, "u": None}]
+
+
+def test_put_of_an_unbound_parameter_is_400_not_a_500():
+    """`put jobs $1` without params was an IndexError (500): the documents' parameter is a number
+    in the AST, which the count of parameters a statement names did not see (found by make fuzz)."""
+    db = Database()
+    db.query("create collection jobs (x int)")
+    for params in (None, []):
+        with pytest.raises(FenecError) as ei:
+            db.query("put jobs $1", params)
+        assert ei.value.status == 400 and ei.value.message == "parameter $1 is not bound"
+    with pytest.raises(FenecError) as ei:
+        db.batch([("put jobs [{x: 1}]", None), ("put jobs $2", [{"x": 2}])])
+    assert ei.value.status == 400 and ei.value.at == 1
+    assert db.query("put jobs $1", [[{"x": 3}, {"x": 4}]]) == {"affected": 2}
+    assert db.query("get jobs count") == [{"count": 2}]

@@ -69,6 +69,9 @@ def max_param(node: Any) -> int:
         n = stack.pop()
         if isinstance(n, A.Param):
             best = max(best, n.n)
+        elif isinstance(n, A.Put) and n.param is not None:  # `put jobs $1`: the documents, a number here
+            best = max(best, n.param)
+            stack.extend(getattr(n, f.name) for f in dc_fields(n))
         elif is_dataclass(n):
             for f in dc_fields(n):
                 stack.append(getattr(n, f.name))

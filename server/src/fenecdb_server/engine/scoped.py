@@ -239,9 +239,7 @@ def _plan(db: Any, text: str, stmt: A.Statement, scope: Scope) -> Plan:
         plan.inserts = [InsertRule(r, schema) for r in g.rules("insert")]
         if getattr(stmt, "else_patch", None) is not None:
             _judges(plan, g, schema)
-    if len(db._prepared) > 4096:
-        db._prepared.clear()
-    db._prepared[key] = plan
+    db.remember_plan(key, plan)
     return plan
 
 

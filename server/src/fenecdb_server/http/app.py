@@ -10,7 +10,13 @@ claim. The routes nobody calls in a loop
 Order of checks for every request (each refuses before the next is looked at):
 `/_health` (no token, no lock, before routing) → header block over 64 KiB (431) → method
 (501) → `OPTIONS` preflight (204) → chunked body (411) → body over 64 MiB (413, before reading
-it) → token (401, after the auth delay; auth.py) → route (404) → the body itself (400) → the engine.
+it) → token (401, after the auth delay; auth.py) → route (404) → the body itself (400) →
+statement text over `--max-statement-bytes` (413) → the engine.
+
+A large request does not stop the others: a body over OFF_LOOP_BODY is decoded, and a job
+whose statement text is not parsed yet and over OFF_LOOP_TEXT is parsed, prepared and run, in
+a worker thread, while the loop goes on answering (the GIL is handed back to it every switch
+interval; bench/stall_probe.py measures the stall, server/README.md has the numbers).
 A scoped token's requests run under its policy scope (`db.execute(..., scope=...)`); the server
 token, or anyone on an open server, runs with no scope (everything).
 """
@@ -58,6 +64,12 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 JSON_TYPE = (b"content-type", b"application/json; charset=utf-8")
 HEALTH_BODY = b'{"ok":true}'
+MAX_STATEMENT_BYTES = 1 << 20
+# Past these a request is handled in a worker thread. A parse costs ~5 us a byte of dense text
+# (`in [1, 1, ...]`), so 2 KiB on the loop is at most ~10 ms; a claim's text (~150 bytes) is
+# parsed once and cached, and never leaves the loop.
+OFF_LOOP_BODY = 64 << 10
+OFF_LOOP_TEXT = 2 << 10
 WRITE_VERBS = ("put", "insert", "set", "del", "create", "drop")
 
 
@@ -89,7 +101,8 @@ class Config:
 
     def __init__(self, *, version: str = "0.0.0", token: str | None = None, cors: str | None = None,
                  idempotency_ttl_s: int = DEFAULT_TTL_S, slow_ms: float | None = None,
-                 threaded: bool = False, auth: Auth | None = None, auth_delay_ms: int = 100) -> None:
+                 threaded: bool = False, auth: Auth | None = None, auth_delay_ms: int = 100,
+                 max_statement_bytes: int = MAX_STATEMENT_BYTES) -> None:
         self.version = version
         # the tokens accepted (auth.py); `token` alone is a server token and nothing else
         self.auth = auth if auth is not None else Auth(server_token=token)
@@ -102,6 +115,8 @@ class Config:
         # the disk works. Otherwise on the loop: a one-row get costs 6 us there against 120 us
         # with a thread hop (measured, bench/http_bench.py).
         self.threaded = threaded
+        # the statement text of one request (`/batch`: its distinct texts together); 0 = no ceiling
+        self.max_statement_bytes = max_statement_bytes
 
 
 class Request:
@@ -159,6 +174,8 @@ class App:
         self.delay = AuthDelay(self.config.auth_delay_ms)
         self.waits: Waits | None = None
         self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fenec-exec") if self.config.threaded else None
+        # large requests (OFF_LOOP_*): two threads, as the GIL lets only one of them run at a time
+        self.large = self.pool or ThreadPoolExecutor(max_workers=2, thread_name_prefix="fenec-large")
         self.version_header = (b"x-fenecdb-version", self.config.version.encode())
         self.cors_headers: list[tuple[bytes, bytes]] = []
         if self.config.cors:
@@ -217,6 +234,9 @@ class App:
         method = scope["method"]
         if path == "/_health" and (method == "GET" or method == "HEAD"):
             await self.respond(send, 200, HEALTH_BODY, ())
+            return
+        if scope.get("fenec.too_many"):  # a connection in the reserve past the ceiling (protocol.py)
+            await self.respond(send, 503, E.body(E.TOO_MANY), ((b"retry-after", b"1"), (b"connection", b"close")))
             return
         if scope.get("fenec.head_too_large"):
             await self.respond(send, 431, E.head_too_large(), ((b"connection", b"close"),))
@@ -355,53 +375,73 @@ class App:
     # -- /query and /batch --
 
     async def query(self, req: Request, receive: Receive, send: Send) -> None:
-        started = time.perf_counter()
-        raw = await self.read_body(receive)
-        if raw is None:
-            return
-        try:
-            try:
-                text, params = self.statement(self.decode(raw))
-            except ValueError as e:
-                raise Refusal(400, E.body(str(e))) from None
-            job = self.job(req, raw, [(text, params)], block=False)
-        except Refusal as r:
-            await self.respond(send, r.status, r.body, (), api=True)
-            self.account(started, "read", True, req, raw)
-            return
-        await self.serve(job, receive, send, started, req, raw)
+        await self.take(req, receive, send, self.query_job)
 
     async def batch(self, req: Request, receive: Receive, send: Send) -> None:
+        await self.take(req, receive, send, self.batch_job)
+
+    async def take(self, req: Request, receive: Receive, send: Send,
+                   build: Callable[[Request, bytes], Job]) -> None:
         started = time.perf_counter()
         raw = await self.read_body(receive)
         if raw is None:
             return
         try:
-            try:
-                raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise Refusal(400, E.body(E.NOT_UTF8)) from None
-            statements: list[tuple[str, list[Any] | None]] = []
-            for k, line in enumerate(raw.split(b"\n"), start=1):
-                if not line.strip():
-                    continue
-                try:
-                    statements.append(self.statement(self.decode(line)))
-                except Refusal as r:
-                    why = orjson.loads(r.body)["error"] if orjson else json.loads(r.body)["error"]
-                    raise Refusal(400, E.batch_line(k, why, len(statements))) from None
-                except ValueError as e:
-                    raise Refusal(400, E.batch_line(k, str(e), len(statements))) from None
-            if not statements:
-                raise Refusal(400, E.body(E.EMPTY_BATCH))
-            job = self.job(req, raw, statements, block=True)
+            if len(raw) > OFF_LOOP_BODY:  # decoding 16 MB of JSON holds the GIL ~20 ms: not on the loop
+                job = await asyncio.get_running_loop().run_in_executor(self.large, build, req, raw)
+            else:
+                job = build(req, raw)
         except Refusal as r:
             await self.respond(send, r.status, r.body, (), api=True)
             self.account(started, "read", True, req, raw)
             return
         await self.serve(job, receive, send, started, req, raw)
 
+    def query_job(self, req: Request, raw: bytes) -> Job:
+        try:
+            text, params = self.statement(self.decode(raw))
+        except ValueError as e:
+            raise Refusal(400, E.body(str(e))) from None
+        return self.job(req, raw, [(text, params)], block=False)
+
+    def batch_job(self, req: Request, raw: bytes) -> Job:
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise Refusal(400, E.body(E.NOT_UTF8)) from None
+        statements: list[tuple[str, list[Any] | None]] = []
+        for k, line in enumerate(raw.split(b"\n"), start=1):
+            if not line.strip():
+                continue
+            try:
+                statements.append(self.statement(self.decode(line)))
+            except Refusal as r:
+                why = orjson.loads(r.body)["error"] if orjson else json.loads(r.body)["error"]
+                raise Refusal(400, E.batch_line(k, why, len(statements))) from None
+            except ValueError as e:
+                raise Refusal(400, E.batch_line(k, str(e), len(statements))) from None
+        if not statements:
+            raise Refusal(400, E.body(E.EMPTY_BATCH))
+        return self.job(req, raw, statements, block=True)
+
+    def text_size(self, statements: list[tuple[str, Any]]) -> tuple[int, int]:
+        """(UTF-8 bytes of the request's distinct statement texts, characters of those not parsed
+        yet). A text repeated in a batch is parsed once (the cache), so it counts once."""
+        size = 0
+        fresh = 0
+        cached = getattr(self.db, "cached", None)
+        for text in {t for t, _ in statements}:
+            n = len(text)
+            size += n if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+            if cached is None or not cached(text):
+                fresh += n
+        return size, fresh
+
     def job(self, req: Request, raw: bytes, statements: list[tuple[str, Any]], *, block: bool) -> Job:
+        size, fresh = self.text_size(statements)
+        ceiling = self.config.max_statement_bytes
+        if ceiling and size > ceiling:
+            raise Refusal(413, E.statement_too_large(size, ceiling))
         wait = 0
         if req.wait is not None:
             parsed = parse_wait(req.wait)
@@ -418,18 +458,21 @@ class App:
                 raise Refusal(400, E.body(IDEM_NO_SUB))
             key = namespaced(req.idem) if namespace is None else namespaced(req.idem, namespace)
             idem = make_idem(key, request_hash(req.method, req.target, raw), self.config.idempotency_ttl_ms)
-        return Job(statements, block, idem, wait, caller)
+        return Job(statements, block, idem, wait, caller, large=fresh > OFF_LOOP_TEXT)
 
     async def serve(self, job: Job, receive: Receive, send: Send, started: float,
                     req: Request, raw: bytes) -> None:
         hold = None
         waits = self.waits or self.start()
         if job.wait > 0 and not waits.closing:
+            # a scoped token's claim is held and woken under its scope (http.md §8.9)
+            scoped = {"scope": job.caller.scope} if job.caller.scoped else {}
             try:
-                if job.caller.scoped:  # held and woken under the token's scope (http.md §8.9)
-                    hold = self.db.prepare_hold(job.statements, scope=job.caller.scope)
+                if job.large:
+                    hold = await asyncio.get_running_loop().run_in_executor(
+                        self.large, partial(self.db.prepare_hold, job.statements, **scoped))
                 else:
-                    hold = self.db.prepare_hold(job.statements)
+                    hold = self.db.prepare_hold(job.statements, **scoped)
             except FenecError as e:
                 status, body = E.answer(e, batch=job.block)
                 await self.respond(send, status, body, (), api=True)
@@ -503,9 +546,9 @@ class App:
         # only a scoped token passes a scope: the server token runs as it always did
         scoped = {"scope": job.caller.scope} if job.caller.scoped else {}
         try:
-            if self.pool is not None:
+            if self.pool is not None or job.large:
                 loop = asyncio.get_running_loop()
-                result = await loop.run_in_executor(self.pool, partial(
+                result = await loop.run_in_executor(self.large, partial(
                     self.db.execute, job.statements, block=job.block, idempotency=job.idem, render=render,
                     **scoped))
             else:
@@ -552,19 +595,23 @@ class App:
 class Job:
     """One request's statements, as the engine runs them (again, when held)."""
 
-    __slots__ = ("statements", "block", "idem", "wait", "caller")
+    __slots__ = ("statements", "block", "idem", "wait", "caller", "large")
 
     def __init__(self, statements: list[tuple[str, Any]], block: bool, idem: Any, wait: int,
-                 caller: Caller = OPEN) -> None:
+                 caller: Caller = OPEN, *, large: bool = False) -> None:
         self.statements = statements
         self.block = block
         self.idem = idem
         self.wait = wait
         self.caller = caller
+        self.large = large  # its text is long and not parsed yet: parsed and run off the loop
 
 
 def _without_params(raw: bytes) -> str:
-    """The body for the slow log, with parameter values left out (server.md §8)."""
+    """The body for the slow log, with parameter values left out (server.md §8). A large body is
+    not decoded again on the loop for it (it is cut at 1 000 characters anyway)."""
+    if len(raw) > OFF_LOOP_BODY:
+        return f"(a body of {len(raw)} bytes)"
     texts = []
     for line in raw.split(b"\n"):
         try:

@@ -65,6 +65,15 @@ def too_large(size: int) -> bytes:
     return body(f"the body is {size} bytes, the ceiling is {BODY_CEILING}")
 
 
+def statement_too_large(size: int, ceiling: int) -> bytes:
+    return body(f"the statement text is {size} bytes, the ceiling is {ceiling} (--max-statement-bytes): "
+                "send values as params")
+
+
+def timed_out(what: str, seconds: float) -> bytes:
+    return body(f"the request {what} did not arrive within {seconds:g} s")
+
+
 def head_too_large() -> bytes:
     return body(f"the header block is over {HEAD_CEILING} bytes")
 

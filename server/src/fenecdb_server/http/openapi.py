@@ -53,13 +53,16 @@ def _common(batch: bool) -> dict[str, Any]:
         "403": bad("A write on a read-only server."),
         "404": bad("Unknown collection, field or path."),
         "409": bad("A @unique value, id or collection name already taken."),
+        "408": _err("The request head (--header-timeout) or body (--body-timeout) did not arrive in time; "
+                    "the connection is closed."),
         "411": _err("A chunked body."),
         "412": bad("`require N` not met."),
-        "413": _err("A body over 64 MiB."),
+        "413": _err("A body over 64 MiB, or statement text over --max-statement-bytes (default 1 MiB)."),
         "422": _err("An Idempotency-Key already used with another request."),
         "431": _err("A header block over 64 KiB."),
         "500": bad("The disk refused a write, or an internal fault."),
-        "503": {**_err("Too many connections."), "headers": _RETRY},
+        "503": {**_err("Too many connections (past --max-connections only /_health and /_metrics answer)."),
+                "headers": _RETRY},
     }
 
 

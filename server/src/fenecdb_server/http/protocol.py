@@ -3,7 +3,13 @@ ASGI app sees a request:
 
 * past `--max-connections` a new connection is answered 503 `too many connections` with
   `Retry-After: 1` and closed (uvicorn's own `limit_concurrency` answers plain text and counts
-  tasks, not connections);
+  tasks, not connections), but for RESERVE connections past it that may ask only `/_health`
+  or `/_metrics` (one request each, then closed): held claims are connections, and a server
+  whose slots are all held workers is healthy, so its health check and its scrape must answer;
+* a request head must arrive whole within `--header-timeout` s of the connection (or of its
+  first byte, after a previous request), and its body within `--body-timeout` s of the head:
+  otherwise 408 and close. Without them a connection that never finished its head held a slot
+  for ever, and 100 of them (the default ceiling) locked every client out;
 * a header block over 64 KiB is 431 (llhttp has no ceiling of its own: the bytes of the head
   are counted as they arrive, so a head that never ends cannot grow without bound);
 * a request the parser cannot read is a JSON 400 (uvicorn writes plain text), an unknown
@@ -33,30 +39,65 @@ def _raw_answer(status: int, body: bytes, extra: bytes = b"") -> bytes:
     ])
 
 
+RESERVE = 8
+SPARE_PATHS = frozenset({b"/_health", b"/_metrics"})
+
+
 class FenecProtocol(HttpToolsProtocol):
-    max_connections = 0  # set by the command line; 0 = unlimited
+    # set by the command line (a subclass per server); 0 = unlimited / never
+    max_connections = 0
+    header_timeout = 10.0
+    body_timeout = 60.0
+    spares = 0  # connections now open in the reserve past max_connections (counted per subclass)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._refused = False
+        self._spare = False
         self._in_head = True
         self._head_bytes = 0
         self._head_size = 0
+        self._timer: Any = None
 
     def connection_made(self, transport: Any) -> None:
         limit = self.max_connections
-        if limit and len(self.connections) >= limit:
-            self._refused = True
-            self.transport = transport
-            transport.write(_raw_answer(503, E.body(E.TOO_MANY), b"retry-after: 1\r\n"))
-            transport.close()
-            return
+        cls = type(self)
+        if limit and len(self.connections) - cls.spares >= limit:
+            if cls.spares >= RESERVE:
+                self._refused = True
+                self.transport = transport
+                transport.write(_raw_answer(503, E.body(E.TOO_MANY), b"retry-after: 1\r\n"))
+                transport.close()
+                return
+            self._spare = True
+            cls.spares += 1
         super().connection_made(transport)
+        self._arm(self.header_timeout, "head")
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._refused:
             return
+        self._disarm()
+        if self._spare:
+            self._spare = False
+            type(self).spares -= 1
         super().connection_lost(exc)
+
+    # -- the head and body timeouts --
+
+    def _arm(self, seconds: float, what: str) -> None:
+        self._disarm()
+        if seconds > 0:
+            self._timer = self.loop.call_later(seconds, self._timed_out, what, seconds)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _timed_out(self, what: str, seconds: float) -> None:
+        self._timer = None
+        self._refuse(408, E.timed_out(what, seconds))
 
     def data_received(self, data: bytes) -> None:
         if self._refused or self.parser is None:
@@ -92,6 +133,8 @@ class FenecProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self._in_head = True
         self._head_size = 0
+        if self._timer is None:  # a later request on the connection: timed from its first byte
+            self._arm(self.header_timeout, "head")
 
     def on_url(self, url: bytes) -> None:
         super().on_url(url)
@@ -104,11 +147,20 @@ class FenecProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._head_bytes = 0
+        self._arm(self.body_timeout, "body")
         if self._head_size > HEAD_CEILING:
             self.scope["fenec.head_too_large"] = True  # type: ignore[typeddict-unknown-key]
+        if self._spare:
+            # past the ceiling: only a health check or a scrape, and the connection closes after it
+            path = httptools.parse_url(self.url).path
+            if path not in SPARE_PATHS:
+                self.scope["fenec.too_many"] = True  # type: ignore[typeddict-unknown-key]
         super().on_headers_complete()
+        if self._spare and self.cycle is not None:
+            self.cycle.keep_alive = False
 
     def on_message_complete(self) -> None:
+        self._disarm()
         super().on_message_complete()
         self._in_head = True
         self._head_bytes = 0

@@ -346,6 +346,30 @@ def _depth(e: A.Expr) -> int:
     return deepest
 
 
+def _in_consts(lf: Fn, consts: list[Any]) -> Fn:
+    """`x in [literals]`: a set lookup for the kinds whose `=` is Python's (int with int, text
+    with text, float with float), `eq` against the rest. A 2 MB `in [1, 1, ...]` compared each
+    row with every item (a million `eq` calls a row); now a row of one of those kinds costs one
+    lookup plus the items of other kinds (tests/unit/test_parser_linear.py counts the calls)."""
+    exact: dict[type, set[Any]] = {int: set(), str: set(), float: set()}
+    for c in consts:
+        bucket = exact.get(type(c))
+        if bucket is not None:
+            bucket.add(c)
+    cross = {t: [c for c in consts if type(c) is not t] for t in exact}
+    has_null = any(c is None for c in consts)
+
+    def in_list(row: Any, env: Any) -> bool:
+        a = lf(row, env)
+        if a is None:
+            return has_null
+        same = exact.get(type(a))
+        if same is None:
+            return any(eq(a, c) for c in consts)
+        return a in same or any(eq(a, c) for c in cross[type(a)])
+    return in_list
+
+
 def compile_expr(e: A.Expr, ctx: Ctx) -> Fn:
     if _depth(e) > MAX_DEPTH:
         raise qerr(f"expression too deep: more than {MAX_DEPTH} levels")
@@ -483,7 +507,7 @@ def _c(e: A.Expr, ctx: Ctx) -> Fn:  # noqa: C901 - a dispatch over node kinds
             fns = [_c(i, ctx) for i in e.items]
             if all(isinstance(i, A.Lit) for i in e.items):
                 consts = [i.value for i in e.items if isinstance(i, A.Lit)]  # all are: the test narrows for mypy
-                return lambda row, env: any(eq(lf(row, env), c) for c in consts)
+                return _in_consts(lf, consts)
             return lambda row, env: any(eq(lf(row, env), f(row, env)) for f in fns)
         sf = _c(cast(A.Expr, e.source), ctx)  # without items the parser always gives a source
 

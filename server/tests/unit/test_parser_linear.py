@@ -1,0 +1,185 @@
+"""Hostile statements cost time and memory linear in their size (issue 18, items 2 and 3).
+
+Nothing here reads a clock. Time is counted as work: every Python and C function call made
+while a statement is parsed, planned and run (`sys.setprofile` sees both), compared at sizes n
+and 4n. Memory is tracemalloc's peak, which sees every allocation of the regex engine too (its
+backtracking stack was the 665x of a text literal). The two hostile inputs of the issue failed
+here before: the quote attack's pre-check regex kept ~130 bytes per escape (13 MB for 100 KB)
+and a text literal took ~800 bytes per byte in the lexer.
+"""
+
+from __future__ import annotations
+
+import sys
+import tracemalloc
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import pytest
+from fenecdb_server import Database, FenecError
+from fenecdb_server.plan import compile as C
+from fenecdb_server.ql import parser as P
+
+GROWTH = 4.4  # 4x the text may cost 4x the work, and a little for constants
+
+
+def calls(fn: Callable[[], Any]) -> int:
+    """The function calls (Python and C) made while fn runs."""
+    count = 0
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        nonlocal count
+        if event == "call" or event == "c_call":
+            count += 1
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    except FenecError:
+        pass
+    finally:
+        sys.setprofile(None)
+    return count
+
+
+def peak(fn: Callable[[], Any]) -> int:
+    tracemalloc.start()
+    try:
+        fn()
+    except FenecError:
+        pass
+    finally:
+        top = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return top
+
+
+# Each builds a statement whose size grows with n, in the shapes that cost the most per byte.
+SHAPES: dict[str, Callable[[int], str]] = {
+    "in list": lambda n: "get t where a in [" + ",".join(["1"] * n) + "]",
+    "text list": lambda n: "get t where s in [" + ",".join(['"x"'] * n) + "]",
+    "escapes": lambda n: 'put t {s: "' + '\\"' * n + '"}',
+    "documents": lambda n: "put t [" + ",".join(["{a: 1, s: 'x'}"] * n) + "]",
+    "statements": lambda n: "get t;" * n,
+    "comment": lambda n: "get t -- " + "(" * n + "\n",
+    "case": lambda n: "get t select case " + " ".join(["when a = 1 then 2"] * n) + " end as c",
+    "unterminated": lambda n: 'get t where s = "' + '\\"' * n,
+    "quote attack": lambda n: "(" * 600 + '"' + '\\"' * n,
+    "quote attack in a where": lambda n: "get t where " + "(" * 600 + '"' + '\\"' * n,
+    "deep": lambda n: "get t where " + "(" * n + "a" + ")" * n,
+}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_parse_work_is_linear(shape: str) -> None:
+    build = SHAPES[shape]
+    small = calls(lambda: P.parse(build(500)))
+    large = calls(lambda: P.parse(build(2000)))
+    assert large <= GROWTH * small + 200, (shape, small, large)
+
+
+def test_a_refusal_for_depth_reads_no_further_than_the_limit() -> None:
+    """The 513th open bracket stops the lexer: what follows it is never read, however long."""
+    seen: list[int] = []
+    original = P._Guard.process
+
+    def counting(self: Any, stream: Any) -> Any:
+        def counted() -> Any:
+            for tok in stream:
+                seen[-1] += 1
+                yield tok
+        return original(self, counted())
+
+    P._Guard.process = counting  # type: ignore[method-assign]
+    try:
+        for n in (10_000, 40_000):
+            seen.append(0)
+            with pytest.raises(FenecError, match="too deep"):
+                P.parse("get t where " + "(" * 600 + '"' + '\\"' * n)
+    finally:
+        P._Guard.process = original  # type: ignore[method-assign]
+    assert seen == [3 + P.MAX_DEPTH + 1] * 2  # `get`, `t`, `where`, then the brackets
+
+
+def test_the_quote_attack_holds_no_memory_per_escape() -> None:
+    # 100 KB: the old pre-check's regex held 13 MB here, and rescanned to the end at every quote
+    for text in ("(" * 600 + '"' + '\\"' * 50_000, "get t where " + "(" * 600 + '"' + '\\"' * 50_000):
+        assert peak(partial(P.parse, text)) < 1_000_000
+
+
+def test_an_unterminated_text_is_refused_in_constant_memory() -> None:
+    for n in (50_000, 200_000):
+        text = 'get t where s = "' + '\\"' * n
+        assert peak(partial(P.parse, text)) < 1_000_000, n  # was ~130 bytes an escape
+
+
+@pytest.mark.parametrize("body", ["a" * 400_000, '\\"' * 200_000, "\\n" * 200_000, "é" * 200_000])
+def test_a_text_literal_costs_a_small_multiple_of_its_size(body: str) -> None:
+    text = 'put jobs {payload: "' + body + '"}'
+    size = len(text.encode())
+    assert peak(partial(P.parse, text)) < 6 * size  # was ~800x: 3.4 GB for 5 MB
+
+
+def test_in_a_list_of_literals_a_row_is_one_lookup() -> None:
+    """`x in [1, 1, ...]` compared each row with every item; now with none of them."""
+    db = Database()
+    db.query("create collection t (a int, s text, f float)")
+    db.query("put t [{a: 5, s: 'q', f: 0.5}, {a: 7, s: 'r', f: 1.0}, {a: null}]")
+    compared = 0
+    original = C.eq
+
+    def counting(a: Any, b: Any) -> bool:
+        nonlocal compared
+        compared += 1
+        return original(a, b)
+
+    C.eq = counting
+    try:
+        for n in (1_000, 4_000):
+            ints = ",".join(str(i) for i in range(10, 10 + n))
+            texts = ",".join(f"'x{i}'" for i in range(n))
+            compared = 0
+            assert db.query(f"get t where a in [{ints}, 7] select a") == [{"a": 7}]
+            assert db.query(f"get t where s in [{texts}, 'q'] select s") == [{"s": "q"}]
+            assert compared == 0, (n, compared)
+    finally:
+        C.eq = original
+    # kinds still meet as `=` says: an int list finds a float row, null finds nothing but null
+    assert db.query("get t where f in [1, 2] select f") == [{"f": 1.0}]
+    assert db.query("get t where a in [null] select id") == [{"id": 3}]
+    assert db.query("get t where a in [true, 5.0] select a") == [{"a": 5}]
+
+
+def test_planning_and_running_a_long_list_is_linear() -> None:
+    db = Database()
+    db.query("create collection t (a int @hash, b int)")
+    db.query("put t [" + ",".join(f"{{a: {i}, b: {i}}}" for i in range(50)) + "]")
+
+    def run(n: int) -> None:
+        items = ",".join(str(i % 100) for i in range(n))
+        db.query(f"get t where a in [{items}] and b in [{items}] count")
+
+    small, large = calls(lambda: run(500)), calls(lambda: run(2000))
+    assert large <= GROWTH * small + 200, (small, large)
+
+
+def test_the_statement_cache_is_bounded_by_characters() -> None:
+    """20 distinct 10 MB statements stayed in the cache (450 MB held); a long text is now parsed
+    each time it comes, and the cache as a whole keeps at most CACHE_CHARS of text."""
+    from fenecdb_server import database as D
+
+    db = Database()
+    db.query("create collection t (s text)")
+    tracemalloc.start()
+    try:
+        for i in range(20):
+            db.query(f'get t where s = "{i}' + "x" * 200_000 + '"')
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert held < 1_000_000  # was 20 x (the text as the key + its literal in the AST): 8 MB
+    for i in range(200):  # texts under CACHE_TEXT_MAX are kept, within the characters budget
+        db.query(f'get t where s = "{i}' + "y" * 60_000 + '"')
+    assert db._parsed_chars <= D.CACHE_CHARS and db._prepared_chars <= D.CACHE_CHARS
+    assert sum(len(t) for t in db._parsed) == db._parsed_chars
