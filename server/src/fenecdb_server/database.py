@@ -111,7 +111,7 @@ class Database:
         self._log: Any = None
         self._footprint = Footprint()  # the dead-bytes estimate (storage/footprint.py)
         self.auto_compactions = 0
-        self.tally = Tally()  # jobs enqueued, claimed, acked, failed, dead-lettered per queue
+        self.tally = Tally(self.collections)  # jobs enqueued, claimed, acked, failed, dead-lettered per queue
         self.last_compaction: dict = {}
         if path is not None:
             from .storage import Log
@@ -338,7 +338,7 @@ class Database:
         try:
             if self.written.on:
                 self.written.note(self.seq, blk.ops)
-            self.tally.note(blk.undo)
+            self.tally.note(blk.undo, blk.ops)
             if self._listeners:
                 touched = frozenset(blk.touched)
                 for cb in self._listeners:
