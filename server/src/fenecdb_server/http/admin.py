@@ -17,6 +17,7 @@ server with no token at all, which binds only loopback); a scoped token is refus
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
@@ -28,6 +29,7 @@ from . import errors as E
 if TYPE_CHECKING:
     from .app import App
 
+log = logging.getLogger("fenec.http")
 JSON = "application/json; charset=utf-8"
 CHUNK = 1 << 20
 ADMIN_ONLY = "the server token only: /_admin routes are not for scoped tokens"
@@ -57,6 +59,9 @@ def add_admin_routes(api: FastAPI, app: App) -> None:
         except FenecError as e:
             status, body = E.answer(e)
             return Response(body, status_code=status, media_type=JSON)
+        log.warning("compacted on demand: %s -> %s bytes, write lock held %.1f ms, log lock held %.1f ms",
+                    f"{done['bytes_before']:,}", f"{done['bytes_after']:,}", done["write_lock_us"] / 1000,
+                    done["lock_us"] / 1000)
         return Response(dumps(done), media_type=JSON)
 
     @api.get("/_admin/backup")

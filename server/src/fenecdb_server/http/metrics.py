@@ -1,11 +1,14 @@
-"""`GET /_metrics`: Prometheus text (server.md §9), the held-claim counters (http.md §8.14) and
-the queue gauges per collection read from `db.stats()`: documents, and for a queue (a `run_at`
-timestamp) jobs ready, leased, delayed and dead and the age of the oldest ready one; for a file
-database the file, live and reclaimable bytes and the auto-compactions; the process's resident
-memory (`process_resident_memory_bytes`, the name Prometheus's own process collector uses).
+"""`GET /_metrics`: Prometheus text (server.md §9; every name is in docs/metrics.md, and
+tests/test_docs_metrics.py holds the two together): the statement counters, the held-claim
+counters (http.md §8.14), per collection its documents, and per queue (engine/queues.py: by
+shape, per `queue` value when the collection has that field) the jobs in each state, the oldest
+ready one's age (0 when none is) and the event counters; for a file database the file, live
+and reclaimable bytes and the auto-compactions; the process's resident memory
+(`process_resident_memory_bytes`, the name Prometheus's own process collector uses).
 
 Counters are plain integers bumped on the event loop thread (no lock: one thread writes them).
-A scrape reads the gauges through `db.stats()`, which takes only the shared lock.
+A scrape reads the gauges through `db.stats()`, which takes only the shared lock. `Recent` keeps
+the per-second samples `GET /_metrics/recent` answers (the dashboard's rates).
 """
 
 from __future__ import annotations
