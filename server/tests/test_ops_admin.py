@@ -164,6 +164,18 @@ def test_who_may_compact_and_back_up(tmp_path: Path) -> None:
                 assert r.status_code == 403 and "server token" in r.json()["error"]
                 assert c.request(method, route, headers=AUTH).status_code == 200
             assert c.get("/_admin/compact", headers=AUTH).status_code == 404
+            # the dashboard's rates are read like /_metrics: the server or the admin token
+            assert c.get("/_metrics/recent").status_code == 401
+            assert c.get("/_metrics/recent", headers={"authorization": f"Bearer {jwt}"}).status_code == 401
+            recent = c.get("/_metrics/recent", headers={"authorization": "Bearer metrics-only"})
+            assert recent.status_code == 200 and recent.json()["fields"][:3] == ["t", "enqueued", "claimed"]
+            # the page itself holds no data and needs no token; a path beside it is an ordinary 404
+            page = c.get("/_dashboard")
+            assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+            assert "default-src 'none'" in page.headers["content-security-policy"]
+            assert c.get("/_dashboard/app.js").status_code == 200
+            missing = c.get("/_dashboard/secret.txt", headers=AUTH)
+            assert missing.status_code == 404 and "error" in missing.json()
     finally:
         assert s.stop() == 0
 

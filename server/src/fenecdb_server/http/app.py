@@ -40,6 +40,7 @@ from .idempotency import (
     request_hash,
 )
 from .limits import BODY_CEILING, METHODS, parse_length, parse_wait
+from .dashboard import PATHS as DASHBOARD
 from .metrics import Metrics, Recent
 from .waits import Answer, Held, Outcome, Waits
 
@@ -249,7 +250,7 @@ class App:
             if length > BODY_CEILING:
                 await self.respond(send, 413, E.too_large(length), ((b"connection", b"close"),))
                 return
-        if (path == "/_openapi.json" or path.startswith("/_dashboard")) and method in ("GET", "HEAD"):
+        if (path == "/_openapi.json" or path in DASHBOARD) and method in ("GET", "HEAD"):
             await self.cold(scope, receive, send)  # no data in either: no token asked
             return
         try:
