@@ -30,6 +30,7 @@ from ..errors import FenecError
 from . import errors as E
 from . import numbers
 from .auth import OPEN, Auth, AuthDelay, AuthRefused, Caller
+from .dashboard import PATHS as DASHBOARD
 from .idempotency import (
     DEFAULT_TTL_S,
     IDEM_NO_SUB,
@@ -40,7 +41,6 @@ from .idempotency import (
     request_hash,
 )
 from .limits import BODY_CEILING, METHODS, parse_length, parse_wait
-from .dashboard import PATHS as DASHBOARD
 from .metrics import Metrics, Recent
 from .waits import Answer, Held, Outcome, Waits
 
