@@ -737,23 +737,29 @@ class Database:
         value of its `queue` field ("" alone when it has none)."""
         now = self.now()
         out: dict[str, Any] = {"collections": {}, "seq": self.seq}
+        scans = []
         self._lock.acquire_read()
         try:
             for name, coll in self.collections.items():
                 st: dict[str, Any] = {"documents": len(coll.rows)}
                 shape = queue_shape(coll.schema)
                 if shape is not None:
-                    if shape.queue is None and shape.error is None and shape.done is None:
-                        per = {"": _queue_stats(coll, now, shape.ready)}  # the index alone answers
-                    else:
-                        per = queue_counts(shape, coll.rows.values(), now)
-                    st.update(_totals(per))
                     st["ready_field"] = shape.ready
                     st["queue_field"] = shape.queue
-                    st["queues"] = per
+                    if shape.queue is None and shape.error is None and shape.done is None:
+                        per = {"": _queue_stats(coll, now, shape.ready)}  # the index alone answers
+                        st.update(_totals(per), queues=per)
+                    else:
+                        # rows are never changed in place: a list of them now is a consistent
+                        # copy, counted after the lock is let go (100 000 rows: 2-7 ms to copy
+                        # under it, against 75-92 ms to count there)
+                        scans.append((st, shape, list(coll.rows.values())))
                 out["collections"][name] = st
         finally:
             self._lock.release_read()
+        for st, shape, rows in scans:
+            per = queue_counts(shape, rows, now)
+            st.update(_totals(per), queues=per)
         storage = self.storage_stats()
         if storage:
             live = self._footprint
