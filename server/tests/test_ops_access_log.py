@@ -7,6 +7,7 @@ import re
 import time
 from pathlib import Path
 
+import pytest
 from test_http_e2e import Server
 
 TOKEN = "access-log-server-token"
@@ -92,3 +93,27 @@ def test_a_log_that_cannot_be_opened_stops_the_start(tmp_path: Path) -> None:
     r = subprocess.run([*command(), "--http", "127.0.0.1:0", "--access-log", str(tmp_path / "no" / "such" / "x")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "could not open the access log" in r.stderr
+
+
+def test_a_held_claim_is_logged_when_answered_or_given_up(tmp_path: Path) -> None:
+    import httpx
+
+    log = tmp_path / "access.log"
+    s = Server("--access-log", str(log))
+    claim = {"query": "set jobs {owner: 'w', run_at: now() + 30000, attempts: attempts + 1} "
+                      "where run_at <= now() order run_at limit 1 returning id"}
+    try:
+        with s.client() as c:
+            assert c.post("/query", json={"query": "create collection jobs (run_at timestamp @sorted, owner text, "
+                                                   "attempts int)"}).status_code == 200
+            r = c.post("/query", json=claim, headers={"fenec-wait": "300"})  # held, then answered []
+            assert r.status_code == 200 and r.json() == []
+        with s.client(timeout=1.0) as c, pytest.raises(httpx.ReadTimeout):
+            c.post("/query", json=claim, headers={"fenec-wait": "30000"})  # the client gives up
+        got = lines(log, 3)
+    finally:
+        assert s.stop() == 0
+    held, gone = LINE.fullmatch(got[1]), LINE.fullmatch(got[2])
+    assert held and gone, got
+    assert held[5] == "200" and float(held[6]) >= 300 and held[7] == "2"
+    assert gone[5] == "-" and gone[7] == "0" and float(gone[6]) >= 1000
