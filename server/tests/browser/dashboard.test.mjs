@@ -126,18 +126,18 @@ test('the dashboard: counts, a job, a resend, and a read-only token refused', as
 
   // the dead letters of mail, one of them opened
   await page.click('#queues tr[data-queue="mail"] button[data-state="dead"]');
-  await page.waitForSelector('#jobs tbody tr');
-  assert.equal(await page.locator('#jobs tbody tr').count(), 1);
+  await page.waitForSelector('#jobs tbody tr[data-id]');
+  assert.equal(await page.locator('#jobs tbody tr[data-id]').count(), 1);
   assert.equal(await page.textContent('#jobs-title'), 'dead jobs in jobs · mail');
   assert.ok(await page.isVisible('#resend-all'));
-  await page.click('#jobs tbody tr');
+  await page.click('#jobs tbody tr[data-id]');
   await page.waitForSelector('#detail-panel:not([hidden])');
   assert.equal(await page.textContent('#detail dd[data-fact="error"]'), 'smtp timeout');
   assert.equal(await page.textContent('#detail dd[data-fact="attempts"]'), '5');
   assert.equal(await page.textContent('#detail dd[data-fact="state"]'), 'dead');
   assert.deepEqual(JSON.parse(await page.textContent('#detail-payload')), { to: 'ed@example.com' });
   await page.screenshot({ path: join(ARTIFACTS, '03-dead-letter.png'), fullPage: true });
-  const id = Number(await page.getAttribute('#jobs tbody tr', 'data-id'));
+  const id = Number(await page.getAttribute('#jobs tbody tr[data-id]', 'data-id'));
 
   // resend it: ready again, attempts and error cleared, as the server says
   let since = await page.evaluate(() => Number(document.body.dataset.loaded));
@@ -151,13 +151,14 @@ test('the dashboard: counts, a job, a resend, and a read-only token refused', as
   const after = await counts(page, 'mail');
   assert.equal(after.dead, 0);
   assert.equal(after.ready, 3);
-  assert.equal(await page.locator('#jobs tbody tr').count(), 0);
+  assert.equal(await page.locator('#jobs tbody tr[data-id]').count(), 0);
+  assert.equal(await page.textContent('#jobs td.none'), 'no dead job');
   await page.screenshot({ path: join(ARTIFACTS, '04-resent.png'), fullPage: true });
 
   // a leased job's detail shows its owner and lease end
   await page.click('#queues tr[data-queue="image"] button[data-state="leased"]');
-  await page.waitForSelector('#jobs tbody tr');
-  await page.click('#jobs tbody tr');
+  await page.waitForSelector('#jobs tbody tr[data-id]');
+  await page.click('#jobs tbody tr[data-id]');
   await page.waitForFunction(() => document.querySelector('#detail dd[data-fact="owner"]')?.textContent === 'w9');
   await page.waitForSelector('#detail dd[data-fact="lease ends"]');
   assert.match(await page.textContent('#detail dd[data-fact="lease ends"]'), /^\d{4}-\d\d-\d\dT/);
@@ -193,8 +194,8 @@ test('the dashboard: counts, a job, a resend, and a read-only token refused', as
   assert.ok(await page.isVisible('#rates-off'));
   assert.equal((await counts(page, 'image')).dead, 1);
   await page.click('#queues tr[data-queue="image"] button[data-state="dead"]');
-  await page.waitForSelector('#jobs tbody tr');
-  await page.click('#jobs tbody tr');
+  await page.waitForSelector('#jobs tbody tr[data-id]');
+  await page.click('#jobs tbody tr[data-id]');
   await page.waitForSelector('#resend-one:visible');
   since = await page.evaluate(() => Number(document.body.dataset.loaded));
   await page.click('#resend-one');
@@ -204,6 +205,25 @@ test('the dashboard: counts, a job, a resend, and a read-only token refused', as
   assert.equal(still.attempts, 5);
   assert.equal((await counts(page, 'image')).dead, 1);
   await page.screenshot({ path: join(ARTIFACTS, '06-read-only-refused.png'), fullPage: true });
+
+  // back to the server token: every dead letter of a queue, at once, after a confirmation
+  await q('put jobs [{queue: "image", payload: {}, run_at: null, attempts: 5, error: "x"}, ' +
+    '{queue: "mail", payload: {}, run_at: null, attempts: 5, error: "y"}]');
+  await useToken(page, TOKEN);
+  await page.click('#queues tr[data-queue="image"] button[data-state="dead"]');
+  await page.waitForFunction(() => document.querySelectorAll('#jobs tbody tr[data-id]').length === 2);
+  page.once('dialog', (d) => d.dismiss());
+  await page.click('#delete-all');
+  assert.equal((await q('get jobs where queue = "image" and run_at is null count'))[0].count, 2);
+  page.once('dialog', (d) => { assert.match(d.message(), /Delete every dead letter of jobs · image/); d.accept(); });
+  since = await page.evaluate(() => Number(document.body.dataset.loaded));
+  await page.click('#delete-all');
+  await loaded(page, since);
+  assert.match(await page.textContent('#notice'), /deleted all matching: 2 job/);
+  assert.equal((await q('get jobs where queue = "image" and run_at is null count'))[0].count, 0);
+  assert.equal((await q('get jobs where queue = "mail" and run_at is null and done_at is null count'))[0].count, 1);
+  assert.equal((await counts(page, 'image')).dead, 0);
+  await page.screenshot({ path: join(ARTIFACTS, '07-deleted-all.png'), fullPage: true });
 
   assert.deepEqual(outside, [], 'the page asked nothing of any other address');
   await context.close();

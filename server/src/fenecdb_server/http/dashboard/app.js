@@ -192,6 +192,12 @@ async function showJobs() {
   $('jobs-more').hidden = rows.length <= PAGE;
   const body = $('jobs').tBodies[0];
   body.replaceChildren();
+  if (!rows.length) {
+    const td = body.insertRow().insertCell();
+    td.colSpan = 6;
+    td.className = 'muted none';
+    td.textContent = `no ${state} job`;
+  }
   for (const job of rows.slice(0, PAGE)) {
     const tr = body.insertRow();
     tr.dataset.id = String(job.id);
@@ -324,7 +330,7 @@ function drawChart(claims, acks) {
   svg.replaceChildren();
   const top = Math.max(1, ...claims, ...acks);
   const width = 600;
-  const span = 600; // the chart's width is ten minutes of one-second samples
+  const span = Math.max(60, claims.length); // at least a minute wide, at most the ten minutes kept
   for (const [xs, cls] of [[claims, 'claimed'], [acks, 'acked']]) {
     const line = document.createElementNS('http://www.w3.org/2000/svg', 'polyline');
     const start = span - xs.length;
