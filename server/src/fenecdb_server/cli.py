@@ -38,7 +38,7 @@ FLAGS: list[tuple[str, str | None, str]] = [
     ("--jwt-max-age <s>", "0 = no bound", "refuse tokens whose exp is further ahead"),
     ("--policy <path>", "none", "the rules of scoped tokens (needs a JWT secret)"),
     ("--mint-token <claims>", "", "print an HS256 token of these claims (exp: now + 3600) and exit"),
-    ("--admin-token <value>", "none", "may read /_metrics, and nothing else"),
+    ("--admin-token <value>", "none", "may read /_metrics and /_metrics/recent, and nothing else"),
     ("--auth-delay <ms>", "100", "delay before a 401, doubled per refusal from an address, max 5 s; 0 = off"),
     ("--http-read-only", "off", "every write over HTTP is refused 403"),
     ("--http-cors <origin>", "none", "send CORS headers for this origin (* allowed)"),
