@@ -774,9 +774,9 @@ SNAPSHOT_CHUNK = 1000
 
 def _rows_json(dumps: Callable[[Any], str], schema: Schema, rows: dict) -> str:
     """A collection's rows as the snapshot's JSON array, encoded SNAPSHOT_CHUNK rows per call:
-    one `json.dumps` holds the GIL for its whole run, and over 100 000 rows that held a writer
-    (the event loop, in the server) for 0.5-1.9 s of a background compaction (measured,
-    scripts/compaction_pause.py); chunks let it run between them."""
+    one `json.dumps` holds the GIL for its whole run, so over a whole collection at once it kept
+    every other thread (the event loop, in the server) waiting for all of it; between chunks they
+    run. scripts/compaction_pause.py measures what a writer waits during a compaction."""
     ids = sorted(rows)
     parts = []
     for at in range(0, len(ids), SNAPSHOT_CHUNK):
