@@ -8,7 +8,7 @@ PORT ?= 8080
 FILE ?= ./data.fenec
 PY_PARTS := server/pyproject.toml $(wildcard clients/python/pyproject.toml clients/python/requirements-test.txt)
 
-.PHONY: help serve test test-server check fuzz queue-bench conformance conformance-vectors queue-compare
+.PHONY: help serve test test-server test-dashboard check fuzz queue-bench conformance conformance-vectors queue-compare
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -35,6 +35,9 @@ test: $(STAMP) ## set up .venv and run every test of every part whose toolchain 
 
 test-server: $(STAMP) ## the server's tests only
 	$(BIN)/python -m pytest server/tests
+
+test-dashboard: $(STAMP) ## the dashboard clicked through in headless Chromium (/usr/bin/chromium; screenshots in server/tests/browser/artifacts)
+	bash server/tests/browser/test.sh
 
 check: $(STAMP) ## lint and types: ruff and mypy (every hand-written Python part), tsc --strict (JS), go vet (Go)
 	$(BIN)/python scripts/test_all.py --check

@@ -110,6 +110,16 @@ def main() -> int:
         else:
             record(name, run(name, ["bash", str(script)], cwd=ROOT / folder))
 
+    # the dashboard clicked through in a real browser: the system Chromium (Debian's package)
+    chromium = os.environ.get("FENEC_CHROMIUM", "/usr/bin/chromium")
+    missing = [t for t in ("node", "npm") if shutil.which(t) is None]
+    if missing:
+        skip("dashboard", f"no '{missing[0]}' on PATH")
+    elif not os.access(chromium, os.X_OK):
+        skip("dashboard", "no chromium (apt-get install chromium)")
+    else:
+        record("dashboard", run("dashboard", ["bash", "server/tests/browser/test.sh"]))
+
     driver = ROOT / "conformance" / "run.py"
     if driver.exists():
         # the fault driver's own tests (its proxy mode by mode, its checks on made-up events), before the suite

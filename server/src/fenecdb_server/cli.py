@@ -43,11 +43,12 @@ FLAGS: list[tuple[str, str | None, str]] = [
     ("--jwt-max-age <s>", "0 = no bound", "refuse tokens whose exp is further ahead"),
     ("--policy <path>", "none", "the rules of scoped tokens (needs a JWT secret)"),
     ("--mint-token <claims>", "", "print an HS256 token of these claims (exp: now + 3600) and exit"),
-    ("--admin-token <value>", "none", "may read /_metrics, and nothing else"),
+    ("--admin-token <value>", "none", "may read /_metrics and /_metrics/recent, and nothing else"),
     ("--auth-delay <ms>", "100", "delay before a 401, doubled per refusal from an address, max 5 s; 0 = off"),
     ("--http-read-only", "off", "every write over HTTP is refused 403"),
     ("--http-cors <origin>", "none", "send CORS headers for this origin (* allowed)"),
     ("--slow-ms <ms>", "off", "log each statement at least this slow (0 = every statement)"),
+    ("--access-log <path>|-", "off", "one line per request (method, path, status, ms, bytes; - = stdout)"),
     ("--no-mmap", "off", "accepted; the file is never mapped"),
     ("--no-checkpoint", "off", "accepted; no effect without vector indexes"),
     ("--ping", "", "GET /_health on --http; exit 0 on a 200, 1 otherwise"),
@@ -57,7 +58,8 @@ FLAGS: list[tuple[str, str | None, str]] = [
 VALUE_FLAGS = {"--file", "-f", "--http", "--sync", "--auto-compact", "--max-connections", "--idle-timeout",
                "--header-timeout", "--body-timeout", "--max-statement-bytes",
                "--idempotency-ttl", "--http-token", "--http-cors", "--slow-ms", "--jwt-secret", "--jwt-secret-file",
-               "--jwt-require-exp", "--jwt-max-age", "--policy", "--mint-token", "--admin-token", "--auth-delay"}
+               "--jwt-require-exp", "--jwt-max-age", "--policy", "--mint-token", "--admin-token", "--auth-delay",
+               "--access-log"}
 SWITCHES = {"--insecure", "--http-read-only", "--no-mmap", "--no-checkpoint", "--ping", "--help", "-h"}
 NEXT_TIER = {"--jwt-keys", "--max-memory", "--audit", "--metrics", "--replication-token", "--replica-of",
              "--promote", "--replication-buffer"}
@@ -268,6 +270,16 @@ def serve(db: Any, opts: dict[str, Any], *, host: str, port: int, path: str | No
     from .http.app import App, Config
     from .http.protocol import FenecProtocol
 
+    access_log = None
+    if opts.get("access-log"):
+        from .http.access_log import open_log
+
+        try:
+            access_log = open_log(opts["access-log"])
+        except OSError as e:
+            say(f"could not open the access log {opts['access-log']}: {e.strerror or e}")
+            db.close()
+            return 1
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -294,7 +306,12 @@ def serve(db: Any, opts: dict[str, Any], *, host: str, port: int, path: str | No
         header_timeout = opts.get("header-timeout", 10.0)
         body_timeout = opts.get("body-timeout", 60.0)
 
-    config = uvicorn.Config(app, http=Protocol, loop="uvloop", lifespan="on", log_config=None,
+    asgi: Any = app
+    if access_log is not None:
+        from .http.access_log import AccessLog
+
+        asgi = AccessLog(app, access_log)
+    config = uvicorn.Config(asgi, http=Protocol, loop="uvloop", lifespan="on", log_config=None,
                             access_log=False, server_header=False, date_header=True,
                             timeout_keep_alive=idle if idle > 0 else 10 ** 9,
                             timeout_graceful_shutdown=2)

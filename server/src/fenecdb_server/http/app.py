@@ -36,6 +36,7 @@ from ..errors import FenecError
 from . import errors as E
 from . import numbers
 from .auth import OPEN, Auth, AuthDelay, AuthRefused, Caller
+from .dashboard import PATHS as DASHBOARD
 from .idempotency import (
     DEFAULT_TTL_S,
     IDEM_NO_SUB,
@@ -46,7 +47,7 @@ from .idempotency import (
     request_hash,
 )
 from .limits import BODY_CEILING, METHODS, parse_length, parse_wait
-from .metrics import Metrics
+from .metrics import Metrics, Recent
 from .waits import Answer, Held, Outcome, Waits
 
 try:  # measured: see dumps() below
@@ -170,6 +171,8 @@ class App:
         self.config = config or Config()
         self.connections = connections
         self.metrics = Metrics(self.config.version)
+        self.recent = Recent()  # per-second samples for the dashboard (admin.py)
+        self._sampler: asyncio.Task[None] | None = None
         self.auth = self.config.auth
         self.delay = AuthDelay(self.config.auth_delay_ms)
         self.waits: Waits | None = None
@@ -221,10 +224,18 @@ class App:
     def start(self) -> Waits:
         if self.waits is None:
             self.waits = Waits(self.db, self._run_held, asyncio.get_running_loop())
+            self._sampler = asyncio.get_running_loop().create_task(self._sample())
         return self.waits
+
+    async def _sample(self) -> None:
+        while True:
+            self.recent.sample(self.db, self.waits)
+            await asyncio.sleep(1.0)
 
     def shutdown(self) -> int:
         """Stop holding: every held claim is answered at once with its last answer."""
+        if self._sampler is not None:
+            self._sampler.cancel()
         if self.waits is None:
             return 0
         return self.waits.shutdown()
@@ -259,11 +270,12 @@ class App:
             if length > BODY_CEILING:
                 await self.respond(send, 413, E.too_large(length), ((b"connection", b"close"),))
                 return
-        if path == "/_openapi.json" and method in ("GET", "HEAD"):
-            await self.cold(scope, receive, send)
+        if (path == "/_openapi.json" or path in DASHBOARD) and method in ("GET", "HEAD"):
+            await self.cold(scope, receive, send)  # no data in either: no token asked
             return
         try:
-            caller = self.auth.metrics(req.auth) if path == "/_metrics" else self.auth.data(req.auth)
+            metrics = path == "/_metrics" or path == "/_metrics/recent"
+            caller = self.auth.metrics(req.auth) if metrics else self.auth.data(req.auth)
         except AuthRefused as r:
             await self.refuse(send, req.peer, r.message)
             return
@@ -277,7 +289,11 @@ class App:
             if path == "/batch":
                 await self.batch(req, receive, send)
                 return
-        elif method in ("GET", "HEAD") and path in ("/", "/collections", "/_metrics"):
+        elif method in ("GET", "HEAD") and path in ("/", "/collections", "/_metrics", "/_metrics/recent"):
+            scope["fenec.caller"] = caller
+            await self.cold(scope, receive, send)
+            return
+        if path == "/_admin/compact" and method == "POST" or path == "/_admin/backup" and method == "GET":
             scope["fenec.caller"] = caller
             await self.cold(scope, receive, send)
             return

@@ -1,11 +1,14 @@
-"""`GET /_metrics`: Prometheus text (server.md §9), the held-claim counters (http.md §8.14) and
-the queue gauges per collection read from `db.stats()`: documents, and for a queue (a `run_at`
-timestamp) jobs ready, leased, delayed and dead and the age of the oldest ready one; for a file
-database the file, live and reclaimable bytes and the auto-compactions; the process's resident
-memory (`process_resident_memory_bytes`, the name Prometheus's own process collector uses).
+"""`GET /_metrics`: Prometheus text (server.md §9; every name is in docs/metrics.md, and
+tests/test_docs_metrics.py holds the two together): the statement counters, the held-claim
+counters (http.md §8.14), per collection its documents, and per queue (engine/queues.py: by
+shape, per `queue` value when the collection has that field) the jobs in each state, the oldest
+ready one's age (0 when none is) and the event counters; for a file database the file, live
+and reclaimable bytes and the auto-compactions; the process's resident memory
+(`process_resident_memory_bytes`, the name Prometheus's own process collector uses).
 
 Counters are plain integers bumped on the event loop thread (no lock: one thread writes them).
-A scrape reads the gauges through `db.stats()`, which takes only the shared lock.
+A scrape reads the gauges through `db.stats()`, which takes only the shared lock. `Recent` keeps
+the per-second samples `GET /_metrics/recent` answers (the dashboard's rates).
 """
 
 from __future__ import annotations
@@ -13,14 +16,29 @@ from __future__ import annotations
 import bisect
 import os
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
            1.0, 2.5, 5.0, 10.0)
 KINDS = ("read", "write")
-QUEUE_GAUGES = (("ready", "fenec_queue_ready"), ("leased", "fenec_queue_leased"),
-                ("delayed", "fenec_queue_delayed"), ("dead", "fenec_queue_dead"))
+QUEUE_GAUGES = (
+    ("ready", "fenec_queue_ready", "Jobs ready to run (run_at <= now)."),
+    ("leased", "fenec_queue_leased", "Jobs held by a worker (run_at ahead, owner set)."),
+    ("delayed", "fenec_queue_delayed", "Jobs waiting for their time (run_at ahead, no owner)."),
+    ("retrying", "fenec_queue_retrying", "Ready or delayed jobs that failed before (attempts > 0, error set)."),
+    ("dead", "fenec_queue_dead", "Dead letters (run_at null, done_at null or absent)."),
+    ("done", "fenec_queue_done", "Kept-done jobs (run_at null, done_at set)."),
+)
+QUEUE_COUNTERS = (
+    ("fenec_queue_enqueued_total", "Jobs put into the queue."),
+    ("fenec_queue_claimed_total", "Jobs claimed (owner set and attempts raised)."),
+    ("fenec_queue_acked_total", "Held jobs deleted or kept done."),
+    ("fenec_queue_failed_total", "Held jobs given back (owner cleared, not done)."),
+    ("fenec_queue_dead_lettered_total", "Jobs that became dead letters."),
+)
+RECENT_SAMPLES = 600  # one a second: the last ten minutes
 STORAGE_GAUGES = (
     ("file_bytes", "fenec_file_bytes", "Size of the data file."),
     ("reclaimable_bytes", "fenec_reclaimable_bytes", "What a compaction would give back (estimated)."),
@@ -87,16 +105,7 @@ class Metrics:
         head("fenec_documents", "gauge", "Documents per collection.")
         for name, c in sorted(collections.items()):
             out.append(f'fenec_documents{{collection="{_label(name)}"}} {c.get("documents", 0)}')
-        for key, metric in QUEUE_GAUGES:
-            head(metric, "gauge", f"Jobs {key} per collection with a run_at field.")
-            for name, c in sorted(collections.items()):
-                if key in c:
-                    out.append(f'{metric}{{collection="{_label(name)}"}} {c[key]}')
-        head("fenec_queue_oldest_ready_seconds", "gauge", "Age of the oldest ready job.")
-        for name, c in sorted(collections.items()):
-            age = c.get("oldest_ready_ms")
-            if age is not None:
-                out.append(f'fenec_queue_oldest_ready_seconds{{collection="{_label(name)}"}} {age / 1000:.3f}')
+        self._queues(out, head, collections, db)
         storage = stats.get("storage") or {}
         if storage:  # a file database: the byte gauges (estimates: storage/footprint.py)
             head("fenec_data_bytes", "gauge", "Live bytes per collection (estimated from measured row sizes).")
@@ -132,6 +141,63 @@ class Metrics:
         out.append(f"fenec_start_time_seconds {self.started:.3f}")
         out.append("")
         return "\n".join(out).encode()
+
+
+    @staticmethod
+    def _queues(out: list[str], head: Callable[[str, str, str], None], collections: dict[str, Any],
+                db: Any) -> None:
+        """The queue gauges and counters: labelled {collection} for a collection without a
+        `queue` field, {collection, queue} per value for one with (docs/metrics.md)."""
+        def labels(name: str, value: str) -> str:
+            if collections[name].get("queue_field") is None:
+                return f'collection="{_label(name)}"'
+            return f'collection="{_label(name)}",queue="{_label(value)}"'
+
+        queues = sorted(n for n, c in collections.items() if "queues" in c)
+        for key, metric, text in QUEUE_GAUGES:
+            head(metric, "gauge", text)
+            for name in queues:
+                for value, c in sorted(collections[name]["queues"].items()):
+                    out.append(f"{metric}{{{labels(name, value)}}} {c[key]}")
+        head("fenec_queue_oldest_ready_seconds", "gauge", "Age of the oldest ready job (0 when none is ready).")
+        for name in queues:
+            for value, c in sorted(collections[name]["queues"].items()):
+                out.append(f"fenec_queue_oldest_ready_seconds{{{labels(name, value)}}} "
+                           f"{c['oldest_ready_ms'] / 1000:.3f}")
+        tally = getattr(db, "tally", None)
+        counters = tally.snapshot() if tally is not None else {}
+        for name in queues:  # a queue's values seen only by its counters still get a line
+            for value in collections[name]["queues"]:
+                counters.setdefault((name, value), [0] * len(QUEUE_COUNTERS))
+        for i, (metric, text) in enumerate(QUEUE_COUNTERS):
+            head(metric, "counter", text)
+            for (name, value), c in sorted(counters.items()):
+                if name in collections and "queues" in collections[name]:
+                    out.append(f"{metric}{{{labels(name, value)}}} {c[i]}")
+
+
+class Recent:
+    """Per-second samples of the queue counters' totals and the held claims, for the
+    dashboard's rates: `sample()` runs once a second on the event loop (App.start); nothing
+    is added to the claim path beyond the tally's integer increments."""
+
+    FIELDS = ("enqueued", "claimed", "acked", "failed", "dead_lettered", "held")
+
+    def __init__(self) -> None:
+        self.samples: deque[tuple[float, ...]] = deque(maxlen=RECENT_SAMPLES)
+
+    def sample(self, db: Any, waits: Any, at: float | None = None) -> None:
+        totals = [0] * len(QUEUE_COUNTERS)
+        tally = getattr(db, "tally", None)
+        if tally is not None:
+            for c in tally.snapshot().values():
+                for i, n in enumerate(c):
+                    totals[i] += n
+        held = waits.held if waits is not None else 0
+        self.samples.append((time.time() if at is None else at, *totals, held))
+
+    def render(self) -> dict[str, Any]:
+        return {"interval_s": 1, "fields": ["t", *self.FIELDS], "samples": [list(s) for s in self.samples]}
 
 
 def _label(value: str) -> str:

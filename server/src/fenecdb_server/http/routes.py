@@ -1,5 +1,6 @@
 """The routes nobody calls in a loop, as a FastAPI app behind the raw hot path (app.py):
-`GET /`, `GET /collections`, `GET /_metrics`, `GET /_openapi.json` (HEAD alike).
+`GET /`, `GET /collections`, `GET /_metrics`, `GET /_openapi.json` (HEAD alike), and the
+operator's: `/_admin/*` and `/_metrics/recent` (admin.py), `/_dashboard` (dashboard.py).
 
 The token, the method and the body ceilings were already checked by `App.http`, which leaves
 the caller in the ASGI scope (`fenec.caller`): a scoped token is listed only the collections it
@@ -81,4 +82,9 @@ def build_routes(app: App) -> FastAPI:
     async def openapi() -> Response:
         return Response(document_bytes(), media_type=JSON, headers=cors)
 
+    from .admin import add_admin_routes
+    from .dashboard import add_dashboard_routes
+
+    add_admin_routes(api, app)
+    add_dashboard_routes(api)
     return api
