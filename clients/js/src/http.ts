@@ -5,8 +5,9 @@
  * - The token goes as `Authorization: Bearer`; a key as `Idempotency-Key`; a wait as `Fenec-Wait`.
  *   Wait and key are headers only: they never change a statement's text or parameters.
  * - The client keeps the highest `Fenec-Seq` it has seen as `seq`, shared by its copies.
- * - No timeout unless `connect` is given one. When it is, a held request is bounded by that
- *   timeout plus the wait it sent, so the client never cuts a held claim short.
+ * - Each request is bounded by the client's timeout, 30 000 ms unless `connect` is given another
+ *   (`Infinity`: none), and a held request by that timeout plus the wait it sent, so the client
+ *   never cuts a held claim short and a frozen server does not leave a call pending for ever.
  * - Aborting the caller's `signal` abandons the request and closes its connection, which gives a
  *   held claim up at the server; the call rejects with the signal's reason (an AbortError unless
  *   the caller aborted with another reason).
@@ -16,12 +17,15 @@ import { type Row, type Statement, type StatementSender, Query, checkWait } from
 import { encode, show } from './values.js';
 import { type WorkerOptions, Worker } from './worker.js';
 
+/** The bound of a request when `connect` is given none (a held one gets its wait on top). */
+const DEFAULT_TIMEOUT_MS = 30000;
+
 export interface ConnectOptions {
   /** Sent as `Authorization: Bearer <token>`. */
   token?: string;
   /** Replaces `globalThis.fetch` (in tests, or on a platform without one). */
   fetch?: typeof fetch;
-  /** Milliseconds that bound each request; none by default. A held request gets its wait on top. */
+  /** Milliseconds that bound each request: 30 000 by default, `Infinity` for none. A held request gets its wait on top. */
   timeout?: number;
 }
 
@@ -231,6 +235,7 @@ export function connect(url: string, options: ConnectOptions = {}): FenecHttp {
   if (options.timeout !== undefined && !(typeof options.timeout === 'number' && options.timeout > 0)) {
     throw new FenecError(`timeout is milliseconds, a number above 0 (got ${show(options.timeout)})`);
   }
+  const timeout = options.timeout ?? DEFAULT_TIMEOUT_MS;
   if (options.token !== undefined && typeof options.token !== 'string') {
     throw new FenecError('a token is a text');
   }
@@ -240,7 +245,7 @@ export function connect(url: string, options: ConnectOptions = {}): FenecHttp {
       token: options.token,
       // Called unbound, as the platform's fetch wants (a method-call `this` breaks it in browsers).
       fetch: (input, init) => f(input, init),
-      timeout: options.timeout,
+      timeout: Number.isFinite(timeout) ? timeout : undefined,
       seq: undefined,
       replayed: false,
     },
