@@ -42,8 +42,11 @@ export interface JobHost {
   readonly keepDone: boolean;
   /** The delay of the backoff hook, when the worker was given one. */
   hookDelay(attempts: number): number | undefined;
-  /** Sends `stmt` under `key`, trying again on the network and 5xx; the count, or `false` on a 412. */
-  send(job: Job, kind: string, key: string, stmt: Statement): Promise<number | false>;
+  /**
+   * Sends `stmt` under the key `<kind>:<owner>:<id><suffix>` (and the worker's instance), trying
+   * again on the network and 5xx; the count, or `false` on a 412.
+   */
+  send(job: Job, kind: string, stmt: Statement, suffix?: string): Promise<number | false>;
 }
 
 export class Job {
@@ -138,7 +141,7 @@ export class Job {
   async #final(kind: string, stmt: Statement): Promise<boolean> {
     // Settled before it is sent, so a heartbeat that crosses it on the way is no news.
     this.state = 'settled';
-    const n = await this.#host.send(this, kind, `${kind}:${this.owner}:${String(this.row.id)}`, stmt);
+    const n = await this.#host.send(this, kind, stmt);
     return n !== false && n >= 1;
   }
 
@@ -149,7 +152,7 @@ export class Job {
 
   /** Keeps the job `leaseMs` longer (the worker's lease by default). False when its lease was lost. */
   async extend(leaseMs: number = this.#host.leaseMs): Promise<boolean> {
-    const n = await this.#host.send(this, 'extend', `extend:${this.owner}:${String(this.row.id)}:${++this.#beats}`, this.toExtend(leaseMs));
+    const n = await this.#host.send(this, 'extend', this.toExtend(leaseMs), `:${++this.#beats}`);
     return n !== false && n >= 1;
   }
 

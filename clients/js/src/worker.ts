@@ -14,8 +14,10 @@
  * - The server going away: every request has a timeout (`timeoutMs`; a held claim `waitMs` on top).
  *   A network failure, a timeout or a 5xx makes the call pause (backoff with full jitter, see
  *   retry.ts) and go again; `run` never rejects for it. A claim goes again under the same owner and
- *   Idempotency-Key (`claim:<owner>`), so a retry after a lost answer is answered the jobs the first
- *   try took; ack, extend, fail and release have keys of their own (`ack:<owner>:<id>`, ...).
+ *   Idempotency-Key (`claim:<owner>@<instance>`), so a retry after a lost answer is answered the
+ *   jobs the first try took; ack, extend, fail and release have keys of their own
+ *   (`ack:<owner>:<id>@<instance>`, ...). The instance is random per Worker object: a process started
+ *   again under the same name is not answered the keys (kept a day) of the one before.
  * - `stop()` (or aborting `signal`): a held claim is given up at once, the unstarted jobs of the batch
  *   are given back at once, the running ones have `drainTimeoutMs` to finish; then a hard stop.
  * - `stop({ hard: true })` (or aborting `hardSignal`): the handlers' signals abort, every unsettled
@@ -113,6 +115,7 @@ function whole(name: string, v: number | undefined, fallback: number, min: numbe
   return v;
 }
 
+const hex = (n: number) => Array.from({ length: n }, () => Math.floor(Math.random() * 16).toString(16)).join('');
 const stopReason = () => new DOMException('the worker was stopped', 'AbortError');
 const hardReason = () => new DOMException('the worker was stopped hard', 'AbortError');
 
@@ -138,6 +141,9 @@ export class Worker implements AsyncIterable<Job>, JobHost {
   readonly #hard = new AbortController();
   readonly #inHand = new Set<Job>();
   #claims = 0;
+  // In every key, beside the owner token: a worker started again under the same name counts its
+  // owners from 1 again, and must not be answered the keys of the one before (a day, by default).
+  readonly #instance = hex(8);
   #running: Promise<void> | undefined;
   #drain: ReturnType<typeof setTimeout> | undefined;
 
@@ -145,7 +151,7 @@ export class Worker implements AsyncIterable<Job>, JobHost {
   constructor(db: FenecHttp, collection: string, options: WorkerOptions) {
     this.#db = db;
     this.queue = db.from(collection);
-    this.name = options.name ?? `w-${Array.from({ length: 8 }, () => Math.floor(Math.random() * 16).toString(16)).join('')}`;
+    this.name = options.name ?? `w-${hex(8)}`;
     this.batch = whole('batch', options.batch, 10, 1);
     this.concurrency = Math.min(this.batch, whole('concurrency', options.concurrency, 1, 1));
     this.leaseMs = whole('leaseMs', options.leaseMs, 30000, 1);
@@ -227,7 +233,7 @@ export class Worker implements AsyncIterable<Job>, JobHost {
   async claim(options: ClaimOptions = {}): Promise<Job[]> {
     if (this.stopped) return [];
     const owner = options.owner ?? this.nextOwner();
-    const db = this.#db.withIdempotencyKey(options.idempotencyKey ?? `claim:${owner}`);
+    const db = this.#db.withIdempotencyKey(options.idempotencyKey ?? `claim:${owner}@${this.#instance}`);
     const wait = options.wait ?? this.waitMs;
     const joined = options.signal === undefined ? undefined : either(options.signal, this.#stopper.signal);
     const bounded = deadline(joined?.signal ?? this.#stopper.signal, wait + this.timeoutMs);
@@ -276,13 +282,17 @@ export class Worker implements AsyncIterable<Job>, JobHost {
    * 5xx, until it goes through or the worker is stopped hard. A release once stopped hard is sent
    * once. Answers the count, or false on a 412 (the job is then lost).
    */
-  async send(job: Job, kind: string, key: string, stmt: Statement): Promise<number | false> {
+  async send(job: Job, kind: string, stmt: Statement, suffix = ''): Promise<number | false> {
+    const key = `${kind}:${job.owner}:${String(job.id)}${suffix}@${this.#instance}`;
     const once = this.#hard.signal.aborted;
     const until = once ? new AbortController().signal : this.#hard.signal;
+    // A give-back on its way is not cut by a hard stop (that stop gives jobs back itself): it is
+    // only not sent again after one.
+    const bound = kind === 'release' ? new AbortController().signal : until;
     const backoff = new Backoff(this.#retry.initialMs, this.#retry.maxMs);
     const keyed = this.#db.withIdempotencyKey(key);
     for (;;) {
-      const bounded = deadline(until, this.timeoutMs);
+      const bounded = deadline(bound, this.timeoutMs);
       try {
         const answer = await keyed.run(stmt[0], stmt[1], { signal: bounded.signal });
         const n = answer.kind === 'affected' ? answer.count : 0;
@@ -418,7 +428,7 @@ export class Worker implements AsyncIterable<Job>, JobHost {
       await Promise.race([Promise.all(Array.from({ length: Math.min(this.concurrency, queue.length) }, runner)), hard]);
       while (writes.length > 0 && !this.#hard.signal.aborted) await Promise.race([writes.shift(), hard]);
       if (this.#hard.signal.aborted) {
-        await Promise.all(jobs.filter((j) => !j.settled).map((j) => this.#giveBack(j)));
+        await Promise.all([...writes, ...jobs.filter((j) => !j.settled).map((j) => this.#giveBack(j))]);
       }
     } finally {
       this.#stopper.signal.removeEventListener('abort', giveBackRest);

@@ -28,14 +28,14 @@ test('claim, ack, extend and fail write the queue\'s statements', async () => {
   assert.deepEqual(w.toClaim('w9:1'), [cap.sent[0].text, cap.sent[0].params]);
 });
 
-test('each claim has an owner token of its own, sent under the key claim:<owner> unless given another', async () => {
+test('each claim has an owner token of its own, sent under the key claim:<owner>@<instance> unless given another', async () => {
   const cap = captureFetch(() => []);
   const db = connect('http://db.invalid', { fetch: cap.fetch });
   const w = db.worker('jobs', { name: 'w1' });
   await w.claim();
   await w.claim({ idempotencyKey: 'claim-7', wait: 0 });
   assert.deepEqual(cap.sent.map((s) => s.params[0]), ['w1:1', 'w1:2']);
-  assert.equal(cap.sent[0].headers['idempotency-key'], 'claim:w1:1');
+  assert.match(cap.sent[0].headers['idempotency-key'], /^claim:w1:1@[0-9a-f]{8}$/);
   assert.equal(cap.sent[1].headers['idempotency-key'], 'claim-7');
   assert.equal(cap.sent[1].headers['fenec-wait'], '0');
 });
