@@ -38,6 +38,7 @@ const worker = db.worker(queue, {
   drainTimeoutMs: num('FENEC_DRAIN_MS', 30000),
   timeoutMs: num('FENEC_TIMEOUT_MS', 10000) || 10000,
   backoff: (attempts) => backoffMs * attempts * attempts,
+  keepDone: process.env.FENEC_KEEP_DONE === '1',
   onEvent: (e) => print({
     event: e.type,
     worker: worker.name,

@@ -44,7 +44,7 @@ export interface WorkerEvent {
   attempts?: number;
   /** A failure's message: the handler's (failed), the server's or the network's (retry, lost). */
   error?: string;
-  /** `retry`: the pause before the next try, in milliseconds. */
+  /** `retry`: the pause before the next try; `failed`: until the job is ready again (milliseconds). */
   delayMs?: number;
   /** `claimed`: how many jobs the claim took. */
   count?: number;
@@ -454,14 +454,20 @@ export class Worker implements AsyncIterable<Job>, JobHost {
     else await this.#settle(job, () => job.fail(describe(error)), 'failed', describe(error));
   }
 
-  /** One settling write and its event; a failure that is not the server's 412 is told as `lost`. */
+  /**
+   * One settling write and its event: `done`; `failed` with the backoff's delay, or `dead` when that
+   * was the last attempt; `dead`. A failure that is not the server's 412 is told as `lost`.
+   */
   async #settle(job: Job, write: () => Promise<boolean>, type: 'done' | 'failed' | 'dead', error?: string): Promise<void> {
     try {
       if (!(await write())) return;
       const base = { id: job.id, owner: job.owner, attempts: job.attempts };
-      this.#emit({ type, ...base, ...(error !== undefined ? { error } : {}) });
-      if (type === 'dead') return;
-      if (type === 'failed' && job.attempts >= this.maxAttempts) this.#emit({ type: 'dead', ...base, error: error ?? EXHAUSTED });
+      if (type === 'done') this.#emit({ type, ...base });
+      else if (type === 'dead' || job.attempts >= this.maxAttempts) this.#emit({ type: 'dead', ...base, error: error ?? EXHAUSTED });
+      else {
+        const delayMs = this.hookDelay(job.attempts) ?? this.backoffMs * job.attempts * job.attempts;
+        this.#emit({ type, ...base, error: error ?? '', delayMs });
+      }
     } catch (e) {
       // Refused (a 4xx but 412), or stopped hard mid-retry: the job is left to its lease.
       if (!this.#hard.signal.aborted) this.#lose(job, describe(e));
