@@ -14,6 +14,7 @@
  */
 import { FenecError } from './errors.js';
 import { type Row, type Statement, type StatementSender, Query, checkWait } from './query.js';
+import { deadline } from './signals.js';
 import { encode, show } from './values.js';
 import { type WorkerOptions, Worker } from './worker.js';
 
@@ -188,7 +189,8 @@ export class FenecHttp implements StatementSender {
     if (options.wait !== undefined) headers['fenec-wait'] = String(options.wait);
 
     const limit = shared.timeout === undefined ? undefined : shared.timeout + (options.wait ?? 0);
-    const { signal, done } = bound(options.signal, limit);
+    const bounded = limit === undefined ? undefined : deadline(options.signal, limit);
+    const signal = bounded?.signal ?? options.signal;
     try {
       const res = await shared.fetch(shared.base + path, { method: 'POST', headers, body, signal });
       const text = await res.text();
@@ -220,7 +222,7 @@ export class FenecHttp implements StatementSender {
       shared.replayed = replayed;
       return { body: parsed, seq, replayed };
     } finally {
-      done();
+      bounded?.release();
     }
   }
 }
@@ -263,27 +265,4 @@ function statementOf(s: BatchStatement): readonly [string, readonly unknown[]] {
   if (typeof s === 'string') return [s, []];
   if (Array.isArray(s) && typeof s[0] === 'string') return [s[0], Array.isArray(s[1]) ? s[1] : []];
   throw new FenecError(`a batch statement is a query, a text or [text, params]: ${show(s)}`);
-}
-
-/**
- * The signal a request goes with: the caller's, and the client's timeout when it has one.
- * Built by hand rather than with AbortSignal.any so that Node 20.0–20.2 work too.
- */
-function bound(caller: AbortSignal | undefined, ms: number | undefined): { signal?: AbortSignal; done: () => void } {
-  if (ms === undefined) return { signal: caller, done: () => {} };
-  const ctl = new AbortController();
-  const onAbort = () => ctl.abort(caller?.reason);
-  if (caller?.aborted) ctl.abort(caller.reason);
-  else caller?.addEventListener('abort', onAbort, { once: true });
-  const timer = setTimeout(
-    () => ctl.abort(new DOMException(`the request took more than ${ms} ms`, 'TimeoutError')),
-    ms,
-  );
-  return {
-    signal: ctl.signal,
-    done: () => {
-      clearTimeout(timer);
-      caller?.removeEventListener('abort', onAbort);
-    },
-  };
 }

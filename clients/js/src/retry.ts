@@ -8,8 +8,6 @@
  * - The pause is "full jitter": a random time from 0 up to a cap that starts at `initialMs` and
  *   doubles with each failure in a row up to `maxMs`, so workers cut off together do not all come
  *   back at the same moment.
- * - A request's signal aborts when the caller's does, or after its timeout with a `TimeoutError`;
- *   built by hand rather than with AbortSignal.any/timeout so that Node 20.0–20.2 work too.
  */
 import { FenecError } from './errors.js';
 
@@ -39,7 +37,11 @@ export function describe(e: unknown): string {
   } catch {
     // a value JSON cannot write (a cycle, a bigint): its String below
   }
-  return String(e);
+  try {
+    return String(e);
+  } catch {
+    return 'a value that cannot be written as text';
+  }
 }
 
 /** The pauses between the tries of one call: full jitter under a doubling cap. */
@@ -79,41 +81,4 @@ export function pause(ms: number, signal: AbortSignal): Promise<void> {
     const timer = setTimeout(done, ms);
     signal.addEventListener('abort', done, { once: true });
   });
-}
-
-/** A signal aborted with `parent`'s reason, or after `ms` with a TimeoutError; `release` when done. */
-export function deadline(parent: AbortSignal, ms: number): { signal: AbortSignal; release: () => void } {
-  const ctl = new AbortController();
-  const onAbort = () => ctl.abort(parent.reason);
-  if (parent.aborted) ctl.abort(parent.reason);
-  else parent.addEventListener('abort', onAbort, { once: true });
-  const timer = setTimeout(
-    () => ctl.abort(new DOMException(`the request took more than ${ms} ms`, 'TimeoutError')),
-    ms,
-  );
-  return {
-    signal: ctl.signal,
-    release: () => {
-      clearTimeout(timer);
-      parent.removeEventListener('abort', onAbort);
-    },
-  };
-}
-
-/** A signal aborted when either is; `release` takes its listeners off the two. */
-export function either(a: AbortSignal, b: AbortSignal): { signal: AbortSignal; release: () => void } {
-  const ctl = new AbortController();
-  const fromA = () => ctl.abort(a.reason);
-  const fromB = () => ctl.abort(b.reason);
-  if (a.aborted) fromA();
-  else if (b.aborted) fromB();
-  a.addEventListener('abort', fromA, { once: true });
-  b.addEventListener('abort', fromB, { once: true });
-  return {
-    signal: ctl.signal,
-    release: () => {
-      a.removeEventListener('abort', fromA);
-      b.removeEventListener('abort', fromB);
-    },
-  };
 }

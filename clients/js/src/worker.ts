@@ -30,7 +30,8 @@ import type { FenecHttp } from './http.js';
 import { raw } from './conditions.js';
 import { type FailOptions, type JobHost, EXHAUSTED, Job } from './job.js';
 import type { Query, Row, Statement } from './query.js';
-import { Backoff, deadline, describe, either, pause, transient } from './retry.js';
+import { Backoff, describe, pause, transient } from './retry.js';
+import { deadline, either } from './signals.js';
 import { expr, inc } from './values.js';
 
 export { Job };
@@ -145,6 +146,7 @@ export class Worker implements AsyncIterable<Job>, JobHost {
   // owners from 1 again, and must not be answered the keys of the one before (a day, by default).
   readonly #instance = hex(8);
   #running: Promise<void> | undefined;
+  #active = false;
   #drain: ReturnType<typeof setTimeout> | undefined;
 
   /** @internal Use `db.worker(collection, options)`. */
@@ -196,7 +198,7 @@ export class Worker implements AsyncIterable<Job>, JobHost {
   stop(options: { hard?: boolean } = {}): Promise<void> {
     if (!this.stopped) {
       this.#stopper.abort(stopReason());
-      if (this.#running !== undefined && !options.hard) {
+      if (this.#active && !options.hard) {
         this.#drain = setTimeout(() => void this.stop({ hard: true }), this.drainTimeoutMs);
       }
     }
@@ -387,6 +389,7 @@ export class Worker implements AsyncIterable<Job>, JobHost {
     };
     let finished!: () => void;
     this.#running = new Promise((resolve) => (finished = resolve));
+    this.#active = true;
     link(options.signal, () => void this.stop());
     link(options.hardSignal, () => void this.stop({ hard: true }));
     try {
@@ -396,6 +399,7 @@ export class Worker implements AsyncIterable<Job>, JobHost {
       }
     } finally {
       for (const unlink of links) unlink();
+      this.#active = false;
       clearTimeout(this.#drain);
       this.#emit({ type: 'stopped' });
       finished();
