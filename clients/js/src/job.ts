@@ -1,5 +1,5 @@
 /**
- * One claimed job and the statements that settle it (clients.md R21), each naming the job's id and
+ * One claimed job and the statements that settle it (the workers page, "What a worker sends"), each naming the job's id and
  * the owner token of the claim that took it:
  *
  *   ack       del q where id = $1 and owner = $2 require 1
