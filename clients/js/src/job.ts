@@ -1,6 +1,6 @@
 /**
- * One claimed job and the statements that settle it (the workers page, "What a worker sends"), each naming the job's id and
- * the owner token of the claim that took it:
+ * One claimed job and the statements that settle it (the workers page, "What a worker sends"),
+ * each naming the job's id and the owner token of the claim that took it:
  *
  *   ack       del q where id = $1 and owner = $2 require 1
  *             (keepDone: set q {owner: $1, run_at: $2, done_at: now()} where id = $3 and owner = $4 require 1)
