@@ -337,3 +337,19 @@ test('a client with no timeout given still bounds every request', async () => {
   await none.from('jobs').rows();
   assert.equal(signal, undefined, 'timeout: Infinity sends none');
 });
+
+test('an iteration stopped mid-batch gives back the jobs it had not handed out', { skip, timeout: 60000 }, async () => {
+  const db = connect(server.url);
+  const q = await queue(db, [{ n: 1 }, { n: 2 }, { n: 3 }]);
+  const events = [];
+  const w = db.worker(q, { batch: 3, waitMs: 200, onEvent: (e) => events.push(e) });
+  const seen = [];
+  for await (const job of w) {
+    seen.push(job.payload.n);
+    assert.equal(await job.ack(), true);
+    void w.stop();
+  }
+  assert.deepEqual(seen, [1]);
+  assert.deepEqual(of(events, 'released').map((e) => e.id).sort(), [2, 3]);
+  assert.equal(await db.from(q).where('owner', null).where('attempts', 0).where(raw('run_at <= now()')).count(), 2);
+});
