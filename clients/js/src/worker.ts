@@ -18,7 +18,8 @@
  *   jobs the first try took; ack, extend, fail and release have keys of their own
  *   (`ack:<owner>:<id>@<instance>`, ...). The instance is random per Worker object: a process started
  *   again under the same name is not answered the keys (kept a day) of the one before.
- * - `stop()` (or aborting `signal`): a held claim is given up at once, the unstarted jobs of the batch
+ * - `stop()` (or aborting `signal`): a held claim is given up at once (and sent again under its key
+ *   with no wait, so that jobs it took just before are given back), the unstarted jobs of the batch
  *   are given back at once, the running ones have `drainTimeoutMs` to finish; then a hard stop.
  * - `stop({ hard: true })` (or aborting `hardSignal`): the handlers' signals abort, every unsettled
  *   job is given back, and `run` returns without waiting for the handlers.
@@ -243,13 +244,32 @@ export class Worker implements AsyncIterable<Job>, JobHost {
     try {
       rows = await this.#claimChain(db).update(this.#claimPatch(owner), { returning: true, wait, signal: bounded.signal });
     } catch (e) {
-      if (this.stopped) return [];
+      if (this.stopped) return this.#giveBackClaim(db, owner);
       throw e;
     } finally {
       bounded.release();
       joined?.release();
     }
     return rows.map((row) => new Job(this, row, owner));
+  }
+
+  /**
+   * A claim given up by `stop()` may have taken jobs at the server just before its answer was
+   * dropped. Sent again under its key with no wait, it is answered those jobs (or takes what is
+   * ready now), and they are given back at once rather than left leased to nobody until their
+   * lease ends. One try, bounded by `timeoutMs`; answers no job.
+   */
+  async #giveBackClaim(db: FenecHttp, owner: string): Promise<Job[]> {
+    const bounded = deadline(undefined, this.timeoutMs);
+    try {
+      const rows = await this.#claimChain(db).update(this.#claimPatch(owner), { returning: true, wait: 0, signal: bounded.signal });
+      await Promise.all(rows.map((row) => this.#giveBack(new Job(this, row, owner))));
+    } catch {
+      // the server is away: its jobs come back when their lease ends
+    } finally {
+      bounded.release();
+    }
+    return [];
   }
 
   /** The next batch: claims until one goes through, pausing after each failure; `[]` once stopped. */
