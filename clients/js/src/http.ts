@@ -5,23 +5,28 @@
  * - The token goes as `Authorization: Bearer`; a key as `Idempotency-Key`; a wait as `Fenec-Wait`.
  *   Wait and key are headers only: they never change a statement's text or parameters.
  * - The client keeps the highest `Fenec-Seq` it has seen as `seq`, shared by its copies.
- * - No timeout unless `connect` is given one. When it is, a held request is bounded by that
- *   timeout plus the wait it sent, so the client never cuts a held claim short.
+ * - Each request is bounded by the client's timeout, 30 000 ms unless `connect` is given another
+ *   (`Infinity`: none), and a held request by that timeout plus the wait it sent, so the client
+ *   never cuts a held claim short and a frozen server does not leave a call pending for ever.
  * - Aborting the caller's `signal` abandons the request and closes its connection, which gives a
  *   held claim up at the server; the call rejects with the signal's reason (an AbortError unless
  *   the caller aborted with another reason).
  */
 import { FenecError } from './errors.js';
 import { type Row, type Statement, type StatementSender, Query, checkWait } from './query.js';
+import { deadline } from './signals.js';
 import { encode, show } from './values.js';
 import { type WorkerOptions, Worker } from './worker.js';
+
+/** The bound of a request when `connect` is given none (a held one gets its wait on top). */
+const DEFAULT_TIMEOUT_MS = 30000;
 
 export interface ConnectOptions {
   /** Sent as `Authorization: Bearer <token>`. */
   token?: string;
   /** Replaces `globalThis.fetch` (in tests, or on a platform without one). */
   fetch?: typeof fetch;
-  /** Milliseconds that bound each request; none by default. A held request gets its wait on top. */
+  /** Milliseconds that bound each request: 30 000 by default, `Infinity` for none. A held request gets its wait on top. */
   timeout?: number;
 }
 
@@ -184,7 +189,8 @@ export class FenecHttp implements StatementSender {
     if (options.wait !== undefined) headers['fenec-wait'] = String(options.wait);
 
     const limit = shared.timeout === undefined ? undefined : shared.timeout + (options.wait ?? 0);
-    const { signal, done } = bound(options.signal, limit);
+    const bounded = limit === undefined ? undefined : deadline(options.signal, limit);
+    const signal = bounded?.signal ?? options.signal;
     try {
       const res = await shared.fetch(shared.base + path, { method: 'POST', headers, body, signal });
       const text = await res.text();
@@ -216,7 +222,7 @@ export class FenecHttp implements StatementSender {
       shared.replayed = replayed;
       return { body: parsed, seq, replayed };
     } finally {
-      done();
+      bounded?.release();
     }
   }
 }
@@ -231,6 +237,7 @@ export function connect(url: string, options: ConnectOptions = {}): FenecHttp {
   if (options.timeout !== undefined && !(typeof options.timeout === 'number' && options.timeout > 0)) {
     throw new FenecError(`timeout is milliseconds, a number above 0 (got ${show(options.timeout)})`);
   }
+  const timeout = options.timeout ?? DEFAULT_TIMEOUT_MS;
   if (options.token !== undefined && typeof options.token !== 'string') {
     throw new FenecError('a token is a text');
   }
@@ -240,7 +247,7 @@ export function connect(url: string, options: ConnectOptions = {}): FenecHttp {
       token: options.token,
       // Called unbound, as the platform's fetch wants (a method-call `this` breaks it in browsers).
       fetch: (input, init) => f(input, init),
-      timeout: options.timeout,
+      timeout: Number.isFinite(timeout) ? timeout : undefined,
       seq: undefined,
       replayed: false,
     },
@@ -258,27 +265,4 @@ function statementOf(s: BatchStatement): readonly [string, readonly unknown[]] {
   if (typeof s === 'string') return [s, []];
   if (Array.isArray(s) && typeof s[0] === 'string') return [s[0], Array.isArray(s[1]) ? s[1] : []];
   throw new FenecError(`a batch statement is a query, a text or [text, params]: ${show(s)}`);
-}
-
-/**
- * The signal a request goes with: the caller's, and the client's timeout when it has one.
- * Built by hand rather than with AbortSignal.any so that Node 20.0–20.2 work too.
- */
-function bound(caller: AbortSignal | undefined, ms: number | undefined): { signal?: AbortSignal; done: () => void } {
-  if (ms === undefined) return { signal: caller, done: () => {} };
-  const ctl = new AbortController();
-  const onAbort = () => ctl.abort(caller?.reason);
-  if (caller?.aborted) ctl.abort(caller.reason);
-  else caller?.addEventListener('abort', onAbort, { once: true });
-  const timer = setTimeout(
-    () => ctl.abort(new DOMException(`the request took more than ${ms} ms`, 'TimeoutError')),
-    ms,
-  );
-  return {
-    signal: ctl.signal,
-    done: () => {
-      clearTimeout(timer);
-      caller?.removeEventListener('abort', onAbort);
-    },
-  };
 }

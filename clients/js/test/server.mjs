@@ -1,7 +1,8 @@
-// Starts a real fenec-server for the live tests: in memory, on a free loopback port, read from its
+// Starts a real fenec-server for the live tests: in memory (or on a file), on a free loopback port, read from its
 // `listening on: http://<addr>` line; stopped with SIGTERM.
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 
 const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
@@ -13,8 +14,21 @@ export function liveSkipReason() {
   return undefined;
 }
 
-export async function startServer(extraArgs = []) {
-  const child = spawn(SERVER, ['--http', '127.0.0.1:0', ...extraArgs], { stdio: ['ignore', 'ignore', 'pipe'] });
+/** A loopback port free right now, for a server that must come back where it was. */
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** `port` 0 (the default) binds a free one; `extraArgs` such as `['--file', path]`. */
+export async function startServer(extraArgs = [], { port = 0 } = {}) {
+  const child = spawn(SERVER, ['--http', `127.0.0.1:${port}`, ...extraArgs], { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   const url = await new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`fenec-server did not say where it listens in 60 s:\n${log}`)), 60000);

@@ -28,14 +28,14 @@ test('claim, ack, extend and fail write the queue\'s statements', async () => {
   assert.deepEqual(w.toClaim('w9:1'), [cap.sent[0].text, cap.sent[0].params]);
 });
 
-test('each claim has an owner token of its own; a keyed claim carries the key', async () => {
+test('each claim has an owner token of its own, sent under the key claim:<owner>@<instance> unless given another', async () => {
   const cap = captureFetch(() => []);
   const db = connect('http://db.invalid', { fetch: cap.fetch });
   const w = db.worker('jobs', { name: 'w1' });
   await w.claim();
   await w.claim({ idempotencyKey: 'claim-7', wait: 0 });
   assert.deepEqual(cap.sent.map((s) => s.params[0]), ['w1:1', 'w1:2']);
-  assert.equal(cap.sent[0].headers['idempotency-key'], undefined);
+  assert.match(cap.sent[0].headers['idempotency-key'], /^claim:w1:1@[0-9a-f]{8}$/);
   assert.equal(cap.sent[1].headers['idempotency-key'], 'claim-7');
   assert.equal(cap.sent[1].headers['fenec-wait'], '0');
 });
@@ -53,7 +53,10 @@ test('a 412 on ack, extend or fail is false (stale); other refusals throw', asyn
 });
 
 test('stop gives a held claim up and ends the iteration', async () => {
-  const fetch = (url, init) => new Promise((_, reject) => init.signal.addEventListener('abort', () => reject(init.signal.reason)));
+  // Held claims wait until given up; the one sent again with no wait on stop answers no job.
+  const fetch = (url, init) => init.headers['fenec-wait'] === '0'
+    ? Promise.resolve(Response.json([]))
+    : new Promise((_, reject) => init.signal.addEventListener('abort', () => reject(init.signal.reason)));
   const db = connect('http://db.invalid', { fetch });
   const w = db.worker('jobs', { waitMs: 30000 });
   const seen = [];
@@ -71,4 +74,28 @@ test('the worker\'s numbers are checked', () => {
   assert.throws(() => db.worker('jobs', { batch: 0 }), { message: 'batch is a whole number from 1 (got 0)' });
   assert.throws(() => db.worker('jobs', { leaseMs: 1.5 }), FenecError);
   assert.throws(() => db.worker('bad name'), { message: 'invalid collection name: "bad name"' });
+});
+
+test('a claim given up by stop is sent again with no wait under its key, and what it took is given back', async () => {
+  const sent = [];
+  const fetch = async (url, init) => {
+    const { query, params } = JSON.parse(init.body);
+    sent.push({ query, params, key: init.headers['idempotency-key'], wait: init.headers['fenec-wait'] });
+    if (!query.endsWith('returning *')) return Response.json({ affected: 1 });
+    // the server ran the held claim just as the worker gave it up: its key answers the job it took
+    if (init.headers['fenec-wait'] === '0') return Response.json([{ id: 5, payload: {}, attempts: 1 }]);
+    return new Promise((_, reject) => init.signal.addEventListener('abort', () => reject(init.signal.reason)));
+  };
+  const events = [];
+  const db = connect('http://db.invalid', { fetch });
+  const w = db.worker('jobs', { name: 'w', waitMs: 30000, onEvent: (e) => events.push(e) });
+  const run = w.run(() => assert.fail('no job runs after stop'));
+  while (sent.length === 0) await new Promise((r) => setTimeout(r, 5));
+  await w.stop();
+  await run;
+  assert.deepEqual(sent.map((s) => [s.wait, s.params[0]]), [['30000', 'w:1'], ['0', 'w:1'], [undefined, null]]);
+  assert.equal(sent[0].key, sent[1].key);
+  assert.equal(sent[2].query, 'set jobs {owner: $1, run_at: now(), attempts: attempts - 1} where id = $2 and owner = $3');
+  assert.deepEqual(sent[2].params, [null, 5, 'w:1']);
+  assert.deepEqual(events.map((e) => [e.type, e.id]), [['released', 5], ['stopped', undefined]]);
 });
