@@ -88,6 +88,7 @@ fun main() {
         drainTimeout = envLong("FENEC_DRAIN_MS")?.milliseconds ?: defaults.drainTimeout,
         backoff = { attempts -> (backoffMs * attempts * attempts).milliseconds },
         timeout = timeout,
+        keepDone = env("FENEC_KEEP_DONE").let { it != null && it != "0" },
         onEvent = { e: WorkerEvent ->
             line(mapOf("event" to e.type.label, "worker" to e.worker, "id" to e.id, "owner" to e.owner, "attempts" to e.attempts,
                 "error" to e.error, "delay_ms" to e.delay?.inWholeMilliseconds, "count" to e.count, "t" to System.currentTimeMillis()))
@@ -95,6 +96,8 @@ fun main() {
     )
     val worker = Worker(JobQueue(Fenec.connect(url, timeout = timeout), queueName), options)
 
+    // `ready` comes first: the worker's own events follow it
+    line(mapOf("event" to "ready", "worker" to name, "t" to System.currentTimeMillis()))
     var failure: Throwable? = null
     val running = CoroutineScope(Dispatchers.Default).launch {
         try {
@@ -106,7 +109,6 @@ fun main() {
     // SIGTERM: the graceful stop; SIGINT: the hard one (the run's coroutine cancelled). Either ends `running`.
     Signal.handle(Signal("TERM")) { worker.stop() }
     Signal.handle(Signal("INT")) { running.cancel() }
-    line(mapOf("event" to "ready", "worker" to name, "t" to System.currentTimeMillis()))
     runBlocking { running.join() }
     val failed = failure
     if (failed != null && failed !is kotlinx.coroutines.CancellationException) {
