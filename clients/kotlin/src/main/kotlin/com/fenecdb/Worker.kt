@@ -17,6 +17,7 @@ import kotlinx.coroutines.launch
 import kotlinx.coroutines.selects.select
 import kotlinx.coroutines.supervisorScope
 import kotlinx.coroutines.withContext
+import kotlinx.coroutines.withTimeoutOrNull
 import java.util.concurrent.atomic.AtomicBoolean
 import java.util.concurrent.atomic.AtomicLong
 import java.util.concurrent.atomic.AtomicReference
@@ -86,6 +87,7 @@ class Worker(val queue: JobQueue, val options: WorkerOptions = WorkerOptions()) 
     // seeded from the clock, as the page's own loop does, so a worker restarted under the same name never sends an
     // owner token (and so a claim key) of its earlier life: the server keeps keys a day and would replay that claim
     private val claims = AtomicLong(System.currentTimeMillis())
+    private val idlePause = minOf(1.seconds, options.lease)
     private val stopping = CompletableDeferred<Unit>()
     private val running = AtomicBoolean()
     // set at a stop: past this (System.nanoTime) a write that keeps failing on the transport is given up
@@ -104,7 +106,12 @@ class Worker(val queue: JobQueue, val options: WorkerOptions = WorkerOptions()) 
             while (!stopping.isCompleted) {
                 val owner = nextOwner()
                 val rows = claim(owner) ?: break
-                if (rows.isNotEmpty()) work(owner, rows, handler)
+                if (rows.isNotEmpty()) {
+                    work(owner, rows, handler)
+                } else if (!options.wait.isPositive()) {
+                    // a claim not held at the server answers an empty queue at once: pause, or this loop would spin
+                    withTimeoutOrNull(idlePause) { stopping.await() }
+                }
             }
         } finally {
             running.set(false)

@@ -30,14 +30,7 @@ class FileServer : AutoCloseable {
             .redirectOutput(ProcessBuilder.Redirect.DISCARD)
             .start()
         process = p
-        val lines = p.errorStream.bufferedReader()
-        val deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60)
-        var found: String? = null
-        while (found == null && System.nanoTime() < deadline) {
-            val line = lines.readLine() ?: break
-            found = Regex("listening on: (http://\\S+)").find(line)?.groupValues?.get(1)
-        }
-        Thread { try { lines.forEachLine { } } catch (e: Exception) { } }.apply { isDaemon = true }.start()
+        val found = LiveServer.address(p)
         url = found ?: throw IllegalStateException("fenec-server did not report its address")
         port = url.substringAfterLast(':').trimEnd('/').toInt()
     }
