@@ -233,8 +233,11 @@ class Worker(val queue: JobQueue, val options: WorkerOptions = WorkerOptions()) 
             e
         }
         if (!currentCoroutineContext().isActive) {
-            // the hard stop cancelled this lane, and with it the handler: the job goes back
-            if (h.state.compareAndSet(State.RUNNING, State.SETTLING)) release(h, started = true)
+            // the hard stop cancelled this lane, and with it the handler: the job goes back, unless it was done
+            hardStop()
+            if (h.cancelled != Cancel.LOST && h.state.compareAndSet(State.RUNNING, State.SETTLING)) {
+                if (thrown == null) ack(h) else release(h, started = true)
+            }
             currentCoroutineContext().ensureActive()
         }
         when {
