@@ -27,7 +27,7 @@ import kotlin.time.Duration.Companion.seconds
  *   release  set q {owner: $1, run_at: now(), attempts: attempts - 1} where id = $2 and owner = $3
  *              (given back at a stop, never started: the claim's attempt is undone; a started job keeps it)
  *
- * A job whose `run_at` is null is dead (failed [deadAfter] times). Ack, extend and fail name the owner the claim
+ * A job whose `run_at` is null is dead (failed [deadAfter] times), or kept done when it has a `done_at`. Ack, extend and fail name the owner the claim
  * wrote, so a worker whose lease lapsed and whose job went to another finds out: they answer false (a 412), never
  * an error.
  */

@@ -74,6 +74,36 @@ class WorkerTest {
     }
 
     @Test
+    fun `a handler that blocks its thread does not starve the heartbeat`() {
+        val db = Fenec.connect(LiveServer.url())
+        val queue = runBlocking { fresh(db, "blocking") }
+        runBlocking { repeat(2) { n -> queue.enqueue(mapOf("n" to n)) } }
+        val starts = ConcurrentHashMap<Any, AtomicInteger>()
+        val count = { job: Job -> starts.getOrPut(job.id) { AtomicInteger() }.incrementAndGet(); Unit }
+        val events = Events()
+        // runBlocking's one thread, blocked by each handler for 2.5 leases: the heartbeat runs elsewhere
+        val blocked = Worker(queue, WorkerOptions(name = "blocked", batch = 2, lease = 1.seconds, wait = 1.seconds, onEvent = events))
+        // another worker, on other threads, takes any job whose lease lapses
+        val other = Worker(queue, WorkerOptions(name = "other", batch = 1, lease = 30.seconds, wait = 1.seconds))
+        var otherRun: kotlinx.coroutines.Job? = null
+        try {
+            runBlocking {
+                val running = launch { blocked.run { job -> count(job); Thread.sleep(2_500) } }
+                until("the blocked worker claimed both jobs") { events.of(WorkerEvent.Type.CLAIMED).isNotEmpty() }
+                assertEquals(2, events.of(WorkerEvent.Type.CLAIMED).single().count)
+                otherRun = kotlinx.coroutines.GlobalScope.launch(Dispatchers.Default) { other.run(count) }
+                until("both jobs settled by the blocked worker", 120) { blocked.acked.get() + blocked.stale.get() == 2L }
+                running.cancelAndJoin()
+            }
+            assertEquals(0L, blocked.stale.get(), "the blocked worker lost a lease")
+            assertEquals(2L, blocked.acked.get())
+            assertTrue(starts.values.all { it.get() == 1 }, "a job started more than once: $starts")
+        } finally {
+            runBlocking { otherRun?.cancelAndJoin() }
+        }
+    }
+
+    @Test
     fun `a lost lease cancels that job's handler, which is then neither acked nor failed, and the worker goes on`() = runBlocking(Dispatchers.Default) {
         val db = Fenec.connect(LiveServer.url())
         val queue = fresh(db, "lost")
