@@ -152,11 +152,16 @@ class Worker(val queue: JobQueue, val options: WorkerOptions = WorkerOptions()) 
                 claimDb.run(statement, "claim:$owner").rows ?: throw FenecException(FenecException.Code.IO, "a claim answered no rows")
             }
         }
-        // taking first: a claim answered as the stop came is worked (and so given back), not dropped
-        select<Rows?> {
+        val answered = select<Rows?> {
             taking.onAwait { it }
-            stopping.onAwait { taking.cancel(); null }
+            stopping.onAwait { null }
         }
+        if (answered != null) return@coroutineScope answered
+        taking.cancel()
+        taking.join()
+        // a claim answered just as the stop came has taken its jobs: they are worked out as the stop says (given
+        // back at once), not left leased to nobody
+        if (taking.isCancelled) null else taking.await()
     }
 
     // ---- a batch ----
