@@ -276,7 +276,7 @@ class Worker(val queue: JobQueue, val options: WorkerOptions = WorkerOptions()) 
     private suspend fun heartbeat(held: List<Held>) = coroutineScope {
         var tick = 0L
         while (true) {
-            delay(options.heartbeat)
+            delay(options.beat)
             tick++
             for (h in held) {
                 // one extend of a job at a time: a tick that finds the last one still trying leaves it to finish

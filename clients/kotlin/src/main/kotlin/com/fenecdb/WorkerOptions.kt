@@ -13,7 +13,8 @@ import kotlin.time.Duration.Companion.seconds
  * @property concurrency jobs of a batch run side by side, up to this many (never more than [batch]).
  * @property lease how long a claim, and every heartbeat after it, holds a job.
  * @property wait how long a claim is held at the server while the queue is empty (`Fenec-Wait`).
- * @property heartbeat how often every job in hand, started or not, is extended by [lease].
+ * @property heartbeat how often every job in hand, started or not, is extended by [lease]; null: a third of the
+ *   lease (so that `copy(lease = ...)` moves it too).
  * @property maxAttempts a job failed at attempts >= this is dead (`run_at: null`); a job claimed with attempts past
  *   it is dead-lettered without running.
  * @property backoff how long a failed job waits before it is ready again, from its attempts (attempts² s).
@@ -30,7 +31,7 @@ data class WorkerOptions(
     val concurrency: Int = 1,
     val lease: Duration = 30.seconds,
     val wait: Duration = 30.seconds,
-    val heartbeat: Duration = lease / 3,
+    val heartbeat: Duration? = null,
     val maxAttempts: Int = 5,
     val backoff: (attempts: Long) -> Duration = { attempts -> (attempts * attempts).seconds },
     val drainTimeout: Duration = 30.seconds,
@@ -46,12 +47,17 @@ data class WorkerOptions(
         require(concurrency >= 1) { "concurrency is a count of jobs from 1 (got $concurrency)" }
         require(lease.isFinite() && lease >= 1.milliseconds) { "lease is a duration of at least 1 ms (got $lease)" }
         require(wait.isFinite() && !wait.isNegative()) { "wait is a duration from 0 (got $wait)" }
-        require(heartbeat.isPositive() && heartbeat < lease) { "heartbeat is a duration above 0 and below the lease (got $heartbeat)" }
+        require(heartbeat == null || (heartbeat.isPositive() && heartbeat < lease)) {
+            "heartbeat is a duration above 0 and below the lease (got $heartbeat)"
+        }
         require(maxAttempts >= 1) { "maxAttempts is a count from 1 (got $maxAttempts)" }
         require(drainTimeout.isFinite() && !drainTimeout.isNegative()) { "drainTimeout is a duration from 0 (got $drainTimeout)" }
         require(retry.isPositive() && retryMax >= retry) { "retry is a pause above 0, and retryMax at least as long (got $retry, $retryMax)" }
         require(timeout.isFinite() && timeout.isPositive()) { "timeout is a duration above 0 (got $timeout)" }
     }
+
+    /** The heartbeat in force: [heartbeat], or a third of the lease. */
+    val beat: Duration get() = heartbeat ?: (lease / 3)
 }
 
 /**

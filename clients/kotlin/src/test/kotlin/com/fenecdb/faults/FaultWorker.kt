@@ -83,7 +83,7 @@ fun main() {
         concurrency = envLong("FENEC_CONCURRENCY")?.toInt() ?: defaults.concurrency,
         lease = lease,
         wait = envLong("FENEC_WAIT_MS")?.milliseconds ?: defaults.wait,
-        heartbeat = envLong("FENEC_HEARTBEAT_MS")?.milliseconds ?: (lease / 3),
+        heartbeat = envLong("FENEC_HEARTBEAT_MS")?.milliseconds,
         maxAttempts = envLong("FENEC_MAX_ATTEMPTS")?.toInt() ?: defaults.maxAttempts,
         drainTimeout = envLong("FENEC_DRAIN_MS")?.milliseconds ?: defaults.drainTimeout,
         backoff = { attempts -> (backoffMs * attempts * attempts).milliseconds },
