@@ -88,7 +88,10 @@ data class WorkerEvent(
         DEAD,
         /** The job was given back at a stop: ready again now. */
         RELEASED,
-        /** The job's lease was lost (412): another worker holds it; its handler was cancelled. */
+        /**
+         * The job's lease was lost (a 412: another worker holds it, and a running handler was cancelled), or a write
+         * for it was refused otherwise or given up at a stop ([error] says why): its lease lapses.
+         */
         LOST,
         /** A request failed on the transport, timed out or met a 5xx; it is sent again after [delay]. */
         RETRY,
