@@ -91,7 +91,7 @@ class WorkerTest {
                 val running = launch { blocked.run { job -> count(job); Thread.sleep(2_500) } }
                 until("the blocked worker claimed both jobs") { events.of(WorkerEvent.Type.CLAIMED).isNotEmpty() }
                 assertEquals(2, events.of(WorkerEvent.Type.CLAIMED).single().count)
-                otherRun = kotlinx.coroutines.GlobalScope.launch(Dispatchers.Default) { other.run(count) }
+                otherRun = kotlinx.coroutines.CoroutineScope(Dispatchers.Default).launch { other.run(count) }
                 until("both jobs settled by the blocked worker", 120) { blocked.acked.get() + blocked.stale.get() == 2L }
                 running.cancelAndJoin()
             }
