@@ -49,6 +49,8 @@ class FenecRemote internal constructor(
     val wait: Duration?,
     /** The `Idempotency-Key` this copy's writes carry, or null. */
     val idempotencyKey: String?,
+    /** This copy's own request timeout (the worker's); null: the one [Fenec.connect] was given. */
+    private val timeout: Duration? = null,
 ) : AutoCloseable {
 
     companion object {
@@ -90,11 +92,14 @@ class FenecRemote internal constructor(
     /** A copy whose requests carry `Fenec-Wait`: a claim that would take nothing is held at the server. */
     fun withWait(wait: Duration): FenecRemote {
         require(!wait.isNegative() && wait.isFinite()) { "wait is milliseconds, a whole number from 0 (got $wait)" }
-        return FenecRemote(link, wait, idempotencyKey)
+        return FenecRemote(link, wait, idempotencyKey, timeout)
     }
 
     /** A copy whose writes carry this `Idempotency-Key`. */
-    fun withIdempotencyKey(key: String): FenecRemote = FenecRemote(link, wait, checkKey(key))
+    fun withIdempotencyKey(key: String): FenecRemote = FenecRemote(link, wait, checkKey(key), timeout)
+
+    /** A copy whose requests time out after [timeout] (a held one after its wait on top): the worker's own. */
+    internal fun withRequestTimeout(timeout: Duration): FenecRemote = FenecRemote(link, wait, idempotencyKey, timeout)
 
     private fun checkKey(key: String?): String? {
         if (key != null) require(key.isNotEmpty()) { "an idempotency key is a text, not empty" }
@@ -178,7 +183,7 @@ class FenecRemote internal constructor(
         key?.let { b.header("Idempotency-Key", it) }
         wait?.let { b.header("Fenec-Wait", it.inWholeMilliseconds.toString()) }
         // a held request's timeout is the client's plus the wait it sent: a held claim is never cut short (§3.8 rule 3)
-        val total = link.timeout + (wait ?: Duration.ZERO)
+        val total = (timeout ?: link.timeout) + (wait ?: Duration.ZERO)
         if (total.isFinite() && total > Duration.ZERO) b.timeout(total.toJavaDuration())
         val response = try {
             // a cancelled coroutine cancels the exchange and the JDK client closes its connection: the server sees

@@ -34,14 +34,21 @@ object LiveServer {
             process.destroy() // SIGTERM: the server answers any held request and syncs before it exits
             if (!process.waitFor(5, TimeUnit.SECONDS)) process.destroyForcibly()
         })
+        return address(process)
+    }
+
+    /**
+     * The base URL a starting `fenec-server` prints on stderr (`listening on: http://...`), or null if it never
+     * does; the rest of its log is drained on a thread so that the server never blocks on a full pipe.
+     */
+    fun address(process: Process, seconds: Long = 60): String? {
         val lines = process.errorStream.bufferedReader()
-        val deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60)
+        val deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(seconds)
         var url: String? = null
         while (url == null && System.nanoTime() < deadline) {
             val line = lines.readLine() ?: break
             url = Regex("listening on: (http://\\S+)").find(line)?.groupValues?.get(1)
         }
-        // keep draining the log so the server never blocks on a full pipe
         Thread { try { lines.forEachLine { } } catch (e: Exception) { } }.apply { isDaemon = true }.start()
         return url
     }

@@ -1,12 +1,12 @@
 package com.fenecdb
 
 import kotlinx.coroutines.Dispatchers
-import kotlinx.coroutines.cancelAndJoin
 import kotlinx.coroutines.delay
 import kotlinx.coroutines.launch
 import kotlinx.coroutines.runBlocking
 import kotlinx.coroutines.withTimeout
 import org.junit.jupiter.api.Assertions.assertEquals
+import org.junit.jupiter.api.Assertions.assertTrue
 import org.junit.jupiter.api.Test
 import java.io.File
 import kotlin.time.Duration.Companion.seconds
@@ -76,24 +76,33 @@ class ReadmeTest {
     }
 
     @Test
-    fun `the worker helper runs`() = runBlocking(Dispatchers.Default) {
-        val url = LiveServer.url()
-        val db = Fenec.connect(url)
-        val name = "mail_${System.nanoTime().toString(16)}"
-        db.run("create collection $name (payload json, run_at timestamp @sorted, owner text, attempts int, error text)")
-        val sent = java.util.concurrent.ConcurrentLinkedQueue<Any?>()
-        fun send(payload: Any?) { sent.add(payload) }
-        // readme:begin
-        val queue = JobQueue(db, name)
-        queue.enqueue(mapOf("to" to "bo@example.com"))
-        val workers = (1..3).map { n ->
-            launch { Worker(queue, "w$n", lease = 30.seconds, wait = 20.seconds) { job -> send(job.payload) }.run() }
+    fun `the worker helper runs, and goes on across a server restart`() = runBlocking(Dispatchers.Default) {
+        FileServer().use { server ->
+            val url = server.url
+            Fenec.connect(url).run("create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int, error text)")
+            val sent = java.util.concurrent.ConcurrentLinkedQueue<String>()
+            fun send(to: String) { sent.add(to) }
+            // readme:begin
+            val db = Fenec.connect(url)
+            val queue = JobQueue(db, "jobs")
+            queue.enqueue(mapOf("to" to "ada@example.com"))
+
+            val worker = Worker(queue, WorkerOptions(batch = 10, concurrency = 4, lease = 30.seconds, wait = 30.seconds))
+            val running = launch { worker.run { job -> send((job.payload as Map<*, *>)["to"] as String) } }
+            // readme:end
+            withTimeout(60_000) { while (sent.isEmpty()) delay(20) }
+            server.stop() // a restart while the claim after ada's is held at the server
+            server.start()
+            queue.enqueue(mapOf("to" to "bo@example.com"))
+            withTimeout(120_000) { while (sent.size < 2) delay(20) }
+            assertTrue(running.isActive)
+            // readme:begin
+            worker.stop()   // no more claims; the jobs not started go back now; running ones finish within drainTimeout
+            running.join()  // run() has returned
+            // readme:end
+            assertEquals(listOf("ada@example.com", "bo@example.com"), sent.toList())
+            assertEquals(0L, queue.counts().total)
         }
-        // readme:end
-        withTimeout(10_000) { while (sent.isEmpty()) delay(20) }
-        workers.forEach { it.cancelAndJoin() }
-        assertEquals(listOf(mapOf("to" to "bo@example.com")), sent.toList())
-        assertEquals(0L, queue.counts().total)
     }
 
     @Test
