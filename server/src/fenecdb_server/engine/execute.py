@@ -139,14 +139,26 @@ def _set_path(obj: Any, keys: tuple[str, ...], value: Any, target: str) -> dict:
     return {key: out[key] for key in sorted(out)}
 
 
+def _in_field(e: FenecError, name: str) -> FenecError:
+    """A value's conversion refused (`expected int, found text`), saying which field it was for.
+    Only the refusal's path pays for this: the loops that convert catch it outside their body."""
+    if e.kind == "type" and e.message.startswith("expected "):
+        return FenecError("type", f"field `{name}`: {e.message}", at=e.at)
+    return e
+
+
 def _apply_entries(schema: Schema, base: dict, entries: list, vals: list) -> dict:
     row = dict(base)
-    for (target, _, ftype, _), v in zip(entries, vals, strict=False):
-        if target.keys:
-            jv = V.to_json_value(v)
-            row[target.name] = _set_path(row.get(target.name), target.keys, jv, target.text)
-        else:
-            row[target.name] = V.coerce(v, ftype)
+    target = None
+    try:
+        for (target, _, ftype, _), v in zip(entries, vals, strict=False):
+            if target.keys:
+                jv = V.to_json_value(v)
+                row[target.name] = _set_path(row.get(target.name), target.keys, jv, target.text)
+            else:
+                row[target.name] = V.coerce(v, ftype)
+    except FenecError as e:
+        raise (_in_field(e, target.text) if target is not None else e) from None
     return row
 
 
@@ -246,22 +258,40 @@ def _pass_over(coll: Collection, p: Prepared, env: Env) -> tuple[list[dict], lis
 
 
 def _rewrite_plain(plain: tuple[list, list], picked: list[dict], env: Env) -> list[dict]:
-    fixed = {name: convert(fn(None, env)) for name, fn, convert in plain[0]}
+    try:
+        fixed = {name: convert(fn(None, env)) for name, fn, convert in plain[0]}
+    except FenecError as e:
+        raise _in_field(e, _failing(plain[0], env)) from None
     per_row = plain[1]
     news = [old | fixed for old in picked]
-    if len(per_row) == 1:  # a claim's `attempts: attempts + 1`
-        name, fn, convert = per_row[0]
-        if convert is V.same:
-            for old, new in zip(picked, news, strict=True):
-                new[name] = fn(old, env)
-        else:
-            for old, new in zip(picked, news, strict=True):
+    name = ""
+    try:
+        if len(per_row) == 1:  # a claim's `attempts: attempts + 1`
+            name, fn, convert = per_row[0]
+            if convert is V.same:
+                for old, new in zip(picked, news, strict=True):
+                    new[name] = fn(old, env)
+            else:
+                for old, new in zip(picked, news, strict=True):
+                    new[name] = convert(fn(old, env))
+            return news
+        for old, new in zip(picked, news, strict=True):
+            for name, fn, convert in per_row:
                 new[name] = convert(fn(old, env))
-        return news
-    for old, new in zip(picked, news, strict=True):
-        for name, fn, convert in per_row:
-            new[name] = convert(fn(old, env))
+    except FenecError as e:
+        raise _in_field(e, name) from None
     return news
+
+
+def _failing(entries: list, env: Env) -> str:
+    """Which of a patch's row-free values refuses its conversion (worked out again, on the refusal's
+    path only: they read no row and have no effect)."""
+    for name, fn, convert in entries:
+        try:
+            convert(fn(None, env))
+        except FenecError:
+            return str(name)
+    return ""
 
 
 def _rewrite(schema: Schema, patch: list, picked: list[dict], env: Env) -> list[dict]:
@@ -318,7 +348,10 @@ def _documents(p: Prepared, env: Env) -> list[dict]:
                     raise FenecError("query", f"`{k}` writes into `{name}`, which is not json")
                 row[name] = _set_path(row.get(name), tuple(keys), V.to_json_value(v), k)
             else:
-                row[k] = V.coerce(v, schema.field(k).type)
+                try:
+                    row[k] = V.coerce(v, schema.field(k).type)
+                except FenecError as e:
+                    raise _in_field(e, k) from None
         out.append(row)
     return out
 
@@ -332,7 +365,10 @@ def _doc_values(schema: Schema, entries: list, env: Env) -> dict:
         elif target.keys:
             row[target.name] = _set_path(row.get(target.name), target.keys, V.to_json_value(v), target.text)
         else:
-            row[target.name] = V.coerce(v, ftype)
+            try:
+                row[target.name] = V.coerce(v, ftype)
+            except FenecError as e:
+                raise _in_field(e, target.name) from None
     return row
 
 

@@ -3,6 +3,7 @@ indexes added on paths. The planner reads it; the engine owns the rows it descri
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +44,9 @@ class Schema:
     def field(self, name: str) -> FieldInfo:
         f = self.fields.get(name)
         if f is None:
-            raise FenecError("notfound", f"collection `{self.name}` has no field `{name}`")
+            close = difflib.get_close_matches(name, [*self.fields, "id"], n=1, cutoff=0.7)
+            hint = f" (did you mean `{close[0]}`?)" if close else ""
+            raise FenecError("notfound", f"collection `{self.name}` has no field `{name}`{hint}")
         return f
 
     def to_json(self) -> dict:

@@ -10,6 +10,7 @@ the offending text, with a caret under it:
 
 from __future__ import annotations
 
+import difflib
 import importlib.resources
 import re
 import sys
@@ -41,13 +42,24 @@ ANNOTATIONS = {"hash", "unique", "sorted", "geo", "ttl"}
 
 DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
-# Friendly names for the terminals an error may expect.
+# What a syntax error names for the terminals it expected: the words a user types, never the
+# grammar's own names (`add_op`). Several terminals may read the same (INT, DECIMAL, NEG_NUM are
+# all "a number"); a terminal mapped to "" is left out (a token claim is refused in a client's
+# statement anyway).
 _EXPECT_NAMES = {
-    "NAME": "a name", "PATH": "a path", "INT": "a number", "STRING": "a text", "PARAM": "a parameter",
-    "CMP_OP": "a comparison", "LPAR": "`(`", "RPAR": "`)`", "LSQB": "`[`", "RSQB": "`]`", "LBRACE": "`{`",
-    "RBRACE": "`}`", "COMMA": "`,`", "COLON": "`:`", "END": "`end`", "THEN": "`then`", "WHEN": "`when`",
-    "$END": "the end of the text",
+    "NAME": "a name", "PATH": "a path", "INT": "a number", "DECIMAL": "a number", "NEG_NUM": "a number",
+    "STRING": "a text", "PARAM": "a parameter", "DURATION": "a duration", "CLAIM": "",
+    "CMP_OP": "a comparison", "ADD_OP": "`+` or `-`", "MUL_OP": "`*`, `/` or `%`", "STAR": "`*`",
+    "LPAR": "`(`", "RPAR": "`)`", "LSQB": "`[`", "RSQB": "`]`", "LBRACE": "`{`", "RBRACE": "`}`",
+    "COMMA": "`,`", "COLON": "`:`", "_SEMI": "`;`", "$END": "the end of the text",
 }
+# Keywords that start a statement: after a complete statement the parser would take any of them, and
+# listing all ten hides the clause a user meant; they are named once, as "another statement".
+_STATEMENT_WORDS = frozenset({"PUT", "INSERT", "SET", "UPDATE", "DEL", "DELETE", "GET", "_CREATE", "_DROP"})
+# The order a list of expected words is given in: the clauses first, then values, then the rest.
+_FIRST = ("WHERE", "SELECT", "ORDER", "LIMIT", "OFFSET", "COUNT", "REQUIRE", "RETURNING", "AS", "ASC", "DESC",
+          "AND", "OR", "THEN", "WHEN", "ELSE", "END", "CMP_OP", "ADD_OP", "MUL_OP", "IN", "IS", "HAS", "NOT")
+_SHOWN = 10
 
 _GRAMMAR = importlib.resources.files(__package__).joinpath("grammar.lark").read_text(encoding="utf-8")
 
@@ -614,17 +626,47 @@ def _caret(text: str, pos: int) -> tuple[int, int, str]:
     return line, col, f"\n  {src}\n  {' ' * (col - 1)}^"
 
 
+def _word(t: str) -> str | None:
+    """The keyword a terminal stands for (`WHERE` -> `where`, `_CREATE` -> `create`), or None."""
+    w = t.lstrip("_").lower()
+    return w if w.isalpha() and t not in _EXPECT_NAMES else None
+
+
 def _expected(tokens: set[str]) -> str:
-    names = []
-    for t in sorted(tokens):
-        if t.startswith("_") or t.startswith("__"):
+    """The expected terminals as a user reads them: keywords as typed, in clause order, each
+    name once, the statement keywords as one entry, at most `_SHOWN` and then `...`."""
+    rank = {t: i for i, t in enumerate(_FIRST)}
+    names: list[str] = []
+    statement = False
+    for t in sorted(tokens, key=lambda t: (rank.get(t, len(rank)), t)):
+        if t in _STATEMENT_WORDS:
+            statement = True
             continue
-        names.append(_EXPECT_NAMES.get(t, f"`{t.lower()}`"))
+        name = _EXPECT_NAMES.get(t)
+        if name is None:
+            word = _word(t)
+            name = f"`{word}`" if word else ""
+        if name and name not in names:
+            names.append(name)
+    if statement and all(n in ("the end of the text", "`;`", "`select`") for n in names):
+        # nothing but a statement may come: name the keywords that start one
+        names = [f"`{w}`" for w in ("get", "put", "insert", "set", "update", "del", "delete", "select", "create",
+                                    "drop")]
+        statement = False
     if not names:
-        return "something else"
-    if len(names) > 6:
-        names = names[:6] + ["..."]
-    return ", ".join(names)
+        return "another statement" if statement else "something else"
+    if len(names) > _SHOWN:
+        names = names[:_SHOWN] + ["..."]
+    return ", ".join(names + ["another statement"] * statement)
+
+
+def _did_you_mean(found: str, tokens: set[str]) -> str:
+    """` (did you mean `where`?)` when `found` is a word close to a keyword the parser expected."""
+    if not found.isidentifier():
+        return ""
+    words = sorted({w for t in tokens if (w := _word(t))})
+    close = difflib.get_close_matches(found.lower(), words, n=1, cutoff=0.6)
+    return f" (did you mean `{close[0]}`?)" if close and close[0] != found.lower() else ""
 
 
 def _syntax_error(text: str, e: UnexpectedInput) -> FenecError:
@@ -675,7 +717,7 @@ def _syntax_error(text: str, e: UnexpectedInput) -> FenecError:
     elif tok.type == "ADD_OP" and found == "-" and "NEG_NUM" in expected:
         msg = "a minus sign stands only before a number: write `0 - x`"
     else:
-        msg = f"expected {_expected(expected)}, found `{found}`"
+        msg = f"expected {_expected(expected)}, found `{found}`{_did_you_mean(found, expected)}"
     return _qerr(f"{where}: {msg}{caret}")
 
 
