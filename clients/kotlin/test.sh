@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The Kotlin SDK's own tests, as `make test` runs them from this folder: a Maven build and its JUnit 5 suite.
+# The Kotlin SDK's own tests, as `make test` runs them from this folder: a Maven build, its JUnit 5 suite, and
+# the packaging (`mvn verify`: the jar, sources jar and javadoc jar an `mvn install` installs).
 # Unit tests need no server; the live tests start <repo root>/.venv/bin/fenec-server on 127.0.0.1:0 themselves
 # and stop it with SIGTERM. Without that command they are skipped, and this script says so.
 set -u
@@ -10,7 +11,13 @@ if [ ! -x "$root/.venv/bin/fenec-server" ]; then
   echo "SKIP kotlin live-server tests: no $root/.venv/bin/fenec-server (run 'make venv' first)"
 fi
 started=$(date +%s)
-mvn -B -ntp -Dstyle.color=never test
+# verify: the tests, then the jar, its sources jar and its javadoc jar, as `mvn install` makes them
+mvn -B -ntp -Dstyle.color=never verify
 code=$?
-echo "kotlin: mvn test finished in $(( $(date +%s) - started )) s (exit $code)"
+if [ $code -eq 0 ]; then
+  for jar in fenecdb-0.1.0.jar fenecdb-0.1.0-sources.jar fenecdb-0.1.0-javadoc.jar; do
+    [ -s "target/$jar" ] || { echo "FAILED: mvn verify made no target/$jar"; code=1; }
+  done
+fi
+echo "kotlin: mvn verify finished in $(( $(date +%s) - started )) s (exit $code)"
 exit $code

@@ -1,5 +1,6 @@
 package com.fenecdb
 
+import kotlin.time.toKotlinDuration
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.suspendCancellableCoroutine
 import kotlinx.coroutines.runBlocking
@@ -94,6 +95,9 @@ class FenecRemote internal constructor(
         require(!wait.isNegative() && wait.isFinite()) { "wait is milliseconds, a whole number from 0 (got $wait)" }
         return FenecRemote(link, wait, idempotencyKey, timeout)
     }
+
+    /** [withWait] for Java callers, with a `java.time.Duration`. */
+    fun withWait(wait: java.time.Duration): FenecRemote = withWait(wait.toKotlinDuration())
 
     /** A copy whose writes carry this `Idempotency-Key`. */
     fun withIdempotencyKey(key: String): FenecRemote = FenecRemote(link, wait, checkKey(key), timeout)

@@ -41,18 +41,26 @@ class ReadmeTest {
     }
 
     @Test
-    fun `the quick start runs`() = runBlocking {
-        val url = LiveServer.url()
-        val mail = "mail_${System.nanoTime().toString(16)}"
-        Fenec.connect(url).run("create collection $mail (payload json, run_at timestamp @sorted, owner text, attempts int, error text)")
-        val owner = "w1:1"
+    fun `the README's Java block is JavaCallerTest's region`() {
+        val readme = File(LiveServer.root, "clients/kotlin/README.md").readText()
+        val blocks = Regex("```java\n(.*?)\n```", RegexOption.DOT_MATCHES_ALL).findAll(readme).map { it.groupValues[1] }.toList()
+        val java = File(LiveServer.root, "clients/kotlin/src/test/kotlin/com/fenecdb/JavaCallerTest.java").readText()
+        val region = java.substringAfter("// readme:begin\n").substringBefore("        // readme:end").trimIndent().trim()
+        assertEquals(listOf(region), blocks.map { it.trim() })
+    }
+
+    @Test
+    fun `the quick start runs`() = runBlocking<Unit> {
+        System.setProperty("fenecdb.url", LiveServer.url()) // what a user's program is given with -Dfenecdb.url=...
         // readme:begin
-        val db = Fenec.connect(url)
-        val jobs = db.from(mail)
+        val db = Fenec.connect(System.getProperty("fenecdb.url", "http://127.0.0.1:8080"))
+        db.run("create collection mail (payload json, run_at timestamp @sorted, owner text, attempts int, error text)")
+        val jobs = db.from("mail")
+        val owner = "w1:${System.currentTimeMillis()}" // a new owner token for each claim
         jobs.insert(mapOf("payload" to mapOf("to" to "ada@example.com"), "run_at" to Computed.expr("now()"), "attempts" to 0))
 
         // claim: the oldest ready jobs, each ours for 30 s; held at the server up to 20 s while none is ready
-        val claimed = db.withWait(20.seconds).from(mail)
+        val claimed = db.withWait(20.seconds).from("mail")
             .where(Cond.raw("run_at <= now()")).order("run_at").limit(10)
             .updateReturning(mapOf("owner" to owner, "run_at" to Computed.expr("now() + ?", 30000), "attempts" to Computed.inc(1)))
         for (job in claimed) {
@@ -62,6 +70,7 @@ class ReadmeTest {
         // readme:end
         assertEquals(1, claimed.size)
         assertEquals(0L, jobs.count())
+        db.run("drop collection mail")
     }
 
     @Test
@@ -78,12 +87,12 @@ class ReadmeTest {
     @Test
     fun `the worker helper runs, and goes on across a server restart`() = runBlocking(Dispatchers.Default) {
         FileServer().use { server ->
-            val url = server.url
-            Fenec.connect(url).run("create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int, error text)")
+            System.setProperty("fenecdb.url", server.url)
             val sent = java.util.concurrent.ConcurrentLinkedQueue<String>()
             fun send(to: String) { sent.add(to) }
             // readme:begin
-            val db = Fenec.connect(url)
+            val db = Fenec.connect(System.getProperty("fenecdb.url", "http://127.0.0.1:8080"))
+            db.run("create collection if not exists jobs (payload json, run_at timestamp @sorted, owner text, attempts int, error text)")
             val queue = JobQueue(db, "jobs")
             queue.enqueue(mapOf("to" to "ada@example.com"))
 
