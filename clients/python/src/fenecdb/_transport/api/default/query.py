@@ -120,6 +120,13 @@ def _parse_response(*, client: AuthenticatedClient | Client, response: httpx.Res
 
         return response_404
 
+    if response.status_code == 408:
+        response_408 = Error.from_dict(response.json())
+
+
+
+        return response_408
+
     if response.status_code == 409:
         response_409 = Error.from_dict(response.json())
 
