@@ -96,3 +96,10 @@ def test_no_doc_points_outside_the_repository() -> None:
         assert "../shared" not in text and "shared/spec" not in text, where
         missing = set(MD_NAME.findall(text)) - names - GENERATED
         assert not missing, f"{where} names pages the repository does not have: {sorted(missing)}"
+
+
+def test_the_docs_index_lists_every_page() -> None:
+    index = (DOCS / "README.md").read_text(encoding="utf-8")
+    for page in DOCS.glob("*.md"):
+        if page.name != "README.md":
+            assert f"| `{page.name}` |" in index, page.name
