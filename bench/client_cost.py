@@ -1,0 +1,137 @@
+"""The Python client's own cost of one request: a claim of 10 against a live local `fenec-server`.
+
+    .venv/bin/python bench/client_cost.py                 # CPU time (time.process_time), sync and async
+    .venv/bin/python bench/client_cost.py --callgrind     # instructions (valgrind --tool=callgrind), both
+
+Only the client's process is measured; the server runs in its own process (in memory, 127.0.0.1:0).
+
+* CPU: `time.process_time()` (user + system time of this process) over N claims, divided by N,
+  after a warm-up. It moves with the machine's load; on a shared machine take the lowest of rounds.
+* Instructions: this script runs itself under callgrind twice, with N1 and N2 claims, and the
+  difference of the two totals divided by N2 - N1 is one claim's instructions: the start-up, the
+  load and the warm-up are the same in both runs and cancel. Instruction counts do not depend on
+  the load of the machine.
+
+Each claim is `db.query(claim, [owner])`, the statement `bench/compare` sends (a claim of 10 that
+takes 10 ready jobs, leased for 30 s); the server is loaded with enough ready jobs first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import fenecdb
+
+SCHEMA = "create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int, error text)"
+CLAIM = ("set jobs {owner: $1, run_at: now() + 30000, attempts: attempts + 1} "
+         "where run_at <= now() order run_at limit 10 returning *")
+PUT = "put jobs $1"
+WARM = 50
+
+
+def start_server() -> tuple[subprocess.Popen[bytes], str]:
+    exe = Path(sys.executable).parent / "fenec-server"
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "fenecdb_server.cli"]
+    proc = subprocess.Popen([*cmd, "--http", "127.0.0.1:0", "--max-connections", "0"],
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    assert proc.stderr is not None
+    for raw in proc.stderr:
+        m = re.search(rb"listening on: (http://[\d.]+:\d+)", raw)
+        if m:
+            return proc, m.group(1).decode()
+    proc.kill()
+    raise SystemExit("fenec-server did not start")
+
+
+def load(url: str, claims: int) -> None:
+    with fenecdb.Client(url, timeout=60) as db:
+        db.query(SCHEMA)
+        docs = [{"payload": {"to": f"u{i}@example.com"}, "run_at": 1_000_000, "attempts": 0}
+                for i in range(10 * claims)]
+        for at in range(0, len(docs), 5000):
+            db.query(PUT, [docs[at:at + 5000]])
+
+
+def run_sync(url: str, n: int) -> float:
+    with fenecdb.Client(url) as db:
+        for i in range(WARM):
+            db.query(CLAIM, [f"w:{i}"])
+        started = time.process_time()
+        for i in range(n):
+            rows = db.query(CLAIM, [f"w:{i}"])
+        spent = time.process_time() - started
+        assert len(rows) == 10, rows
+    return spent / n
+
+
+def run_async(url: str, n: int) -> float:
+    async def main() -> float:
+        async with fenecdb.AsyncClient(url) as db:
+            for i in range(WARM):
+                await db.query(CLAIM, [f"w:{i}"])
+            started = time.process_time()
+            for i in range(n):
+                rows = await db.query(CLAIM, [f"w:{i}"])
+            spent = time.process_time() - started
+            assert len(rows) == 10, rows
+        return spent / n
+
+    return asyncio.run(main())
+
+
+def child(kind: str, url: str, n: int) -> float:
+    return (run_sync if kind == "sync" else run_async)(url, n)
+
+
+def instructions(kind: str, url: str, n: int) -> int:
+    """The instructions of one whole run of this script (`--child`) under callgrind."""
+    done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+                           sys.executable, __file__, "--child", kind, "--url", url, "--requests", str(n)],
+                          capture_output=True, text=True, check=True)
+    m = re.search(r"Collected : (\d+)", done.stderr)
+    assert m, done.stderr[-2000:]
+    return int(m.group(1))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=2000, help="claims per measurement (CPU time) [2000]")
+    ap.add_argument("--rounds", type=int, default=3, help="CPU-time rounds; the lowest is kept [3]")
+    ap.add_argument("--callgrind", action="store_true", help="count instructions instead of CPU time")
+    ap.add_argument("--child", choices=["sync", "async"], help=argparse.SUPPRESS)
+    ap.add_argument("--url", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args.child, args.url, args.requests)
+        return 0
+    if args.callgrind and shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed (apt-get install -y valgrind)")
+    small, big = 50, 250  # claims in the two callgrind runs
+    per_kind = 2 * (WARM + small + big) if args.callgrind else args.rounds * (WARM + args.requests)
+    proc, url = start_server()
+    try:
+        load(url, 2 * per_kind + 10)
+        print(f"fenecdb client {fenecdb.__version__}, {fenecdb.Client.__module__}; a claim of 10 over HTTP")
+        for kind in ("sync", "async"):
+            if args.callgrind:
+                a, b = instructions(kind, url, small), instructions(kind, url, big)
+                print(f"{kind:5}  {(b - a) / (big - small):10,.0f} instructions a request (callgrind)")
+            else:
+                best = min(child(kind, url, args.requests) for _ in range(args.rounds))
+                print(f"{kind:5}  {best * 1e6:8.1f} us of client CPU a request (process_time, lowest of "
+                      f"{args.rounds} x {args.requests})")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
