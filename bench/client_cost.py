@@ -7,6 +7,8 @@ Only the client's process is measured; the server runs in its own process (in me
 
 * CPU: `time.process_time()` (user + system time of this process) over N claims, divided by N,
   after a warm-up. It moves with the machine's load; on a shared machine take the lowest of rounds.
+* The floor row is the same claim over a bare socket with orjson (`run_floor`): what any Python
+  client must spend at least, measured in the same run and conditions.
 * Instructions: this script runs itself under callgrind twice, with N1 and N2 claims, and the
   difference of the two totals divided by N2 - N1 is one claim's instructions: the start-up, the
   load and the warm-up are the same in both runs and cancel. Instruction counts do not depend on
@@ -86,8 +88,47 @@ def run_async(url: str, n: int) -> float:
     return asyncio.run(main())
 
 
+def run_floor(url: str, n: int) -> float:
+    """The floor: the same claim over one blocking socket, the request's bytes made by an f-string,
+    the answer framed by its Content-Length alone and decoded by orjson; no checks, no errors."""
+    import socket
+    from urllib.parse import urlsplit
+
+    import orjson
+
+    parts = urlsplit(url)
+    sock = socket.create_connection((parts.hostname, parts.port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def claim(owner: str) -> list[dict[str, object]]:
+        body = orjson.dumps({"query": CLAIM, "params": [owner]})
+        sock.sendall(f"POST /query HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        data = sock.recv(65536)
+        while (end := data.find(b"\r\n\r\n")) < 0:
+            data += sock.recv(65536)
+        at = data.find(b"content-length:")
+        need = end + 4 + int(data[at + 15:data.find(b"\r\n", at)])
+        while len(data) < need:
+            data += sock.recv(65536)
+        return orjson.loads(data[end + 4:])  # type: ignore[no-any-return]
+
+    for i in range(WARM):
+        claim(f"w:{i}")
+    started = time.process_time()
+    for i in range(n):
+        rows = claim(f"w:{i}")
+    spent = time.process_time() - started
+    assert len(rows) == 10, rows
+    sock.close()
+    return spent / n
+
+
+RUNS = {"sync": run_sync, "async": run_async, "floor": run_floor}
+
+
 def child(kind: str, url: str, n: int) -> float:
-    return (run_sync if kind == "sync" else run_async)(url, n)
+    return RUNS[kind](url, n)
 
 
 def instructions(kind: str, url: str, n: int) -> int:
@@ -105,7 +146,7 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=2000, help="claims per measurement (CPU time) [2000]")
     ap.add_argument("--rounds", type=int, default=3, help="CPU-time rounds; the lowest is kept [3]")
     ap.add_argument("--callgrind", action="store_true", help="count instructions instead of CPU time")
-    ap.add_argument("--child", choices=["sync", "async"], help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=list(RUNS), help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -117,9 +158,9 @@ def main() -> int:
     per_kind = 2 * (WARM + small + big) if args.callgrind else args.rounds * (WARM + args.requests)
     proc, url = start_server()
     try:
-        load(url, 2 * per_kind + 10)
+        load(url, len(RUNS) * per_kind + 10)
         print(f"fenecdb client {fenecdb.__version__}, {fenecdb.Client.__module__}; a claim of 10 over HTTP")
-        for kind in ("sync", "async"):
+        for kind in RUNS:
             if args.callgrind:
                 a, b = instructions(kind, url, small), instructions(kind, url, big)
                 print(f"{kind:5}  {(b - a) / (big - small):10,.0f} instructions a request (callgrind)")

@@ -33,7 +33,7 @@ class Fields(Mapping[str, str]):
     __slots__ = ("_head",)
 
     def __init__(self, head: str) -> None:
-        self._head = head + "\r\n"  # the status line, then `\r\n` and a field, for each field
+        self._head = head  # the status line, then `\r\n<field>` for each field, then `\r\n`
 
     def get(self, name: str, default: Any = None) -> Any:
         head = self._head
@@ -153,18 +153,19 @@ class Reader:
         code = int(status[9:12])
         if 100 <= code < 200:
             return
-        headers = Fields(text.lower())
+        low = text.lower() + "\r\n"
+        headers = self.headers = Fields(low)
         self.status = code
-        self.headers = headers
         self._at = 0
-        self.keep = status.startswith("HTTP/1.1") and "close" not in headers.get("connection", "")
+        self.keep = status.startswith("HTTP/1.1") and ("\r\nconnection:" not in low
+                                                      or "close" not in headers["connection"])
         if code == 204 or code == 304:
             self._length = 0
-        elif "transfer-encoding" in headers:
+        elif "\r\ntransfer-encoding:" in low:
             if "chunked" not in headers["transfer-encoding"]:
                 raise ConnectionError("the server's answer has a transfer coding other than chunked")
             self._chunked = True
-        elif "content-length" in headers:
+        elif "\r\ncontent-length:" in low:
             length = headers["content-length"]
             if not length.isdigit():
                 raise ConnectionError(f"a bad Content-Length in the server's answer: {length[:20]!r}")

@@ -6,9 +6,11 @@ whole. An idle connection the server has closed meanwhile is readable (its end),
 dropped before use, never written to.
 
 Timeouts: the request's timeout bounds the connect and each send or read on the socket, as
-httpx did (`Wire` already added a held claim's wait to it). A failure is the standard library's
-`TimeoutError`, or `ConnectionError` for everything else (refused, cut, TLS, a bad answer); the
-connection is then closed, never reused.
+httpx did (`Wire` already added a held claim's wait to it). On Linux, a plain TCP socket stays
+blocking and the kernel keeps the timeout (SO_RCVTIMEO / SO_SNDTIMEO, set when it changes):
+Python's own socket timeout would add a poll() before every send and read. TLS sockets use
+Python's timeout. A failure is the standard library's `TimeoutError`, or `ConnectionError` for
+everything else (refused, cut, TLS, a bad answer); the connection is then closed, never reused.
 
 Giving up a request from another thread (the blocking worker's `stop()`): the caller passes a
 `Watch`, told the socket before the request is written and told when it is done; shutting that
@@ -20,6 +22,8 @@ from __future__ import annotations
 import select
 import socket
 import ssl
+import struct
+import sys
 import threading
 from typing import TYPE_CHECKING, Protocol
 
@@ -42,14 +46,37 @@ def tls_context() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
-class _Conn:
-    __slots__ = ("sock", "poll", "timeout")
+KERNEL_TIMEOUTS = sys.platform == "linux"
 
-    def __init__(self, sock: socket.socket, timeout: float | None) -> None:
+
+def _timeval(timeout: float | None) -> bytes:
+    if timeout is None:
+        return struct.pack("ll", 0, 0)  # 0: no timeout
+    micros = max(1, round(timeout * 1e6))  # 0 would be none at all
+    return struct.pack("ll", micros // 1_000_000, micros % 1_000_000)
+
+
+class _Conn:
+    __slots__ = ("sock", "poll", "timeout", "kernel")
+
+    def __init__(self, sock: socket.socket, timeout: float | None, kernel: bool) -> None:
         self.sock = sock
-        self.timeout = timeout
+        self.kernel = kernel
+        self.timeout: float | None = -1.0  # none set yet
         self.poll = select.poll()
         self.poll.register(sock, select.POLLIN)
+        if kernel:
+            sock.settimeout(None)
+        self.set_timeout(timeout)
+
+    def set_timeout(self, timeout: float | None) -> None:
+        if self.kernel:
+            tv = _timeval(timeout)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+        else:
+            self.sock.settimeout(timeout)
+        self.timeout = timeout
 
     def close(self) -> None:
         self.sock.close()
@@ -89,10 +116,10 @@ class Pool:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self._context is not None:
                 sock = self._context.wrap_socket(sock, server_hostname=t.host)
+            return _Conn(sock, timeout, KERNEL_TIMEOUTS and self._context is None)
         except BaseException:
             sock.close()
             raise
-        return _Conn(sock, timeout)
 
     def send(self, request: Request, watch: Watch | None = None) -> Answer:
         data = self.target.encode(request)
@@ -105,8 +132,7 @@ class Pool:
             if watch is not None:
                 watch.attach(sock)
             if conn.timeout != timeout:
-                sock.settimeout(timeout)
-                conn.timeout = timeout
+                conn.set_timeout(timeout)
             sock.sendall(data)
             reader = Reader()
             while True:
@@ -119,7 +145,7 @@ class Pool:
                     break
             keep = reader.keep
             return answer
-        except TimeoutError as exc:
+        except (TimeoutError, BlockingIOError) as exc:  # BlockingIOError: the kernel's timeout (EAGAIN)
             raise TimeoutError(f"the request timed out: {exc}") from exc
         except OSError as exc:
             raise ConnectionError(f"the request could not be sent: {exc}") from exc
