@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Generic, Self, TypeVar
+from typing import Any, Self, TypeVar
 
 from ._anet import AsyncPool
 from ._http11 import Answer, Target
@@ -61,12 +60,8 @@ def _zero(answer: Any) -> int:
     return 0
 
 
-@dataclass(slots=True)
-class Step(Generic[T]):
-    """One call: the request to send (None: nothing to send), and what its answer becomes."""
-
-    request: Request | None
-    shape: Callable[[Any], T]
+Step = tuple[Request | None, Callable[[Any], T]]
+"""One call: the request to send (None: nothing to send), and what its answer becomes."""
 
 
 class _ClientCore:
@@ -103,10 +98,10 @@ class _ClientCore:
 
     def _query(self, text: str, params: Sequence[Any] | None, idempotency_key: str | None,
                wait: float | None) -> Step[Any]:
-        return Step(self._wire.query(text, params, wait=wait, idempotency_key=idempotency_key), _rows_or_answer)
+        return self._wire.query(text, params, wait=wait, idempotency_key=idempotency_key), _rows_or_answer
 
     def _batch(self, statements: Iterable[Any], idempotency_key: str | None, wait: float | None) -> Step[Any]:
-        return Step(self._wire.batch(statements, wait=wait, idempotency_key=idempotency_key), _same)
+        return self._wire.batch(statements, wait=wait, idempotency_key=idempotency_key), _same
 
 
 class Client(_ClientCore):
@@ -125,7 +120,8 @@ class Client(_ClientCore):
         return self._wire.answer(request, status, headers, body)
 
     def _run(self, step: Step[T]) -> T:
-        return step.shape(None if step.request is None else self._send(step.request))
+        request, shape = step
+        return shape(None if request is None else self._send(request))
 
     def collection(self, name: str) -> Query:
         return Query(name, self)
@@ -170,7 +166,8 @@ class AsyncClient(_ClientCore):
         return self._wire.answer(request, status, headers, body)
 
     async def _run(self, step: Step[T]) -> T:
-        return step.shape(None if step.request is None else await self._send(step.request))
+        request, shape = step
+        return shape(None if request is None else await self._send(request))
 
     def collection(self, name: str) -> AsyncQuery:
         return AsyncQuery(name, self)
@@ -203,7 +200,7 @@ class _QueryCore(QueryBase):
 
     def _step(self, made: tuple[str, list[Any]], shape: Callable[[Any], T], *, read: bool,
               wait: float | None = None) -> Step[T]:
-        return Step(self._db._wire.query(made[0], made[1], wait=wait, read=read), shape)
+        return self._db._wire.query(made[0], made[1], wait=wait, read=read), shape
 
     def _rows(self) -> Step[Rows]:
         return self._step(self._read(), Rows, read=True)
@@ -217,7 +214,7 @@ class _QueryCore(QueryBase):
     def _insert(self, docs: Mapping[str, Any] | Sequence[Mapping[str, Any]], require: int | None) -> Step[int]:
         if not isinstance(docs, Mapping) and len(docs) == 0:
             self.to_insert({"_": 0}, require=require)  # the chain's own refusals still apply
-            return Step(None, _zero)
+            return None, _zero
         return self._step(self.to_insert(docs, require=require), _affected, read=False)
 
     def _update(self, patch: Mapping[str, Any], all: bool, require: int | None, returning: Returning,

@@ -165,8 +165,8 @@ class Reader:
             if "chunked" not in headers["transfer-encoding"]:
                 raise ConnectionError("the server's answer has a transfer coding other than chunked")
             self._chunked = True
-        elif "\r\ncontent-length:" in low:
-            length = headers["content-length"]
+        elif (at := low.find("\r\ncontent-length:")) >= 0:
+            length = low[at + 17:low.find("\r\n", at + 17)].strip()
             if not length.isdigit():
                 raise ConnectionError(f"a bad Content-Length in the server's answer: {length[:20]!r}")
             self._length = int(length)
