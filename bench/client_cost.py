@@ -8,7 +8,9 @@ Only the client's process is measured; the server runs in its own process (in me
 * CPU: `time.process_time()` (user + system time of this process) over N claims, divided by N,
   after a warm-up. It moves with the machine's load; on a shared machine take the lowest of rounds.
 * The floor row is the same claim over a bare socket with orjson (`run_floor`): what any Python
-  client must spend at least, measured in the same run and conditions.
+  client must spend at least, measured in the same run and conditions. The httpx rows post the
+  same claim through `httpx.Client` / `httpx.AsyncClient` with orjson (httpx's own cost; skipped
+  when httpx is not installed: the client does not need it, the test tools bring it).
 * Instructions: this script runs itself under callgrind twice, with N1 and N2 claims, and the
   difference of the two totals divided by N2 - N1 is one claim's instructions: the start-up, the
   load and the warm-up are the same in both runs and cancel. Instruction counts do not depend on
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -111,7 +114,7 @@ def run_floor(url: str, n: int) -> float:
         need = end + 4 + int(data[at + 15:data.find(b"\r\n", at)])
         while len(data) < need:
             data += sock.recv(65536)
-        return orjson.loads(data[end + 4:])  # type: ignore[no-any-return]
+        return orjson.loads(data[end + 4:])
 
     for i in range(WARM):
         claim(f"w:{i}")
@@ -124,7 +127,53 @@ def run_floor(url: str, n: int) -> float:
     return spent / n
 
 
-RUNS = {"sync": run_sync, "async": run_async, "floor": run_floor}
+def run_httpx(url: str, n: int) -> float:
+    """httpx's own cost: the same claim posted by `httpx.Client`, its answer decoded by orjson."""
+    import httpx
+    import orjson
+
+    with httpx.Client(base_url=url) as http:
+        def claim(owner: str) -> list[dict[str, object]]:
+            body = orjson.dumps({"query": CLAIM, "params": [owner]})
+            answer = http.post("/query", content=body, headers={"Content-Type": "application/json"})
+            return orjson.loads(answer.content)
+
+        for i in range(WARM):
+            claim(f"w:{i}")
+        started = time.process_time()
+        for i in range(n):
+            rows = claim(f"w:{i}")
+        spent = time.process_time() - started
+    assert len(rows) == 10, rows
+    return spent / n
+
+
+def run_httpx_async(url: str, n: int) -> float:
+    """The same through `httpx.AsyncClient`."""
+    import httpx
+    import orjson
+
+    async def main() -> float:
+        async with httpx.AsyncClient(base_url=url) as http:
+            async def claim(owner: str) -> list[dict[str, object]]:
+                body = orjson.dumps({"query": CLAIM, "params": [owner]})
+                answer = await http.post("/query", content=body, headers={"Content-Type": "application/json"})
+                return orjson.loads(answer.content)
+
+            for i in range(WARM):
+                await claim(f"w:{i}")
+            started = time.process_time()
+            for i in range(n):
+                rows = await claim(f"w:{i}")
+            spent = time.process_time() - started
+        assert len(rows) == 10, rows
+        return spent / n
+
+    return asyncio.run(main())
+
+
+RUNS = {"sync": run_sync, "async": run_async, "floor": run_floor, "httpx": run_httpx,
+        "httpx-async": run_httpx_async}
 
 
 def child(kind: str, url: str, n: int) -> float:
@@ -161,12 +210,15 @@ def main() -> int:
         load(url, len(RUNS) * per_kind + 10)
         print(f"fenecdb client {fenecdb.__version__}, {fenecdb.Client.__module__}; a claim of 10 over HTTP")
         for kind in RUNS:
+            if kind.startswith("httpx") and importlib.util.find_spec("httpx") is None:
+                print(f"{kind:11}  skipped: httpx is not installed")
+                continue
             if args.callgrind:
                 a, b = instructions(kind, url, small), instructions(kind, url, big)
-                print(f"{kind:5}  {(b - a) / (big - small):10,.0f} instructions a request (callgrind)")
+                print(f"{kind:11}  {(b - a) / (big - small):10,.0f} instructions a request (callgrind)")
             else:
                 best = min(child(kind, url, args.requests) for _ in range(args.rounds))
-                print(f"{kind:5}  {best * 1e6:8.1f} us of client CPU a request (process_time, lowest of "
+                print(f"{kind:11}  {best * 1e6:8.1f} us of client CPU a request (process_time, lowest of "
                       f"{args.rounds} x {args.requests})")
     finally:
         proc.terminate()
