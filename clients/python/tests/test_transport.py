@@ -178,6 +178,8 @@ def test_every_framing_of_an_answer_is_read(answer: bytes) -> None:
 @pytest.mark.parametrize(("answer", "error"), [
     (b"SSH-2.0-OpenSSH\r\n\r\n", "not HTTP/1.1"),
     (b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", "bad Content-Length"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: \xb2\r\n\r\n", "bad Content-Length"),  # a superscript two
+    (b"HTTP/1.1 2\xb20 OK\r\n\r\n", "not HTTP/1.1"),
     (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}}", "more than its answer's Content-Length"),
     (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", "other than chunked"),
 ])
@@ -337,3 +339,6 @@ def test_json_the_standard_library_refuses_or_writes_is_kept() -> None:
     assert json.loads(wire.query("put t {a: $1}", [big]).body)["params"] == [big]
     assert wire.query("put t {a: $1}", [None]).body == b'{"query":"put t {a: $1}","params":[null]}'
     assert wire.answer(wire.query("get t", None), 200, {}, b'[{"a":%d}]' % big) == [{"a": big}]
+    odd = wire.query("put t {a: 1}", None)
+    assert wire.answer(odd, 200, {"fenec-seq": "\xb2"}, b'{"affected":1}') == {"affected": 1}  # not a seq
+    assert wire.shared.seq == 0

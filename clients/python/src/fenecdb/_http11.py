@@ -148,7 +148,7 @@ class Reader:
     def _head(self, head: bytes) -> None:
         text = head.decode("latin-1")
         status = text[:text.find("\r\n")] if "\r\n" in text else text
-        if not status.startswith("HTTP/1.") or len(status) < 12 or not status[9:12].isdigit():
+        if not status.startswith("HTTP/1.") or len(status) < 12 or not status[9:12].isdecimal():
             raise ConnectionError(f"the server's answer is not HTTP/1.1: {status[:40]!r}")
         code = int(status[9:12])
         if 100 <= code < 200:
@@ -167,7 +167,7 @@ class Reader:
             self._chunked = True
         elif (at := low.find("\r\ncontent-length:")) >= 0:
             length = low[at + 17:low.find("\r\n", at + 17)].strip()
-            if not length.isdigit():
+            if not length.isdecimal():
                 raise ConnectionError(f"a bad Content-Length in the server's answer: {length[:20]!r}")
             self._length = int(length)
         else:

@@ -181,7 +181,7 @@ class Wire:
         """The decoded answer, or the refusal raised as the exception of its status."""
         seq = headers.get("fenec-seq")
         with self.shared.lock:
-            if seq is not None and seq.strip().isdigit():
+            if seq is not None and seq.strip().isdecimal():
                 self.shared.seq = max(self.shared.seq, int(seq))
             if request.write and status < 400:
                 self.shared.replayed = headers.get("idempotent-replayed", "").lower() == "true"
