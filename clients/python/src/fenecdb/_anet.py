@@ -114,7 +114,7 @@ class _Conn(asyncio.Protocol):
 class AsyncPool:
     def __init__(self, target: Target, context: ssl.SSLContext | None = None) -> None:
         self.target = target
-        self._context = context if context is not None or target.scheme == "http" else tls_context()
+        self._context = None if target.scheme == "http" else context or tls_context()
         self._idle: list[_Conn] = []
         self._closed = False
 

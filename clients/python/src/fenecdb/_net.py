@@ -85,7 +85,7 @@ class _Conn:
 class Pool:
     def __init__(self, target: Target, context: ssl.SSLContext | None = None) -> None:
         self.target = target
-        self._context = context if context is not None or target.scheme == "http" else tls_context()
+        self._context = None if target.scheme == "http" else context or tls_context()
         self._idle: list[_Conn] = []
         self._lock = threading.Lock()
         self._closed = False
