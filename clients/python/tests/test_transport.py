@@ -342,3 +342,30 @@ def test_json_the_standard_library_refuses_or_writes_is_kept() -> None:
     odd = wire.query("put t {a: 1}", None)
     assert wire.answer(odd, 200, {"fenec-seq": "\xb2"}, b'{"affected":1}') == {"affected": 1}  # not a seq
     assert wire.shared.seq == 0
+
+
+def test_an_async_connection_times_each_request_by_its_own_timeout(scripted: Callable[..., Scripted]) -> None:
+    """The timer is kept across a connection's requests: a later request's own timeout rules."""
+    slow = scripted(lambda request, n: OK if n == 0 else (time.sleep(0.8), OK)[1])
+    held = scripted(lambda request, n: OK if n == 0 else HOLD)
+    short, none, long = (Wire(None, t, None, Shared()) for t in (0.3, None, 30.0))
+
+    async def main() -> None:
+        pool = AsyncPool(Target(slow.url))
+        try:  # a timeout of 0.3 s, then none: the second answer, 0.8 s late, is awaited
+            assert (await pool.send(short.query("put t {a: 1}", None)))[0] == 200
+            assert (await pool.send(none.query("put t {a: 1}", None)))[0] == 200
+        finally:
+            await pool.aclose()
+        pool = AsyncPool(Target(held.url))
+        try:  # 30 s, then 0.3 s: the second times out after its own 0.3 s
+            assert (await pool.send(long.query("put t {a: 1}", None)))[0] == 200
+            started = time.monotonic()
+            with pytest.raises(TimeoutError):
+                await pool.send(short.query("put t {a: 1}", None))
+            assert time.monotonic() - started < 15
+        finally:
+            await pool.aclose()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+    assert slow.connections == 1 and held.connections == 1
