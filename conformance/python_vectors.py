@@ -2,9 +2,10 @@
 
 Reads the vectors file named by FENEC_VECTORS (default: this folder's builder.json), runs every
 case through `fenecdb` (FENEC_ONLY keeps the cases whose name holds that text), and reports one
-line a case and a tally. Endpoint cases run on a client bound to a capture transport
-(`httpx.MockTransport`): it records the one request sent and answers what A.4 says, so the
-runner checks the statement, its parameters as they went over the wire, and the headers.
+line a case and a tally. Endpoint cases run on a client bound to a capture transport (the
+client's `transport=`): it records the bytes of the one request sent, as the client's own HTTP/1.1
+encoder writes them, and answers what A.4 says, so the runner checks the statement, its
+parameters as they went over the wire, and the headers.
 
     python conformance/python_vectors.py [file]     # exit 1 when any case failed
 """
@@ -21,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import fenecdb
-import httpx
 from fenecdb import FenecError
+from fenecdb._http11 import Answer, Target
+from fenecdb._wire import Request
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_VECTORS = HERE / "builder.json"
@@ -96,14 +98,28 @@ def canned(text: str) -> Any:
     return []
 
 
-class Capture:
-    def __init__(self) -> None:
-        self.sent: list[httpx.Request] = []
+class Sent:
+    """A request as it went over the wire: its header fields (names in lower case) and its body."""
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.sent.append(request)
-        body = json.loads(request.content)
-        return httpx.Response(200, json=canned(body["query"]))
+    def __init__(self, wire: bytes) -> None:
+        head, _, self.content = wire.partition(b"\r\n\r\n")
+        self.headers: dict[str, str] = {}
+        for line in head.decode("latin-1").split("\r\n")[1:]:
+            name, _, value = line.partition(":")
+            self.headers[name.strip().lower()] = value.strip()
+
+
+class Capture:
+    target = Target("http://capture.invalid")
+
+    def __init__(self) -> None:
+        self.sent: list[Sent] = []
+
+    def __call__(self, request: Request) -> Answer:
+        sent = Sent(self.target.encode(request))
+        self.sent.append(sent)
+        body = json.loads(sent.content)
+        return 200, {}, json.dumps(canned(body["query"])).encode()
 
 
 def _options(args: list[Any], first_is_payload: bool) -> tuple[list[Any], dict[str, Any], float | None]:
@@ -134,7 +150,7 @@ def run_case(case: dict[str, Any]) -> tuple[str, list[Any], dict[str, str]]:
             raise CaseError(f"unsupported op {op}")
 
     capture = Capture()
-    client = fenecdb.Client("http://capture.invalid", transport=httpx.MockTransport(capture))
+    client = fenecdb.Client("http://capture.invalid", transport=capture)
     try:
         args0 = decode(steps[0].get("args", []))
         query: Any = client.collection(*args0) if last in ENDPOINTS else fenecdb.collection(*args0)

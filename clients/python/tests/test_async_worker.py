@@ -9,8 +9,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import httpx
+from capture_transport import Capture, Sent, answer
 from fenecdb import AsyncClient, AsyncJob, AsyncWorker, Client, Worker
+from fenecdb._http11 import Answer
 from test_worker_run import Recorder, enqueue
 
 
@@ -126,18 +127,18 @@ def test_a_dead_heartbeat_raises_nothing_after_the_jobs_are_acked() -> None:
     """The old AsyncWorker raised the heartbeat's ConnectionError out of the loop after every ack."""
     claims = [0]
 
-    def reply(request: httpx.Request) -> httpx.Response:
+    def reply(request: Sent) -> Answer:
         text = request.content.decode()
         if '"set jobs {owner' in text:
             claims[0] += 1
             rows = [{"id": 1, "payload": {}, "attempts": 1}] if claims[0] == 1 else []
-            return httpx.Response(200, json=rows)
+            return answer(200, json=rows)
         if '"set jobs {run_at' in text:
-            raise httpx.ConnectError("the heartbeat's connection is gone")
-        return httpx.Response(200, json={"affected": 1})
+            raise ConnectionError("the heartbeat's connection is gone")
+        return answer(200, json={"affected": 1})
 
     async def main() -> list[Any]:
-        db = AsyncClient("http://fenec.test", transport=httpx.MockTransport(reply))
+        db = Capture(reply).async_client()
         worker = AsyncWorker(db, "jobs", batch=1, lease=0.3, wait=0)
         acked = []
         async for job in worker:
@@ -216,23 +217,23 @@ def test_the_drain_runs_out_into_a_hard_stop_and_a_hard_stop_is_at_once(server_u
 
 
 def test_an_async_claim_is_retried_under_the_same_key_and_a_slow_job_kept() -> None:
-    answers = [httpx.ConnectError("refused"), httpx.Response(503, json={"error": "starting"})]
-    seen: list[httpx.Request] = []
+    answers: list[Any] = [ConnectionError("refused"), answer(503, json={"error": "starting"})]
+    seen: list[Sent] = []
 
-    def reply(request: httpx.Request) -> httpx.Response:
+    def reply(request: Sent) -> Answer:
         seen.append(request)
         text = request.content.decode()
         if '"set jobs {owner' in text:
             if answers:
-                answer = answers.pop(0)
-                if isinstance(answer, Exception):
-                    raise answer
-                return answer
-            return httpx.Response(200, json=[{"id": 1, "payload": {}, "attempts": 1}])
-        return httpx.Response(200, json={"affected": 1})
+                given = answers.pop(0)
+                if isinstance(given, Exception):
+                    raise given
+                return given  # type: ignore[no-any-return]
+            return answer(200, json=[{"id": 1, "payload": {}, "attempts": 1}])
+        return answer(200, json={"affected": 1})
 
     async def main() -> None:
-        db = AsyncClient("http://fenec.test", transport=httpx.MockTransport(reply))
+        db = Capture(reply).async_client()
         worker = AsyncWorker(db, "jobs", name="a7", batch=1, lease=0.3, wait=1)
 
         async def slow(job: AsyncJob) -> None:

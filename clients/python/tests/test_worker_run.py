@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import fenecdb
-import httpx
 import pytest
-from capture_transport import Capture
+from capture_transport import Capture, Sent, answer
 from fenecdb import Client, Job, Worker
+from fenecdb._http11 import Answer
 from file_server import FileServer
 
 SCHEMA = "create collection {} (payload json, run_at timestamp @sorted, owner text, attempts int, error text)"
@@ -290,18 +290,18 @@ def test_concurrency_bounds_the_jobs_run_at_once(db: Client, queue: str) -> None
 
 def test_a_claim_is_retried_under_the_same_key() -> None:
     answers: collections.deque[Any] = collections.deque([
-        httpx.ConnectError("refused"),
-        httpx.Response(503, json={"error": "starting"}),
-        httpx.Response(200, json=[{"id": 1, "payload": {}, "attempts": 1}]),
+        ConnectionError("refused"),
+        answer(503, json={"error": "starting"}),
+        answer(200, json=[{"id": 1, "payload": {}, "attempts": 1}]),
     ])
 
-    def reply(request: httpx.Request) -> httpx.Response:
+    def reply(request: Sent) -> Answer:
         if b'"set jobs {owner' in request.content and answers:
-            answer = answers.popleft()
-            if isinstance(answer, Exception):
-                raise answer
-            return answer  # type: ignore[no-any-return]
-        return httpx.Response(200, json={"affected": 1})
+            given = answers.popleft()
+            if isinstance(given, Exception):
+                raise given
+            return given  # type: ignore[no-any-return]
+        return answer(200, json={"affected": 1})
 
     capture = Capture(reply)
     events = Recorder()
@@ -342,14 +342,14 @@ def test_an_interrupt_out_of_run_leaves_nothing_leased(db: Client, queue: str) -
 @pytest.mark.parametrize(("timeout", "held", "other"), [(None, 6.0, 10.0), (2.0, 3.0, 2.0)])
 def test_each_call_has_a_timeout_and_a_held_claim_its_wait_on_top(timeout: float | None, held: float,
                                                                    other: float) -> None:
-    def reply(request: httpx.Request) -> httpx.Response:
+    def reply(request: Sent) -> Answer:
         if b'"set jobs {owner' in request.content:
-            return httpx.Response(200, json=[{"id": 1, "payload": {}, "attempts": 1}])
-        return httpx.Response(200, json={"affected": 1})
+            return answer(200, json=[{"id": 1, "payload": {}, "attempts": 1}])
+        return answer(200, json={"affected": 1})
 
     capture = Capture(reply)
     worker = Worker(capture.client(), "jobs", batch=1, wait=1, timeout=timeout)
     worker.run(lambda job: worker.stop())
     claim, ack = capture.requests
-    assert claim.headers["Fenec-Wait"] == "1000" and claim.extensions["timeout"]["read"] == held
-    assert ack.extensions["timeout"]["read"] == other
+    assert claim.headers["Fenec-Wait"] == "1000" and claim.timeout == held
+    assert ack.timeout == other

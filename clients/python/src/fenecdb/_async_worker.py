@@ -6,7 +6,7 @@
 Each job of a batch is a task; an `asyncio.Semaphore` lets `concurrency` of them run at once, in
 the batch's order. The heartbeat is a task too. A lost lease cancels that job's task (its
 `job.lost` is true, and the worker settles it no more). `stop()` may be called from any thread:
-it cancels a held claim at once (cancelling an httpx request closes its connection, and the
+it cancels a held claim at once (cancelling a request closes its connection, and the
 server gives the claim up), gives the unstarted jobs back at once, waits for the running ones
 up to `drain_timeout`, then cancels them and gives them back. `stop(hard=True)` cancels at once.
 

@@ -1,10 +1,15 @@
 """`Client` and `AsyncClient`: the same calls, blocking or awaited (clients.md §3.2).
 
-Everything that decides what is sent and what an answer means is written once, in `_wire`
-(requests, answers, errors) and `_query` (the text). This module only moves bytes, through
-httpx: `Client` with `httpx.Client`, `AsyncClient` with `httpx.AsyncClient`. A transport
-failure becomes the standard library's `TimeoutError` / `OSError` here, the one place a
-request is sent.
+Everything a call decides is written once: `_wire` makes the request and reads the answer
+(errors, `seq`, `replayed`, a held claim's timeout), and the `Step`s below say what each
+endpoint sends and what it hands back. The four classes are thin shells over them: each
+public method is one line that runs a `Step`, blocking (`Client`, `Query`) or awaited
+(`AsyncClient`, `AsyncQuery`).
+
+The bytes move over `_net.Pool` (blocking sockets, keep-alive, usable from many threads) or
+`_anet.AsyncPool` (asyncio); a transport failure is the standard library's `TimeoutError` /
+`ConnectionError`. `transport=` replaces the network with a function from a `Request` to an
+answer `(status, headers, body)` (tests pass a recorder; for `AsyncClient` it may be async).
 
 Cancellation: cancelling the task awaiting an `AsyncClient` call abandons the request and
 closes its connection; the server then gives the job the claim would have taken to the next
@@ -13,26 +18,62 @@ waiting worker (http.md §8.10).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
-import httpx
-
+from ._anet import AsyncPool
+from ._http11 import Answer, Target
+from ._net import Pool
 from ._query import QueryBase, Returning
 from ._wire import Request, Rows, Shared, Wire, check_key
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
-
-def send_failed(exc: httpx.TransportError) -> OSError:
-    if isinstance(exc, httpx.TimeoutException):
-        return TimeoutError(f"the request timed out: {exc}")
-    return ConnectionError(f"the request could not be sent: {exc}")
+T = TypeVar("T")
+Send = Callable[[Request], Answer]
+AsyncSend = Callable[[Request], Awaitable[Answer] | Answer]
 
 
-class _Base:
+def _same(answer: Any) -> Any:
+    return answer
+
+
+def _rows_or_answer(answer: Any) -> Any:
+    return Rows(answer) if isinstance(answer, list) else answer
+
+
+def _affected(answer: Any) -> int:
+    return int(answer["affected"]) if isinstance(answer, dict) else len(answer)
+
+
+def _first(answer: Any) -> dict[str, Any] | None:
+    return answer[0] if answer else None
+
+
+def _count(answer: Any) -> int:
+    return int(answer[0]["count"])
+
+
+def _zero(answer: Any) -> int:
+    return 0
+
+
+Step = tuple[Request | None, Callable[[Any], T]]
+"""One call: the request to send (None: nothing to send), and what its answer becomes."""
+
+
+class _ClientCore:
+    """What both clients share: the url, the wire, the keyed copies and the steps of `query` and `batch`."""
+
     _wire: Wire
+    _url: str
+
+    def _setup(self, url: str, token: str | None, timeout: float | None) -> Target:
+        self._url = url.rstrip("/")
+        self._wire = Wire(token, timeout, None, Shared())
+        return Target(self._url)
 
     @property
     def seq(self) -> int:
@@ -48,20 +89,6 @@ class _Base:
     def url(self) -> str:
         return self._url
 
-    _url: str
-
-
-class Client(_Base):
-    """A blocking client: `Client(url, token=None, timeout=30.0)`.
-
-    `transport` replaces httpx's network transport (tests pass `httpx.MockTransport`)."""
-
-    def __init__(self, url: str = DEFAULT_URL, token: str | None = None, timeout: float | None = 30.0, *,
-                 transport: httpx.BaseTransport | None = None) -> None:
-        self._url = url.rstrip("/")
-        self._wire = Wire(token, timeout, None, Shared())
-        self._http = httpx.Client(base_url=self._url, transport=transport, timeout=timeout)
-
     def with_idempotency_key(self, key: str) -> Self:
         """A copy whose writes carry `Idempotency-Key: key`; it shares connections and `seq`."""
         copy = object.__new__(type(self))
@@ -69,30 +96,49 @@ class Client(_Base):
         copy._wire = Wire(self._wire.token, self._wire.timeout, check_key(key), self._wire.shared)
         return copy
 
-    def collection(self, name: str) -> Query:
-        return Query(name, self)
+    def _query(self, text: str, params: Sequence[Any] | None, idempotency_key: str | None,
+               wait: float | None) -> Step[Any]:
+        return self._wire.query(text, params, wait=wait, idempotency_key=idempotency_key), _rows_or_answer
+
+    def _batch(self, statements: Iterable[Any], idempotency_key: str | None, wait: float | None) -> Step[Any]:
+        return self._wire.batch(statements, wait=wait, idempotency_key=idempotency_key), _same
+
+
+class Client(_ClientCore):
+    """A blocking client: `Client(url, token=None, timeout=30.0)`; one may be shared by threads.
+
+    `transport` replaces the network: a function from a `Request` to `(status, headers, body)`."""
+
+    def __init__(self, url: str = DEFAULT_URL, token: str | None = None, timeout: float | None = 30.0, *,
+                 transport: Send | None = None) -> None:
+        target = self._setup(url, token, timeout)
+        self._pool = Pool(target) if transport is None else None
+        self._exchange: Send = transport if transport is not None else self._pool.send  # type: ignore[union-attr]
 
     def _send(self, request: Request) -> Any:
-        try:
-            response = self._http.post(request.path, content=request.body, headers=request.headers,
-                                       timeout=request.timeout)
-        except httpx.TransportError as exc:
-            raise send_failed(exc) from exc
-        return self._wire.answer(request, response.status_code, response.headers, response.content)
+        status, headers, body = self._exchange(request)
+        return self._wire.answer(request, status, headers, body)
+
+    def _run(self, step: Step[T]) -> T:
+        request, shape = step
+        return shape(None if request is None else self._send(request))
+
+    def collection(self, name: str) -> Query:
+        return Query(name, self)
 
     def query(self, text: str, params: Sequence[Any] | None = None, *, idempotency_key: str | None = None,
               wait: float | None = None) -> Any:
         """One statement as text: its rows, `{"affected": n}` or `{"message": ...}`."""
-        answer = self._send(self._wire.query(text, params, wait=wait, idempotency_key=idempotency_key))
-        return Rows(answer) if isinstance(answer, list) else answer
+        return self._run(self._query(text, params, idempotency_key, wait))
 
     def batch(self, statements: Iterable[Any], *, idempotency_key: str | None = None,
               wait: float | None = None) -> Any:
         """Statements as one all-or-nothing block: the decoded `{"ok": n, "results": [...]}`."""
-        return self._send(self._wire.batch(statements, wait=wait, idempotency_key=idempotency_key))
+        return self._run(self._batch(statements, idempotency_key, wait))
 
     def close(self) -> None:
-        self._http.close()
+        if self._pool is not None:
+            self._pool.close()
 
     def __enter__(self) -> Self:
         return self
@@ -101,43 +147,42 @@ class Client(_Base):
         self.close()
 
 
-class AsyncClient(_Base):
+class AsyncClient(_ClientCore):
     """The same calls, awaited: `async with AsyncClient(url) as db: ...`."""
 
     def __init__(self, url: str = DEFAULT_URL, token: str | None = None, timeout: float | None = 30.0, *,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
-        self._url = url.rstrip("/")
-        self._wire = Wire(token, timeout, None, Shared())
-        self._http = httpx.AsyncClient(base_url=self._url, transport=transport, timeout=timeout)
+                 transport: AsyncSend | None = None) -> None:
+        target = self._setup(url, token, timeout)
+        self._pool = AsyncPool(target) if transport is None else None
+        self._transport = transport
 
-    def with_idempotency_key(self, key: str) -> Self:
-        copy = object.__new__(type(self))
-        copy.__dict__.update(self.__dict__)
-        copy._wire = Wire(self._wire.token, self._wire.timeout, check_key(key), self._wire.shared)
-        return copy
+    async def _send(self, request: Request) -> Any:
+        if self._pool is not None:
+            status, headers, body = await self._pool.send(request)
+        else:
+            assert self._transport is not None
+            made = self._transport(request)
+            status, headers, body = await made if inspect.isawaitable(made) else made
+        return self._wire.answer(request, status, headers, body)
+
+    async def _run(self, step: Step[T]) -> T:
+        request, shape = step
+        return shape(None if request is None else await self._send(request))
 
     def collection(self, name: str) -> AsyncQuery:
         return AsyncQuery(name, self)
 
-    async def _send(self, request: Request) -> Any:
-        try:
-            response = await self._http.post(request.path, content=request.body, headers=request.headers,
-                                             timeout=request.timeout)
-        except httpx.TransportError as exc:
-            raise send_failed(exc) from exc
-        return self._wire.answer(request, response.status_code, response.headers, response.content)
-
     async def query(self, text: str, params: Sequence[Any] | None = None, *,
                     idempotency_key: str | None = None, wait: float | None = None) -> Any:
-        answer = await self._send(self._wire.query(text, params, wait=wait, idempotency_key=idempotency_key))
-        return Rows(answer) if isinstance(answer, list) else answer
+        return await self._run(self._query(text, params, idempotency_key, wait))
 
     async def batch(self, statements: Iterable[Any], *, idempotency_key: str | None = None,
                     wait: float | None = None) -> Any:
-        return await self._send(self._wire.batch(statements, wait=wait, idempotency_key=idempotency_key))
+        return await self._run(self._batch(statements, idempotency_key, wait))
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        if self._pool is not None:
+            await self._pool.aclose()
 
     async def __aenter__(self) -> Self:
         return self
@@ -147,90 +192,103 @@ class AsyncClient(_Base):
         await self.aclose()
 
 
-def _affected(answer: Any) -> int:
-    return int(answer["affected"]) if isinstance(answer, dict) else len(answer)
-
-
-class Query(QueryBase):
-    """A query bound to a `Client`: the builder steps, plus endpoints that send one statement."""
+class _QueryCore(QueryBase):
+    """The steps of a bound query's endpoints, shared by `Query` and `AsyncQuery`."""
 
     __slots__ = ("_db",)
+    _db: _ClientCore
+
+    def _step(self, made: tuple[str, list[Any]], shape: Callable[[Any], T], *, read: bool,
+              wait: float | None = None) -> Step[T]:
+        return self._db._wire.query(made[0], made[1], wait=wait, read=read), shape
+
+    def _rows(self) -> Step[Rows]:
+        return self._step(self._read(), Rows, read=True)
+
+    def _first(self) -> Step[dict[str, Any] | None]:
+        return self._step(self._read(first=True), _first, read=True)
+
+    def _count(self) -> Step[int]:
+        return self._step(self._read(count=True), _count, read=True)
+
+    def _insert(self, docs: Mapping[str, Any] | Sequence[Mapping[str, Any]], require: int | None) -> Step[int]:
+        if not isinstance(docs, Mapping) and len(docs) == 0:
+            self.to_insert({"_": 0}, require=require)  # the chain's own refusals still apply
+            return None, _zero
+        return self._step(self.to_insert(docs, require=require), _affected, read=False)
+
+    def _update(self, patch: Mapping[str, Any], all: bool, require: int | None, returning: Returning,
+                wait: float | None) -> Step[Any]:
+        shape = Rows if returning not in (None, False) else _affected
+        return self._step(self.to_update(patch, all=all, require=require, returning=returning), shape,
+                          read=False, wait=wait)
+
+    def _delete(self, all: bool, require: int | None, returning: Returning, wait: float | None) -> Step[Any]:
+        shape = Rows if returning not in (None, False) else _affected
+        return self._step(self.to_delete(all=all, require=require, returning=returning), shape,
+                          read=False, wait=wait)
+
+
+class Query(_QueryCore):
+    """A query bound to a `Client`: the builder steps, plus endpoints that send one statement."""
+
+    __slots__ = ()
+    _db: Client
 
     def __init__(self, collection: str, db: Client) -> None:
         super().__init__(collection)
         self._db = db
 
-    def _run(self, text: str, params: list[Any], *, read: bool, wait: float | None = None) -> Any:
-        return self._db._send(self._db._wire.query(text, params, wait=wait, read=read))
-
     def rows(self) -> Rows:
-        return Rows(self._run(*self._read(), read=True))
+        return self._db._run(self._rows())
 
     def first(self) -> dict[str, Any] | None:
-        rows = self._run(*self._read(first=True), read=True)
-        return rows[0] if rows else None
+        return self._db._run(self._first())
 
     def count(self) -> int:
-        return int(self._run(*self._read(count=True), read=True)[0]["count"])
+        return self._db._run(self._count())
 
     def insert(self, docs: Mapping[str, Any] | Sequence[Mapping[str, Any]], *, require: int | None = None) -> int:
-        if not isinstance(docs, Mapping) and len(docs) == 0:
-            self.to_insert({"_": 0}, require=require)  # the chain's own refusals still apply
-            return 0
-        return _affected(self._run(*self.to_insert(docs, require=require), read=False))
+        return self._db._run(self._insert(docs, require))
 
     def update(self, patch: Mapping[str, Any], *, all: bool = False, require: int | None = None,
                returning: Returning = None, wait: float | None = None) -> Any:
         """The count written, or with `returning` the rows as written."""
-        answer = self._run(*self.to_update(patch, all=all, require=require, returning=returning),
-                           read=False, wait=wait)
-        return Rows(answer) if returning not in (None, False) else _affected(answer)
+        return self._db._run(self._update(patch, all, require, returning, wait))
 
     def delete(self, *, all: bool = False, require: int | None = None, returning: Returning = None,
                wait: float | None = None) -> Any:
         """The count deleted, or with `returning` the rows as they were."""
-        answer = self._run(*self.to_delete(all=all, require=require, returning=returning),
-                           read=False, wait=wait)
-        return Rows(answer) if returning not in (None, False) else _affected(answer)
+        return self._db._run(self._delete(all, require, returning, wait))
 
 
-class AsyncQuery(QueryBase):
+class AsyncQuery(_QueryCore):
     """A query bound to an `AsyncClient`: the same endpoints, awaited."""
 
-    __slots__ = ("_db",)
+    __slots__ = ()
+    _db: AsyncClient
 
     def __init__(self, collection: str, db: AsyncClient) -> None:
         super().__init__(collection)
         self._db = db
 
-    async def _run(self, text: str, params: list[Any], *, read: bool, wait: float | None = None) -> Any:
-        return await self._db._send(self._db._wire.query(text, params, wait=wait, read=read))
-
     async def rows(self) -> Rows:
-        return Rows(await self._run(*self._read(), read=True))
+        return await self._db._run(self._rows())
 
     async def first(self) -> dict[str, Any] | None:
-        rows = await self._run(*self._read(first=True), read=True)
-        return rows[0] if rows else None
+        return await self._db._run(self._first())
 
     async def count(self) -> int:
-        return int((await self._run(*self._read(count=True), read=True))[0]["count"])
+        return await self._db._run(self._count())
 
     async def insert(self, docs: Mapping[str, Any] | Sequence[Mapping[str, Any]], *,
                      require: int | None = None) -> int:
-        if not isinstance(docs, Mapping) and len(docs) == 0:
-            self.to_insert({"_": 0}, require=require)
-            return 0
-        return _affected(await self._run(*self.to_insert(docs, require=require), read=False))
+        return await self._db._run(self._insert(docs, require))
 
     async def update(self, patch: Mapping[str, Any], *, all: bool = False, require: int | None = None,
                      returning: Returning = None, wait: float | None = None) -> Any:
-        answer = await self._run(*self.to_update(patch, all=all, require=require, returning=returning),
-                                 read=False, wait=wait)
-        return Rows(answer) if returning not in (None, False) else _affected(answer)
+        return await self._db._run(self._update(patch, all, require, returning, wait))
 
     async def delete(self, *, all: bool = False, require: int | None = None, returning: Returning = None,
                      wait: float | None = None) -> Any:
-        answer = await self._run(*self.to_delete(all=all, require=require, returning=returning),
-                                 read=False, wait=wait)
-        return Rows(answer) if returning not in (None, False) else _affected(answer)
+        return await self._db._run(self._delete(all, require, returning, wait))

@@ -14,8 +14,8 @@
 
 Any other status is a plain `FenecError` whose code is `http_<status>`. A network failure or
 a timeout is not a `FenecError`: it surfaces as the standard library's `OSError` /
-`TimeoutError` (httpx's transport errors are turned into those at the one place a request
-is sent). Code branches on `status` (or the class); the message is for people.
+`TimeoutError` (the transports, `_net` and `_anet`, raise only those when a request fails
+on the way). Code branches on `status` (or the class); the message is for people.
 """
 
 from __future__ import annotations

@@ -122,14 +122,14 @@ def encode(value: Any) -> Any:
     """A caller's value as the JSON value of its parameter."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
+    if isinstance(value, (list, tuple)):
+        return [encode(v) for v in value]
     if isinstance(value, (_dt.datetime, _dt.date)):
         return iso_utc(value)
     if isinstance(value, array.array):
         return [float(x) if value.typecode in "fd" else x for x in value]
     if isinstance(value, Mapping):
         return {str(k): encode(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [encode(v) for v in value]
     tolist = getattr(value, "tolist", None)  # numpy arrays and scalars, without importing numpy
     if callable(tolist):
         return encode(tolist())

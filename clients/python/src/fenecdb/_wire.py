@@ -2,28 +2,31 @@
 
 `Wire` turns a call into a `Request` (path, headers, body, timeout) and an answer's status,
 headers and body into the decoded value or a `FenecError`. `Client` and `AsyncClient` only
-move the bytes: one with a blocking httpx client, the other with an async one.
+move the bytes: over `_net` (blocking sockets) or `_anet` (asyncio), both speaking `_http11`.
 
 * The body is always sent whole, with its Content-Length (the server refuses chunked bodies).
 * `Fenec-Wait` is sent in milliseconds, `round(wait * 1000)`; the request's timeout is then
   the client's timeout plus the wait, so a held claim is never cut short by our own timeout.
 * `Fenec-Seq` answers raise the shared `seq`; `Idempotent-Replayed: true` sets `replayed`.
 * Wait and the idempotency key are headers only: they never change the text or parameters.
+* JSON is written and read with orjson; the standard library's `json` takes over only where
+  orjson refuses a value `json` accepts (an integer past 64 bits), so what is sent is the same.
+  A float that is not finite is refused (`ValueError`), as `json.dumps(allow_nan=False)` did.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from ._errors import BuilderError, error_for
-from ._transport.api.default import query as generated_query
-from ._transport.models.statement import Statement as GeneratedStatement
-from ._transport.types import UNSET
 from ._values import encode, show
 
 Statement = tuple[str, Sequence[Any] | None]
@@ -42,7 +45,7 @@ class Shared:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Request:
     path: str
     headers: dict[str, str]
@@ -63,15 +66,53 @@ def wait_ms(wait: object) -> int | None:
 def check_key(key: object) -> str:
     if not isinstance(key, str) or not key:
         raise ValueError("an idempotency key is a text, not empty")
+    check_header("an idempotency key", key)
     return key
 
 
-def _dump(value: Any) -> bytes:
+def check_header(what: str, value: str) -> None:
+    """A header value is one line: a CR, LF or NUL in it would end the header early."""
+    if "\r" in value or "\n" in value or "\0" in value:
+        raise ValueError(f"{what} cannot hold a line break or a NUL")
+
+
+def _json_dump(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
 
 
+def _not_finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_not_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_not_finite(v) for v in value)
+    return False
+
+
+def _dump(value: Any) -> bytes:
+    try:
+        out = orjson.dumps(value)
+    except orjson.JSONEncodeError:  # an int past 64 bits (json writes it), or what json refuses too
+        return _json_dump(value)
+    if b"null" in out and _not_finite(value):  # orjson writes NaN and infinities as null
+        return _json_dump(value)  # raises json's ValueError
+    return out
+
+
+def _load(body: bytes) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:  # what only json reads (an int past 64 bits), or raises its error
+        return json.loads(body)
+
+
+_READ = re.compile(r"\s*get(?:[ \n\t]|\Z)", re.IGNORECASE)
+
+
 def _is_read(text: str) -> bool:
-    return text.lstrip()[:4].lower() in ("get", "get ", "get\n", "get\t")
+    """Whether a statement's text is a read: its first word is `get`."""
+    return _READ.match(text) is not None
 
 
 def statements_of(items: Iterable[Any]) -> list[tuple[str, list[Any]]]:
@@ -91,15 +132,19 @@ class Wire:
     """Request building and answer decoding shared by `Client` and `AsyncClient`."""
 
     def __init__(self, token: str | None, timeout: float | None, key: str | None, shared: Shared) -> None:
+        if token:
+            check_header("a token", token)
         self.token = token
         self.timeout = timeout
         self.key = key
         self.shared = shared
+        auth = {"Authorization": f"Bearer {token}"} if token else {}
+        self._json = {"Content-Type": "application/json", "Accept": "application/json", **auth}
+        self._ndjson = {"Content-Type": "application/x-ndjson", "Accept": "application/json", **auth}
 
-    def _headers(self, content_type: str, wait: int | None, key: str | None) -> dict[str, str]:
-        headers = {"Content-Type": content_type, "Accept": "application/json"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
+    @staticmethod
+    def _headers(base: dict[str, str], wait: int | None, key: str | None) -> dict[str, str]:
+        headers = base.copy()
         if key is not None:
             headers["Idempotency-Key"] = key
         if wait is not None:
@@ -115,19 +160,13 @@ class Wire:
               idempotency_key: str | None = None, read: bool | None = None) -> Request:
         if not isinstance(text, str):
             raise BuilderError(f"a statement is a text: {show(text)}")
-        ms = wait_ms(wait)
+        ms = None if wait is None else wait_ms(wait)
         is_read = _is_read(text) if read is None else read
         key = check_key(idempotency_key) if idempotency_key is not None else (None if is_read else self.key)
-        # The route, the JSON body and the Fenec-Wait / Idempotency-Key headers come from the
-        # transport generated from the server's OpenAPI document (scripts/generate_transport.py).
-        made = generated_query._get_kwargs(
-            body=GeneratedStatement(query=text, params=encode(list(params)) if params is not None else []),
-            fenec_wait=UNSET if ms is None else str(ms),
-            idempotency_key=UNSET if key is None else key,
-        )
-        headers = self._headers("application/json", None, None)
-        headers.update(made["headers"])
-        return Request(made["url"], headers, _dump(made["json"]), self._timeout(ms), not is_read)
+        body = _dump({"query": text, "params": encode(list(params)) if params is not None else []})
+        if key is None and ms is None:  # the common headers, shared: a request's headers are never changed
+            return Request("/query", self._json, body, self.timeout, not is_read)
+        return Request("/query", self._headers(self._json, ms, key), body, self._timeout(ms), not is_read)
 
     def batch(self, statements: Iterable[Any], *, wait: object = None,
               idempotency_key: str | None = None) -> Request:
@@ -136,16 +175,16 @@ class Wire:
         key = check_key(idempotency_key) if idempotency_key is not None else self.key
         body = b"".join(_dump({"query": t, "params": p}) + b"\n" for t, p in items)
         write = not all(_is_read(t) for t, _ in items)
-        return Request("/batch", self._headers("application/x-ndjson", ms, key), body, self._timeout(ms), write)
+        return Request("/batch", self._headers(self._ndjson, ms, key), body, self._timeout(ms), write)
 
     def answer(self, request: Request, status: int, headers: Mapping[str, str], body: bytes) -> Any:
         """The decoded answer, or the refusal raised as the exception of its status."""
         seq = headers.get("fenec-seq")
         with self.shared.lock:
-            if seq is not None and seq.strip().isdigit():
+            if seq is not None and seq.strip().isdecimal():
                 self.shared.seq = max(self.shared.seq, int(seq))
             if request.write and status < 400:
                 self.shared.replayed = headers.get("idempotent-replayed", "").lower() == "true"
         if status >= 400:
             raise error_for(status, body)
-        return json.loads(body) if body else None
+        return _load(body) if body else None

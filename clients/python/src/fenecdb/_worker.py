@@ -309,7 +309,6 @@ class Worker:
             done.set()
             if beat.is_alive():
                 beat.join()
-            sender.close()
             self._sender = None
             self.events.emit("stopped")
 

@@ -1,8 +1,0 @@
-
-""" A client library for accessing FenecDB job queues """
-from .client import AuthenticatedClient, Client
-
-__all__ = (
-    "AuthenticatedClient",
-    "Client",
-)
