@@ -33,8 +33,8 @@ from functools import partial
 from typing import Any
 
 from ..errors import FenecError
+from . import collection, numbers
 from . import errors as E
-from . import numbers
 from .auth import OPEN, Auth, AuthDelay, AuthRefused, Caller
 from .dashboard import PATHS as DASHBOARD
 from .idempotency import (
@@ -404,7 +404,8 @@ class App:
             return
         try:
             if len(raw) > OFF_LOOP_BODY:  # decoding 16 MB of JSON holds the GIL ~20 ms: not on the loop
-                job = await asyncio.get_running_loop().run_in_executor(self.large, build, req, raw)
+                job = await asyncio.get_running_loop().run_in_executor(
+                    self.large, partial(collection.deferred, partial(build, req, raw)))
             else:
                 job = build(req, raw)
         except Refusal as r:
@@ -486,7 +487,8 @@ class App:
             try:
                 if job.large:
                     hold = await asyncio.get_running_loop().run_in_executor(
-                        self.large, partial(self.db.prepare_hold, job.statements, **scoped))
+                        self.large, partial(collection.deferred, partial(self.db.prepare_hold, job.statements,
+                                                                         **scoped)))
                 else:
                     hold = self.db.prepare_hold(job.statements, **scoped)
             except FenecError as e:
@@ -564,9 +566,10 @@ class App:
         try:
             if self.pool is not None or job.large:
                 loop = asyncio.get_running_loop()
-                result = await loop.run_in_executor(self.large, partial(
-                    self.db.execute, job.statements, block=job.block, idempotency=job.idem, render=render,
-                    **scoped))
+                run = partial(self.db.execute, job.statements, block=job.block, idempotency=job.idem,
+                              render=render, **scoped)
+                result = await loop.run_in_executor(self.large, partial(collection.deferred, run) if job.large
+                                                    else run)
             else:
                 result = self.db.execute(job.statements, block=job.block, idempotency=job.idem, render=render,
                                          **scoped)
