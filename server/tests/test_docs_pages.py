@@ -1,77 +1,13 @@
-"""The reference pages of docs/ run: every `fenecql` block of each page below, statement by statement, on a fresh
-in-memory database per page, with each `-- → x` answer checked (the conventions of docs/README.md, read by the
-runner of test_docs_queues.py). The totals are exact on purpose: a page that loses a block, a statement or an
-answer fails here rather than quietly checking less."""
+"""The docs as a whole: no page points outside the repository, and the index lists every page. (Each page's
+`fenecql` blocks run in test_docs_queues.py, its `sh` blocks in the test named by the page.)"""
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 from pathlib import Path
 
-import pytest
-from conftest import TestClock
-from test_docs_queues import check as check_plain
-from test_docs_queues import fenecql_blocks, steps
-
-# an indented line that starts a statement makes the lines one block (docs/README.md)
-BLOCK_LINE = re.compile(r"\n\s+(?=(?:set|put|insert|get|del) )")
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-
-# page: (blocks, statements, answers)
-PAGES = {
-    "fenecql.md": (20, 110, 87),
-}
-
-
-def check(answer: str, got: object, error: object) -> None:
-    """docs/README.md's answers, where a JSON value may be text holding a `:` (a time): the value is read as
-    JSON first, and only what follows it is the note."""
-    if answer.startswith(("no row", "refused")):
-        check_plain(answer, got, error)
-        return
-    value, _ = json.JSONDecoder().raw_decode(answer)
-    check_plain(json.dumps(value).replace(":", "\\u003a"), got, error)
-
-
-@pytest.mark.parametrize("page", sorted(PAGES))
-def test_page_blocks_run_with_their_answers(page: str) -> None:
-    from fenecdb_server import Database, FenecError
-
-    blocks = fenecql_blocks((DOCS / page).read_text(encoding="utf-8"))
-    clock = TestClock()
-    db = Database(clock=clock)
-    ran = checked = 0
-    try:
-        for block in blocks:
-            for step in steps(block):
-                if step[0] == "later":
-                    clock.advance(step[1])
-                    continue
-                _, text, params, answer = step
-                got, error = None, None
-                try:
-                    parts = BLOCK_LINE.split(text)
-                    if len(parts) > 1:  # a block: the statements run together, as a /batch runs them
-                        got = db.batch([(part, params) for part in parts])
-                    else:
-                        got = db.query(text, params)
-                except FenecError as e:
-                    error = e
-                ran += 1
-                if answer is None:
-                    assert error is None, f"{text!r} was refused: {error!r}"
-                    continue
-                try:
-                    check(answer, got, error)
-                except AssertionError as e:
-                    pytest.fail(f"{page}: {text}\n  -- → {answer}\n  {e}")
-                checked += 1
-    finally:
-        db.close()
-    assert (len(blocks), ran, checked) == PAGES[page]
-
 
 ROOT = DOCS.parent
 GENERATED = {"queue-compare.md"}  # written by `make queue-compare` into bench/results/, not kept in git

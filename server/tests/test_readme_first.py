@@ -5,15 +5,14 @@ section's `text` block, exactly."""
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from test_readme_access import blocks, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTION = "## A worker with curl"
@@ -24,16 +23,6 @@ def section() -> str:
     start = text.index(SECTION)
     end = text.find("\n## ", start + len(SECTION))
     return text[start: end if end != -1 else len(text)]
-
-
-def blocks(text: str, lang: str) -> list[str]:
-    return re.findall(rf"```{lang}\n(.*?)```", text, flags=re.S)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_the_section_makes_the_queue_before_it_claims() -> None:
