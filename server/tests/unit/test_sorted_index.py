@@ -93,8 +93,8 @@ def test_random_against_brute_force():
 # 1 000 turns leave 190 000 of the 200 000 in it, and every page a reader reads holds ten whatever
 # the machine's speed (a fixed 1.5 s let a fast machine empty the range: issue 17). A turn grows
 # slower as the moved keys pile up at the end (4 000 turns took 33 s pinned to one core, 1 000 take
-# 0.3 s), and with the index lock removed 1 000 still fail, 3 runs of 3 and pinned too. On a slower
-# machine the writer stops at MOVER_SECONDS: fewer turns only make the race less likely to show,
+# 0.3 s), and with the index lock removed 1 000 still fail, 3 runs of 3 on two cores (pinned to one
+# core the race did not show in one run). On a slower machine the writer stops at MOVER_SECONDS: fewer turns only make the race less likely to show,
 # never a reader's page short.
 MOVER_TURNS = 1_000
 MOVER_SECONDS = 20.0
