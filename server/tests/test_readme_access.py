@@ -45,6 +45,26 @@ def test_the_section_has_the_whole_setup() -> None:
     assert len(blocks(text, "text")) == 1
 
 
+def run_as_a_user(script: str, cwd: Path, timeout: float) -> tuple[int, str, str]:
+    """A page's shell script, run as a user runs it: the venv's `fenec-server` on the PATH, no token in the
+    environment, in a session of its own whose processes (the script's server too, should the script have
+    stopped before its `kill`) are killed after it."""
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
+    for name in ("FENEC_HTTP_TOKEN", "FENEC_JWT_SECRET"):
+        env.pop(name, None)
+    proc = subprocess.Popen(["bash", "-c", script], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return proc.returncode, out, err
+
+
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
 def test_readme_access_setup_runs_as_written(tmp_path: Path) -> None:
     text = section()
@@ -52,22 +72,9 @@ def test_readme_access_setup_runs_as_written(tmp_path: Path) -> None:
     script = "set -euo pipefail\n" + "\n".join(blocks(text, "sh")).replace("127.0.0.1:8081", f"127.0.0.1:{port}")
     assert "8081" not in script
     (expected,) = blocks(text, "text")
-    bin_dir = str(Path(sys.executable).parent)
-    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
-    for name in ("FENEC_HTTP_TOKEN", "FENEC_JWT_SECRET"):
-        env.pop(name, None)
-    proc = subprocess.Popen(["bash", "-c", script], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=60)
-    finally:
-        # the script's server too, should the script have stopped before its `kill`
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    code, out, err = run_as_a_user(script, tmp_path, timeout=60)
     log = (tmp_path / "server.log").read_text() if (tmp_path / "server.log").exists() else ""
-    assert proc.returncode == 0, out + err + log
+    assert code == 0, out + err + log
     assert out == expected, out + err + log
     assert "listening on: http://127.0.0.1:" + port in log and "[token]" in log
     assert (tmp_path / "q.fenec").exists()
