@@ -1,0 +1,74 @@
+"""The bytecodes one claim of ten runs, in process: the count the claim path is held to.
+
+Timings drift with a machine's neighbours; the number of bytecodes a claim runs does not. This
+script loads --jobs ready jobs into an in-memory `Database`, warms the caches with a few claims,
+then counts the opcode events (`sys.settrace` with `f_trace_opcodes`) and the Python calls of one
+`Database.query` of the claim, from the call to its answer. `bench/README.md` records the count;
+a change to the claim path says what it moved.
+
+    .venv/bin/python bench/claim_bytecodes.py [--jobs 10000] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from types import FrameType
+from typing import Any
+
+from fenecdb_server import Database
+
+SCHEMA = "create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int, error text)"
+CLAIM = ("set jobs {owner: $1, run_at: now() + 30000, attempts: attempts + 1} "
+         "where run_at <= now() order run_at limit 10 returning *")
+
+
+def count(db: Database, text: str, params: list) -> tuple[int, int, Counter[str]]:
+    """Opcodes and calls of one `db.query(text, params)`, and the opcodes per function."""
+    ops = 0
+    calls = 0
+    where: Counter[str] = Counter()
+
+    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+        nonlocal ops, calls
+        if event == "call":
+            calls += 1
+            frame.f_trace_opcodes = True
+        elif event == "opcode":
+            ops += 1
+            where[f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_code.co_name}"] += 1
+        return tracer
+
+    sys.settrace(tracer)
+    try:
+        db.query(text, params)
+    finally:
+        sys.settrace(None)
+    return ops, calls, where
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", type=int, default=10_000)
+    ap.add_argument("--json", action="store_true", help="print the counts as JSON")
+    args = ap.parse_args()
+    db = Database()
+    db.query(SCHEMA)
+    now = db.now()
+    db.query("put jobs $1", [[{"payload": {"n": i}, "run_at": now - 1000, "attempts": 0} for i in range(args.jobs)]])
+    for i in range(5):
+        db.query(CLAIM, [f"warm:{i}"])
+    ops, calls, where = count(db, CLAIM, ["w1"])
+    if args.json:
+        print(json.dumps({"bytecodes": ops, "calls": calls}))
+        return 0
+    print(f"one claim of 10 over {args.jobs} ready jobs: {ops} bytecodes in {calls} calls")
+    for name, n in where.most_common(12):
+        print(f"  {n:6d}  {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
