@@ -51,7 +51,7 @@ _EXPECT_NAMES = {
     "STRING": "a text", "PARAM": "a parameter", "DURATION": "a duration", "CLAIM": "",
     "CMP_OP": "a comparison", "ADD_OP": "`+` or `-`", "MUL_OP": "`*`, `/` or `%`", "STAR": "`*`",
     "LPAR": "`(`", "RPAR": "`)`", "LSQB": "`[`", "RSQB": "`]`", "LBRACE": "`{`", "RBRACE": "`}`",
-    "COMMA": "`,`", "COLON": "`:`", "_SEMI": "`;`", "$END": "the end of the text",
+    "COMMA": "`,`", "CONST_OPEN": "", "CONST_MORE": "", "COLON": "`:`", "_SEMI": "`;`", "$END": "the end of the text",
 }
 # Keywords that start a statement: after a complete statement the parser would take any of them, and
 # listing all ten hides the clause a user meant; they are named once, as "another statement".
@@ -138,6 +138,52 @@ def _split_path(text: str) -> tuple[str, tuple[str, ...]]:
     if len(parts) - 1 > MAX_PATH_KEYS:
         raise _qerr(f"a path names at most {MAX_PATH_KEYS} keys")
     return parts[0], tuple(parts[1:])
+
+
+_CONST_ITEM = re.compile(
+    r"""(-\s*+)?+(\d(?:_?\d)*+(?:\.\d(?:_?\d)*+)?+(?:[eE][+-]?\d++)?+)"""
+    r"""|("[^"\\]*+(?:\\.[^"\\]*+)*+"|'[^'\\]*+(?:\\.[^'\\]*+)*+')"""
+    r"""|(true|false|null)""",
+    re.I | re.S,
+)
+_WORDS = {"true": True, "false": False, "null": None}
+
+
+def _const_items(tok: Token, shared: dict[tuple[type, Any], A.Lit]) -> list[A.Expr]:
+    """The items of a CONST_OPEN or CONST_MORE token (grammar.lark), which the lexer has matched
+    whole, as the literal rules read them one by one: the same values, the same refusals. Equal
+    values of the same type share one `Lit` node (`shared`, one per list), so `in [1, 1, …]` of a
+    megabyte holds one node, not 500 000."""
+    out: list[A.Expr] = []
+    for m in _CONST_ITEM.finditer(tok):
+        digits = m.group(2)
+        v: Any
+        if digits is not None:
+            sign = m.group(1)
+            if "." in digits or "e" in digits or "E" in digits:
+                written = ("-" if sign else "") + digits.replace("_", "")
+                v = float(written)
+                if v in (float("inf"), float("-inf")):
+                    raise FenecError("type", f"number {written} is out of range")
+                out.append(A.Lit(v))
+                continue
+            v = int(digits.replace("_", ""))
+            if sign:
+                v = -v
+                if v < -(2**63):
+                    raise FenecError("query", f"integer -{digits.replace('_', '')} is out of range (64-bit)")
+            elif v > 2**63 - 1:
+                raise FenecError("query", f"integer {digits} is out of range (64-bit)")
+        elif m.group(3) is not None:
+            v = _unescape(m.group(3)[1:-1])
+        else:
+            v = _WORDS[m.group(4).lower()]
+        key = (type(v), v)
+        node = shared.get(key)
+        if node is None:
+            node = shared[key] = A.Lit(v)
+        out.append(node)
+    return out
 
 
 def _toks(children: list, *types: str) -> list[Token]:
@@ -236,6 +282,16 @@ class _ToAst(Transformer):
         return A.Case(whens, else_)
 
     def list(self, c):
+        if c and isinstance(c[0], Token) and c[0].type == "CONST_OPEN":
+            items: list[A.Expr] = []
+            shared: dict = {}
+            for t in c:
+                if isinstance(t, Token):
+                    if t.type in ("CONST_OPEN", "CONST_MORE"):
+                        items.extend(_const_items(t, shared))
+                else:
+                    items.append(t)
+            return A.ListExpr(tuple(items))
         return A.ListExpr(tuple(_nodes(c)))
 
     def obj_entry(self, c):
