@@ -135,10 +135,12 @@ class Tally:
     The write path only queues what a committed block did (`note`: one deque append under the
     write lock; in process a claim of 10 took 21.4 us at the median against 19.8 us with `note`
     off, where classifying its rows in place cost 7-9 us more); `drain`, run by whoever reads the counters (a scrape, the once-a-second sampler)
-    or once PENDING_MAX blocks wait, classifies them. A block's undo list holds each changed
+    or once PENDING_MAX blocks or PENDING_ROWS changed rows wait, classifies them (a bulk load of
+    blocks of 1 000 jobs with no scrape kept 4 096 blocks, four million rows, alive). A block's undo list holds each changed
     row as it was before (its first entry per id), its ops the rows as written (the last)."""
 
     PENDING_MAX = 4096
+    PENDING_ROWS = 65_536
 
     def __init__(self, collections: dict[str, Any]) -> None:
         self.counters: dict[tuple[str, str], list[int]] = {}
@@ -146,12 +148,14 @@ class Tally:
         self._shapes: dict[str, tuple[Any, Shape | None]] = {}
         self._values: dict[str, int] = {}
         self._pending: deque[tuple[list, list]] = deque()
+        self._rows = 0  # changed rows waiting, about: reset by drain
         self._draining = threading.Lock()
 
     def note(self, undo: list, ops: list) -> None:
         if undo:
             self._pending.append((undo, ops))
-            if len(self._pending) > self.PENDING_MAX:
+            self._rows += len(undo)
+            if len(self._pending) > self.PENDING_MAX or self._rows > self.PENDING_ROWS:
                 self.drain()
 
     def shape(self, name: str) -> Shape | None:
@@ -166,6 +170,7 @@ class Tally:
 
     def drain(self) -> None:
         with self._draining:
+            self._rows = 0
             pending = self._pending
             while pending:
                 try:
