@@ -16,6 +16,7 @@ PACKAGE = Path(fenecdb_server.__file__).parent
 RANK = {
     "errors": 0,
     "values": 0,
+    "gc_policy": 0,  # how the process runs Python's cycle collector: imports nothing of ours
     "ql": 1,
     "plan": 2,
     "policy": 2.5,  # access rules: parsed with ql, split with plan's helpers, enforced by engine/scoped

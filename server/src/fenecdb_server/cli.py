@@ -258,6 +258,9 @@ def _main(argv: list[str]) -> int:
         say(f"opened: {path}")
     if opts.get("http-read-only"):
         db.set_read_only(True)
+    from . import gc_policy
+
+    gc_policy.apply()  # the jobs just read are never walked by the cycle collector (gc_policy.py)
     return serve(db, opts, host=host, port=port, path=path, sync=sync, max_conn=max_conn, idle=idle,
                  ttl=ttl, slow_ms=slow_ms, token=token, compact=compact, access=access)
 

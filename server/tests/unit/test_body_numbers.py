@@ -5,7 +5,6 @@ the GIL for long. A run across the seam of two slices must be found like any oth
 from __future__ import annotations
 
 import pytest
-
 from fenecdb_server.http import numbers as N
 
 S = N._SLICE

@@ -14,11 +14,14 @@ the per-second samples `GET /_metrics/recent` answers (the dashboard's rates).
 from __future__ import annotations
 
 import bisect
+import gc
 import os
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
+
+from .. import gc_policy
 
 BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
            1.0, 2.5, 5.0, 10.0)
@@ -120,6 +123,11 @@ class Metrics:
         if rss is not None:
             head("process_resident_memory_bytes", "gauge", "Resident memory of the server process.")
             out.append(f"process_resident_memory_bytes {rss}")
+        head("fenec_gc_collections_total", "counter", "Cycle collections run, per generation (2: full).")
+        for gen, st in enumerate(gc.get_stats()):
+            out.append(f'fenec_gc_collections_total{{generation="{gen}"}} {st.get("collections", 0)}')
+        head("fenec_gc_frozen_objects", "gauge", "Objects kept out of the cycle collector's walks (gc_policy).")
+        out.append(f"fenec_gc_frozen_objects {gc_policy.frozen()}")
         head("fenec_change_sequence", "gauge", "The change counter.")
         out.append(f"fenec_change_sequence {db.seq}")
         head("fenec_storage_failed", "gauge", "1 once the disk refused a write.")
