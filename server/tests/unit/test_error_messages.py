@@ -80,3 +80,14 @@ def test_a_refused_value_names_its_field(db: Database, text: str, params) -> Non
 
 def test_a_time_that_is_not_a_time_names_its_field(db: Database) -> None:
     assert refusal(db, "put jobs {run_at: 'soon'}").startswith("field `run_at`: expected timestamp")
+
+
+@pytest.mark.parametrize(("text", "owed"), [
+    ("get jobs where attempts in [1, 2", "expected `]` to close `[`"),  # said `)` before
+    ("get jobs where attempts in [1, (2", "expected `)` to close `(`"),
+    ("get jobs where attempts = (1 + [2", "expected `]` to close `[`"),
+    ("put jobs {attempts: 1", "expected `}` to close `{`"),
+    ('get jobs where owner = "[" and (attempts = 1', "expected `)` to close `(`"),
+])
+def test_an_unclosed_bracket_is_named_by_the_one_still_open(db: Database, text: str, owed: str) -> None:
+    assert owed in refusal(db, text)

@@ -230,3 +230,12 @@ def test_a_long_list_refuses_what_a_literal_refuses(text: str, alone: str, messa
     with pytest.raises(FenecError) as one:
         P.parse(f"get t where a = {alone}")
     assert got.value.message == message == one.value.message
+
+
+def test_closed_lists_of_literals_do_not_lend_depth_to_what_follows() -> None:
+    """A list read as one token still opens a bracket for the nesting limit: 600 closed `[1]` before
+    600 `(` must not let the parens through (the `]` of each would have been counted alone)."""
+    text = "get t where a = " + "[1] + " * 600 + "(" * 600 + "1" + ")" * 600
+    with pytest.raises(FenecError) as e:
+        P.parse(text)
+    assert "too deep" in e.value.message

@@ -624,7 +624,7 @@ setattr(_ToAst, "del", _ToAst.del_)
 
 _TRANSFORMER = _ToAst()
 
-_OPENS = frozenset({"LPAR", "LSQB", "LBRACE"})
+_OPENS = frozenset({"LPAR", "LSQB", "CONST_OPEN", "LBRACE"})
 _CLOSES = frozenset({"RPAR", "RSQB", "RBRACE"})
 
 
@@ -725,6 +725,26 @@ def _did_you_mean(found: str, tokens: set[str]) -> str:
     return f" (did you mean `{close[0]}`?)" if close and close[0] != found.lower() else ""
 
 
+_CLOSER_OF = {"LPAR": "RPAR", "LSQB": "RSQB", "CONST_OPEN": "RSQB", "LBRACE": "RBRACE"}
+_CLOSE_TEXT = {"RPAR": ")", "RSQB": "]", "RBRACE": "}"}
+_OPEN_TEXT = {"RPAR": "(", "RSQB": "[", "RBRACE": "{"}
+
+
+def _innermost_open(text: str) -> str | None:
+    """The closing bracket the text still owes last (`RSQB` for `x in [1, (2)`), None if none;
+    read from the tokens, so a bracket inside a text literal does not count."""
+    stack: list[str] = []
+    try:
+        for tok in _LARK.lex(text):
+            if tok.type in _CLOSER_OF:
+                stack.append(_CLOSER_OF[tok.type])
+            elif tok.type in _CLOSE_TEXT and stack and stack[-1] == tok.type:
+                stack.pop()
+    except UnexpectedInput:
+        return None
+    return stack[-1] if stack else None
+
+
 def _syntax_error(text: str, e: UnexpectedInput) -> FenecError:
     pos = getattr(e, "pos_in_stream", None)
     if pos is None:
@@ -749,14 +769,11 @@ def _syntax_error(text: str, e: UnexpectedInput) -> FenecError:
         return _qerr(f"{where}: {msg}{caret}")
     if isinstance(e, UnexpectedEOF) or (isinstance(e, UnexpectedToken) and e.token.type == "$END"):
         expected = getattr(e, "expected", None) or getattr(e, "accepts", None) or set()
+        closer = _innermost_open(text) if len(expected) <= 3 else None
         if "END" in expected:
             msg = "expected `end` to close `case`"
-        elif "RPAR" in expected and len(expected) <= 3:
-            msg = "expected `)` to close `(`"
-        elif "RSQB" in expected and len(expected) <= 3:
-            msg = "expected `]` to close `[`"
-        elif "RBRACE" in expected and len(expected) <= 3:
-            msg = "expected `}` to close `{`"
+        elif closer is not None and closer in expected:
+            msg = f"expected `{_CLOSE_TEXT[closer]}` to close `{_OPEN_TEXT[closer]}`"
         else:
             msg = f"the statement ends too soon: expected {_expected(set(expected))}"
         return _qerr(f"{where}: {msg}{caret}")
