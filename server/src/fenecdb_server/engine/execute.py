@@ -9,8 +9,6 @@ and the schema, so a failed block leaves nothing behind, not even a spent id.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import fields as dc_fields
-from dataclasses import is_dataclass
 from typing import Any
 
 from .. import values as V
@@ -64,19 +62,11 @@ def unmet(verb: str, coll: str, got: int, want: int, read: bool = False) -> Fene
 def max_param(node: Any) -> int:
     """The highest `$n` a statement names (each must be bound before it runs)."""
     best = 0
-    stack = [node]
-    while stack:
-        n = stack.pop()
+    for n in A.walk(node):
         if isinstance(n, A.Param):
             best = max(best, n.n)
         elif isinstance(n, A.Put) and n.param is not None:  # `put jobs $1`: the documents, a number here
             best = max(best, n.param)
-            stack.extend(getattr(n, f.name) for f in dc_fields(n))
-        elif is_dataclass(n):
-            for f in dc_fields(n):
-                stack.append(getattr(n, f.name))
-        elif isinstance(n, tuple):
-            stack.extend(n)
     return best
 
 

@@ -20,8 +20,9 @@ from typing import Any, Literal
 
 from .. import values as V
 from ..errors import FenecError
-from ..plan.compile import Ctx, Env, compile_expr, mentions
+from ..plan.compile import Ctx, Env, compile_expr
 from ..ql import ast as A
+from ..ql.ast import mentions
 from .access import pick
 from .scoped import look as scoped_look
 from .scoped import rule_time_filter
@@ -82,8 +83,7 @@ def _time_terms(where: A.Expr | None, schema: Any, strict: bool = True) -> list[
         if strict and isinstance(n, A.Call) and n.name == "now" and id(n) not in allowed:
             raise FenecError("query", "a held claim reads the time only as a field compared with now(), "
                                       "give or take a number: nothing says when this answer would change")
-        from ..plan.compile import children
-        stack.extend(children(n))
+        stack.extend(A.children(n))
     return terms
 
 

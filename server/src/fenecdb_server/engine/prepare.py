@@ -12,10 +12,11 @@ from typing import Any, final
 
 from .. import values as V
 from ..errors import FenecError
-from ..plan.compile import Ctx, Fn, compile_expr, field_reader, guard_missing, mentions, static_type
+from ..plan.compile import Ctx, Fn, compile_expr, field_reader, guard_missing, static_type
 from ..plan.planner import and_terms, bindable, plan_access
 from ..plan.schema import Schema
 from ..ql import ast as A
+from ..ql.ast import mentions
 from .access import Query
 
 

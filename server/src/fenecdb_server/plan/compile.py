@@ -17,10 +17,10 @@ from typing import Any, cast
 from .. import values as V
 from ..errors import FenecError, Overflow
 from ..ql import ast as A
+from ..ql.ast import MAX_DEPTH
 from .schema import Schema
 
 Fn = Callable[[Any, Any], Any]
-MAX_DEPTH = 512
 EARTH_R = 6_372_797.56
 DUR_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 7 * 86_400_000}
 
@@ -317,31 +317,8 @@ def _depth(e: A.Expr) -> int:
         if isinstance(node, (A.And, A.Or)):
             for i, it in enumerate(node.items):
                 stack.append((it, d + i))  # the chain's first item sits at its level; each link adds one
-        elif isinstance(node, (A.Arith, A.Cmp, A.Match, A.Has)):
-            stack.append((node.left, d + 1))
-            stack.append((node.right, d + 1))
-        elif isinstance(node, A.Not):
-            stack.append((node.expr, d + 1))
-        elif isinstance(node, A.IsNull):
-            stack.append((node.expr, d + 1))
-        elif isinstance(node, A.In):
-            stack.append((node.left, d + 1))
-            for it in node.items or ():
-                stack.append((it, d + 1))
-        elif isinstance(node, A.Call):
-            for it in node.args:
-                stack.append((it, d + 1))
-        elif isinstance(node, A.Case):
-            for c, v in node.whens:
-                stack.append((c, d + 1))
-                stack.append((v, d + 1))
-            if node.else_ is not None:
-                stack.append((node.else_, d + 1))
-        elif isinstance(node, (A.ListExpr,)):
-            for it in node.items:
-                stack.append((it, d + 1))
-        elif isinstance(node, A.ObjectExpr):
-            for _, it in node.items:
+        else:
+            for it in A.children(node):
                 stack.append((it, d + 1))
     return deepest
 
@@ -732,42 +709,6 @@ def static_type(e: A.Expr, schema: Schema) -> str | None:
         if e.op == "+" and a == "int" and b == "timestamp":
             return "timestamp"
     return None
-
-
-def mentions(e: A.Expr | None, pred: Callable[[A.Expr], bool]) -> bool:
-    """Whether any node of `e` satisfies pred."""
-    if e is None:
-        return False
-    stack = [e]
-    while stack:
-        n = stack.pop()
-        if pred(n):
-            return True
-        stack.extend(children(n))
-    return False
-
-
-def children(n: A.Expr) -> list[A.Expr]:
-    if isinstance(n, (A.And, A.Or)):
-        return list(n.items)
-    if isinstance(n, (A.Arith, A.Cmp, A.Match, A.Has)):
-        return [n.left, n.right]
-    if isinstance(n, (A.Not, A.IsNull)):
-        return [n.expr]
-    if isinstance(n, A.In):
-        return [n.left, *(n.items or ()), *([n.source] if n.source is not None else [])]
-    if isinstance(n, A.Call):
-        return list(n.args)
-    if isinstance(n, A.Case):
-        out = [x for w in n.whens for x in w]
-        if n.else_ is not None:
-            out.append(n.else_)
-        return out
-    if isinstance(n, A.ListExpr):
-        return list(n.items)
-    if isinstance(n, A.ObjectExpr):
-        return [v for _, v in n.items]
-    return []
 
 
 def guard_missing(f: Fn) -> Fn:

@@ -24,9 +24,9 @@ import re
 from dataclasses import dataclass
 
 from ..errors import FenecError
-from ..plan.compile import children, mentions
 from ..plan.planner import and_terms
 from ..ql import ast as A
+from ..ql.ast import mentions
 from ..ql.parser import parse
 
 GRANTS = ("read", "insert", "update", "delete", "expired")
@@ -255,13 +255,15 @@ def _check_filter(e: A.Expr, col: int) -> None:
 
 def _new_only_at_top(e: A.Expr) -> bool:
     """`new.` may stand in a top-level `and` term, never under `or`, `not` or `case`."""
-    def under(node: A.Expr) -> bool:
+    stack = [e]
+    while stack:  # down to the first `or`, `not` or `case` on each branch, then into it whole
+        node = stack.pop()
         if isinstance(node, (A.Or, A.Not, A.Case)):
-            return mentions(node, lambda n: isinstance(n, A.New))
-        if isinstance(node, A.And):
-            return any(under(x) for x in node.items)
-        return any(under(x) for x in children(node))
-    return not under(e)
+            if mentions(node, lambda n: isinstance(n, A.New)):
+                return False
+        else:
+            stack.extend(A.children(node))
+    return True
 
 
 def _claims(e: A.Expr | None) -> tuple[tuple[str, ...], ...]:

@@ -23,10 +23,10 @@ from lark.lark import PostLex
 
 from ..errors import FenecError
 from . import ast as A
+from .ast import MAX_DEPTH
 from .grammar_cache import build as build_parser
 
 MAX_NAME = 128
-MAX_DEPTH = 512
 MAX_PATH_KEYS = 64
 
 RESERVED = frozenset(
