@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .errors import FenecError, Overflow
@@ -182,6 +182,27 @@ def make_ts(ms: int) -> Ts:
     if not TS_MIN <= ms <= TS_MAX:
         raise FenecError("type", "timestamp out of range")
     return Ts(ms)
+
+
+# ---------------------------------------------------------------- paths into json
+
+
+def read_path(v: Any, keys: Iterable[str]) -> Any:
+    """`v` followed through object keys (a json field's value and `payload.to`'s `("to",)`): None
+    where a key is missing or a step is not an object. Every path read goes through here."""
+    for k in keys:
+        if type(v) is not dict:
+            return None
+        v = v.get(k)
+    return v
+
+
+def read_target(doc: dict, target: str) -> Any:
+    """A field or a path, written as text (`run_at`, `payload.to`), read from a row or document."""
+    if "." not in target:
+        return doc.get(target)
+    name, *keys = target.split(".")
+    return read_path(doc.get(name), keys)
 
 
 # ---------------------------------------------------------------- conversion on write

@@ -394,7 +394,7 @@ def run_put(eng: Any, p: Prepared, env: Env, blk: Block) -> Any:
                 holder = coll.rows[doc["id"]]
             if holder is None:
                 for t in uniques:
-                    v = _read_target(doc, t)
+                    v = V.read_target(doc, t)
                     if v is None:
                         continue
                     idx = coll.index(t)
@@ -452,18 +452,6 @@ def run_put(eng: Any, p: Prepared, env: Env, blk: Block) -> Any:
     if stmt.require is not None and written != stmt.require:
         raise unmet(stmt.verb, p.coll, written, stmt.require)
     return {"affected": written}
-
-
-def _read_target(doc: dict, target: str) -> Any:
-    if "." not in target:
-        return doc.get(target)
-    name, *keys = target.split(".")
-    v = doc.get(name)
-    for k in keys:
-        if type(v) is not dict:
-            return None
-        v = v.get(k)
-    return v
 
 
 # ---------------------------------------------------------------- schema statements
@@ -538,11 +526,8 @@ def run_create_index(eng: Any, stmt: A.CreateIndex, blk: Block) -> Any:
         raise FenecError("exists", f"`{coll.name}.{text}` already has an index")
     if stmt.index == "unique":
         seen: dict[Any, int] = {}
-        read_keys = text.split(".")
         for rid, row in coll.ids_in_order().items():
-            v = row.get(read_keys[0])
-            for k in read_keys[1:]:
-                v = v.get(k) if type(v) is dict else None
+            v = V.read_target(row, text)
             if v is None:
                 continue
             hk = V.hashable(v)

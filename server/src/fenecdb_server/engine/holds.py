@@ -189,10 +189,7 @@ def _next_for(coll: Any, target: str, op: str, k: int, now: int) -> int | None:
     best = None
     name, *keys = target.split(".")
     for row in coll.rows.values():
-        v = row.get(name)
-        for kk in keys:
-            v = v.get(kk) if type(v) is dict else None
-        x = _as_ms(v)
+        x = _as_ms(V.read_path(row.get(name), keys))
         if x is None:
             continue
         m = (math.floor(x) + 1 if plus else math.ceil(x)) - k

@@ -46,7 +46,6 @@ from .execute import (
     _apply_entries,
     _check_required,
     _documents,
-    _read_target,
     run_del,
     run_get,
     unmet,
@@ -438,7 +437,7 @@ def _run_put(db: Any, plan: Plan, env: Env, blk: Block, scope: Scope) -> Any:
         holder = None
         if stmt.if_absent:
             for t in uniques:
-                v = _read_target(doc, t)
+                v = V.read_target(doc, t)
                 if v is None:
                     continue
                 for other in coll.index(t).lookup(v):

@@ -18,6 +18,7 @@ from .. import values as V
 from ..errors import FenecError, Overflow
 from ..ql import ast as A
 from ..ql.ast import MAX_DEPTH
+from ..values import read_path
 from .schema import Schema
 
 Fn = Callable[[Any, Any], Any]
@@ -357,14 +358,6 @@ def _const(v: Any) -> Fn:
     return lambda row, env: v
 
 
-def _read_path(v: Any, keys: tuple[str, ...]) -> Any:
-    for k in keys:
-        if type(v) is not dict:
-            return None
-        v = v.get(k)
-    return v
-
-
 def field_reader(schema: Schema, name: str, keys: tuple[str, ...] = ()) -> Fn:
     if name == "id" and not keys:
         return lambda row, env: row["id"]
@@ -379,7 +372,7 @@ def field_reader(schema: Schema, name: str, keys: tuple[str, ...] = ()) -> Fn:
                 v = row.get(name)
                 return v.get(k0) if type(v) is dict else None
             return read1
-        return lambda row, env: _read_path(row.get(name), keys)
+        return lambda row, env: read_path(row.get(name), keys)
     return lambda row, env: row.get(name)
 
 
@@ -404,7 +397,7 @@ def _c(e: A.Expr, ctx: Ctx) -> Fn:  # noqa: C901 - a dispatch over node kinds
         if ctx.schema is not None:
             ctx.schema.field(e.name)
         name, keys = e.name, e.keys
-        return lambda row, env: _read_path(env.new.get(name), keys)
+        return lambda row, env: read_path(env.new.get(name), keys)
     if isinstance(e, A.Claim):
         if not ctx.claims:
             raise qerr("`$jwt.` claims are read only inside access rules")
