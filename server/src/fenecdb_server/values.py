@@ -35,13 +35,6 @@ class Ts(int):
         return f"Ts({int(self)})"
 
 
-SCALARS = {
-    "bool": "bool", "int": "int", "float": "float", "text": "text", "string": "text",
-    "bytes": "bytes", "blob": "bytes", "timestamp": "timestamp", "timestamptz": "timestamp",
-    "json": "json", "geo": "geo",
-}
-
-
 def kind_name(v: Any) -> str:
     """The kind a value is, as type errors name it."""
     if v is None:

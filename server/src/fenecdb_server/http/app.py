@@ -71,7 +71,6 @@ MAX_STATEMENT_BYTES = 1 << 20
 # parsed once and cached, and never leaves the loop.
 OFF_LOOP_BODY = 64 << 10
 OFF_LOOP_TEXT = 2 << 10
-WRITE_VERBS = ("put", "insert", "set", "del", "create", "drop")
 
 
 def _dumps_json(value: Any) -> bytes:
