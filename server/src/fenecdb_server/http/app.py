@@ -119,6 +119,12 @@ class Config:
         self.max_statement_bytes = max_statement_bytes
 
 
+# The headers a request's answer depends on, by name (uvicorn gives them lower-cased), and where
+# each is kept; `transfer-encoding` is only noted (a chunked body is refused).
+_HEADER_SLOTS = {b"content-length": "length", b"authorization": "auth", b"fenec-wait": "wait",
+                 b"idempotency-key": "idem", b"origin": "origin"}
+
+
 class Request:
     """The few things read from the headers, in one pass."""
 
@@ -141,18 +147,11 @@ class Request:
         self.peer: str = client[0] if client else ""
         self.caller: Caller = OPEN
         for name, value in scope["headers"]:
-            if name == b"content-length":
-                self.length = value
+            slot = _HEADER_SLOTS.get(name)
+            if slot is not None:
+                setattr(self, slot, value)  # the last of a repeated header is the one kept
             elif name == b"transfer-encoding":
                 self.chunked = True
-            elif name == b"authorization":
-                self.auth = value
-            elif name == b"fenec-wait":
-                self.wait = value
-            elif name == b"idempotency-key":
-                self.idem = value
-            elif name == b"origin":
-                self.origin = value
 
 
 class Refusal(Exception):

@@ -10,6 +10,7 @@ here, before any row is read (fenecql.md §4.1, proposed).
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections.abc import Callable
 from typing import Any, cast
@@ -77,22 +78,7 @@ def arith(op: str, a: Any, b: Any) -> Any:
         return None
     ta, tb = type(a), type(b)
     if ta is int and tb is int:
-        if op == "+":
-            r = a + b
-        elif op == "-":
-            r = a - b
-        elif op == "*":
-            r = a * b
-        elif op == "/":
-            if b == 0:
-                raise terr("division by zero")
-            q = abs(a) // abs(b)
-            r = q if (a >= 0) == (b >= 0) else -q
-        else:
-            if b == 0:
-                raise terr("division by zero")
-            r = abs(a) % abs(b)
-            r = r if a >= 0 else -r
+        r = _numbers(op, a, b, _int_div, _int_mod)
         if not V.INT_MIN <= r <= V.INT_MAX:
             raise Overflow("integer overflow: the result does not fit in 64 bits")
         return r
@@ -103,29 +89,44 @@ def arith(op: str, a: Any, b: Any) -> Any:
             fa, fb = float(a), float(b)
         except OverflowError:
             raise terr("integer too large to mix with a float") from None
-        if op == "+":
-            r = fa + fb
-        elif op == "-":
-            r = fa - fb
-        elif op == "*":
-            r = fa * fb
-        elif op == "/":
-            if fb == 0:
-                raise terr("division by zero")
-            r = fa / fb
-        else:
-            if fb == 0:
-                raise terr("division by zero")
-            try:
-                r = math.fmod(fa, fb)
-            except ValueError:  # an infinite left side (only a caller in process can send one)
-                raise terr("the result is not a finite number") from None
+        r = _numbers(op, fa, fb, operator.truediv, _float_mod)
         if not math.isfinite(r):
             raise terr("the result is not a finite number")
         return r
     if ta is str and tb is str and op == "+":
         return a + b
     raise terr(f"cannot apply `{op}` to {V.kind_name(a)} and {V.kind_name(b)}")
+
+
+_SAME_FOR_EVERY_KIND = {"+": operator.add, "-": operator.sub, "*": operator.mul}
+
+
+def _numbers(op: str, a: Any, b: Any, div: Callable[[Any, Any], Any], mod: Callable[[Any, Any], Any]) -> Any:
+    """`a op b` for two ints or two floats: `+ - *` as Python has them, `/` and `%` as each kind's
+    `div` and `mod` say, past a zero divisor, refused for both."""
+    same = _SAME_FOR_EVERY_KIND.get(op)
+    if same is not None:
+        return same(a, b)
+    if b == 0:
+        raise terr("division by zero")
+    return div(a, b) if op == "/" else mod(a, b)
+
+
+def _int_div(a: int, b: int) -> int:
+    q = abs(a) // abs(b)  # truncated toward zero, as in SQL and C
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def _int_mod(a: int, b: int) -> int:
+    r = abs(a) % abs(b)  # the sign of the dividend
+    return r if a >= 0 else -r
+
+
+def _float_mod(a: float, b: float) -> float:
+    try:
+        return math.fmod(a, b)
+    except ValueError:  # an infinite left side (only a caller in process can send one)
+        raise terr("the result is not a finite number") from None
 
 
 def _ts_arith(op: str, a: Any, b: Any) -> Any:

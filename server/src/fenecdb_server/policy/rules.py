@@ -21,6 +21,7 @@ A rule's filter is split once into what the engine needs:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..errors import FenecError
@@ -87,12 +88,11 @@ class _LineError(Exception):
         self.col = col
 
 
-def _words(line: str) -> list[tuple[str, int]]:
-    """Top-level words with their offsets: whitespace inside quotes or brackets does not cut."""
-    out: list[tuple[str, int]] = []
-    depth = 0
+def _outside_quotes(line: str) -> Iterator[tuple[int, str]]:
+    """Each character of `line` outside quoted text, with its offset. A quote opens with `"` or
+    `'` (the opening mark is outside) and closes with the same mark; inside, a backslash escapes
+    the character after it."""
     quote = ""
-    start = -1
     i = 0
     n = len(line)
     while i < n:
@@ -103,40 +103,38 @@ def _words(line: str) -> list[tuple[str, int]]:
                 continue
             if c == quote:
                 quote = ""
-        elif c in "\"'":
-            quote = c
-        elif c in "([{":
+        else:
+            if c in "\"'":
+                quote = c
+            yield i, c
+        i += 1
+
+
+def _words(line: str) -> list[tuple[str, int]]:
+    """Top-level words with their offsets: whitespace inside quotes or brackets does not cut."""
+    out: list[tuple[str, int]] = []
+    depth = 0
+    start = -1
+    for i, c in _outside_quotes(line):  # a quoted text is part of the word its opening mark starts
+        if c in "([{":
             depth += 1
         elif c in ")]}":
             depth = max(0, depth - 1)
-        if c.isspace() and not quote and depth == 0:
+        if c.isspace() and depth == 0:
             if start >= 0:
                 out.append((line[start:i], start))
                 start = -1
         elif start < 0:
             start = i
-        i += 1
     if start >= 0:
         out.append((line[start:], start))
     return out
 
 
 def _strip_comment(line: str) -> str:
-    quote = ""
-    i = 0
-    while i < len(line):
-        c = line[i]
-        if quote:
-            if c == "\\":
-                i += 2
-                continue
-            if c == quote:
-                quote = ""
-        elif c in "\"'":
-            quote = c
-        elif c == "#":
+    for i, c in _outside_quotes(line):
+        if c == "#":
             return line[:i]
-        i += 1
     return line
 
 
