@@ -602,38 +602,21 @@ def _call(e: A.Call, ctx: Ctx) -> Fn:  # noqa: C901
             return best
         return extreme
     if name in ("lower", "upper"):
-        _nargs(e, 1)
-        f = _c(e.args[0], ctx)
         up = name == "upper"
 
-        def case_map(row, env):
-            v = f(row, env)
-            if v is None:
-                return None
+        def case_map(v: Any) -> Any:
             if type(v) is not str:
                 raise terr(f"{name}() takes text, found {V.kind_name(v)}")
             return v.upper() if up else v.lower()
-        return case_map
+        return _of_one(e, ctx, case_map)
     if name == "len":
-        _nargs(e, 1)
-        f = _c(e.args[0], ctx)
-
-        def length(row, env):
-            v = f(row, env)
-            if v is None:
-                return None
+        def length(v: Any) -> Any:
             if type(v) in (str, list, tuple, bytes, dict):
                 return len(v)
             raise terr(f"len() takes text or a list, found {V.kind_name(v)}")
-        return length
+        return _of_one(e, ctx, length)
     if name == "timestamp":
-        _nargs(e, 1)
-        f = _c(e.args[0], ctx)
-
-        def to_ts(row, env):
-            v = f(row, env)
-            if v is None:
-                return None
+        def to_ts(v: Any) -> Any:
             t = type(v)
             if t is V.Ts:
                 return v
@@ -645,7 +628,7 @@ def _call(e: A.Call, ctx: Ctx) -> Fn:  # noqa: C901
                     raise terr(f"timestamp() could not read {v[:64]!r} as a time")
                 return V.make_ts(ms)
             raise terr(f"timestamp() takes epoch ms or ISO text, found {V.kind_name(v)}")
-        return to_ts
+        return _of_one(e, ctx, to_ts)
     if name == "bucket":
         _nargs(e, 2)
         f = _c(e.args[0], ctx)
@@ -677,6 +660,17 @@ def _call(e: A.Call, ctx: Ctx) -> Fn:  # noqa: C901
             return v is not None and v + d <= env.now
         return expired
     raise qerr(f"unknown function `{name}()`")
+
+
+def _of_one(e: A.Call, ctx: Ctx, of_value: Callable[[Any], Any]) -> Fn:
+    """A function of one argument, null for null: `of_value` sees every other value."""
+    _nargs(e, 1)
+    f = _c(e.args[0], ctx)
+
+    def call(row, env):
+        v = f(row, env)
+        return None if v is None else of_value(v)
+    return call
 
 
 _KNOWN = ("int", "timestamp", "text", "bool")
