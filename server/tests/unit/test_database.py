@@ -4,7 +4,7 @@ read-only, idempotency, listeners, stats, and file-backed reopen/compact round t
 from __future__ import annotations
 
 import pytest
-from conftest import TestClock, dump
+from conftest import dump
 from fenecdb_server import Database, FenecError
 from fenecdb_server.database import Idem
 
@@ -19,17 +19,10 @@ def fails(fn, status, needle=None):
 
 
 @pytest.fixture
-def clock():
-    return TestClock()
-
-
-@pytest.fixture
-def db(clock):
-    d = Database(clock=clock)
-    d.query("create collection jobs (kind text, run_at timestamp @sorted, owner text, attempts int)")
-    d.query("create collection other (x int)")
-    yield d
-    d.close()
+def db(db):  # conftest's, on its clock
+    db.query("create collection jobs (kind text, run_at timestamp @sorted, owner text, attempts int)")
+    db.query("create collection other (x int)")
+    return db
 
 
 def test_answer_forms(db):
