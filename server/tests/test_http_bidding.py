@@ -12,18 +12,15 @@ import httpx
 import pytest
 from fenecdb_server import Database
 from fenecdb_server.engine import bids
-from test_http_e2e import Server, q
+from test_http_e2e import Server, fresh_collection, q, served
 from test_http_held import Waiter, request, wait_held
 
 
 @pytest.fixture(scope="module")
 def server() -> Any:
-    s = Server("--max-connections", "0")
-    yield s
-    assert s.stop() == 0
+    with served("--max-connections", "0") as s:
+        yield s
 
-
-_n = iter(range(10**6))
 
 RIDES = "create collection rides (pickup geo @geo, run_at timestamp @sorted, owner text, attempts int)"
 NEAREST = ("set rides {owner: $1, run_at: now() + 30000, attempts: attempts + 1} "
@@ -35,10 +32,7 @@ OLDEST = ("set rides {owner: $1, run_at: now() + 30000, attempts: attempts + 1} 
 @pytest.fixture
 def rides(server: Server) -> Any:
     """A fresh rides collection per test: (client, name)."""
-    name = f"r{next(_n)}"
-    with server.client() as c:
-        assert q(c, RIDES.replace("rides", name, 1)).status_code == 200
-        yield c, name
+    yield from fresh_collection(server, RIDES, "r")
 
 
 def point(i: int) -> list[float]:

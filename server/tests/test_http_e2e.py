@@ -7,6 +7,7 @@ test_http_held.py; the fuzz in test_http_fuzz.py. Helpers here are shared by tho
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -17,6 +18,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -132,13 +135,36 @@ def body_of(response: bytes) -> Any:
     return json.loads(response.partition(b"\r\n\r\n")[2])
 
 
+@contextmanager
+def served(*flags: str, setup: Sequence[str] = ()) -> Iterator[Server]:
+    """A server for a module's tests: started with `flags`, the `setup` statements run; once the
+    module is done, found still running and stopped cleanly (exit 0)."""
+    s = Server(*flags)
+    with s.client() as c:
+        for text in setup:
+            r = c.post("/query", json={"query": text})
+            assert r.status_code == 200, r.text
+    yield s
+    assert s.proc.poll() is None, "the server died"
+    assert s.stop() == 0
+
+
+_fresh = itertools.count()
+
+
+def fresh_collection(server: Server, create: str, prefix: str) -> Iterator[tuple[httpx.Client, str]]:
+    """A collection of one test's own: `create` (`create collection NAME ...`) under the name
+    prefix + a number no other test has; yields (client, name)."""
+    name = f"{prefix}{next(_fresh)}"
+    with server.client() as c:
+        assert q(c, create.replace(create.split()[2], name, 1)).status_code == 200
+        yield c, name
+
+
 @pytest.fixture(scope="module")
 def server() -> Any:
-    s = Server("--max-connections", "0")
-    with s.client() as c:
-        assert c.post("/query", json={"query": JOBS}).status_code == 200
-    yield s
-    assert s.stop() == 0
+    with served("--max-connections", "0", setup=[JOBS]) as s:
+        yield s
 
 
 @pytest.fixture

@@ -13,26 +13,19 @@ from typing import Any
 
 import httpx
 import pytest
-from test_http_e2e import ACK, CLAIM, JOBS, Server, body_of, nd, q, status_of
+from test_http_e2e import ACK, CLAIM, JOBS, Server, body_of, fresh_collection, nd, q, served, status_of
 
 
 @pytest.fixture(scope="module")
 def server() -> Any:
-    s = Server("--max-connections", "0")
-    yield s
-    assert s.stop() == 0
-
-
-_n = iter(range(10**6))
+    with served("--max-connections", "0") as s:
+        yield s
 
 
 @pytest.fixture
 def jobs(server: Server) -> Any:
     """A fresh queue collection per test: (client, name)."""
-    name = f"q{next(_n)}"
-    with server.client() as c:
-        assert q(c, JOBS.replace("jobs", name, 1)).status_code == 200
-        yield c, name
+    yield from fresh_collection(server, JOBS, "q")
 
 
 def held_count(c: httpx.Client) -> int:
