@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -112,19 +112,32 @@ def raw(addr: tuple[str, int], data: bytes, *, timeout: float = 5) -> bytes:
                 if not chunk:
                     break
                 out += chunk
-                if _complete(out):
+                if complete(out):
                     break
         except (TimeoutError, OSError):
             pass
         return out
 
 
-def _complete(data: bytes) -> bool:
+def complete(data: bytes) -> bool:
+    """Whether `data` holds a whole answer: its head, and a body as long as its Content-Length."""
     head, sep, body = data.partition(b"\r\n\r\n")
     if not sep:
         return False
     m = re.search(rb"(?i)content-length: *(\d+)", head)
     return bool(m) and len(body) >= int(m.group(1))
+
+
+def read_from(sock: socket.socket, done: Callable[[bytes], bool] = lambda data: False) -> bytes:
+    """What the server writes on `sock` until `done` says it is enough, or the server closes it."""
+    out = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return out
+        out += chunk
+        if done(out):
+            return out
 
 
 def status_of(response: bytes) -> int:
