@@ -463,8 +463,8 @@ def run_create(eng: Any, stmt: A.CreateCollection, blk: Block) -> Any:
         if stmt.if_not_exists:
             return {"message": f"collection `{name}` exists"}
         raise FenecError("exists", f"collection `{name}` exists")
-    if len(name) > 128:
-        raise FenecError("query", "a name is at most 128 characters")
+    if len(name) > A.MAX_NAME:
+        raise FenecError("query", f"a name is at most {A.MAX_NAME} characters")
     fields: dict[str, FieldInfo] = {}
     ttl = 0
     for fd in stmt.fields:

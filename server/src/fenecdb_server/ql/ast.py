@@ -14,9 +14,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
-# How deep an expression may nest: the parser counts it on the tokens as it reads them
-# (ql/parser.py), and plan/compile.py counts it again on a tree built without the parser.
-MAX_DEPTH = 512
+# The language's limits. The parser refuses past them as it reads; the engine checks again where a
+# tree may come from elsewhere (built in process, or a path written as a `put jobs $1` key).
+MAX_DEPTH = 512  # how deep an expression nests (counted on the tokens; plan/compile.py on a tree)
+MAX_NAME = 128  # characters of a collection's or a field's name, or of one key of a path
+MAX_PATH_KEYS = 64  # keys of a path into a json field after its name
 
 # ---------------------------------------------------------------- expressions
 
