@@ -180,13 +180,18 @@ def make_ts(ms: int) -> Ts:
 # ---------------------------------------------------------------- paths into json
 
 
-def read_path(v: Any, keys: Iterable[str]) -> Any:
-    """`v` followed through object keys (a json field's value and `payload.to`'s `("to",)`): None
-    where a key is missing or a step is not an object. Every path read goes through here."""
+MISSING: Any = object()  # what `read_path` answers for an absent key when told to tell it from null
+
+
+def read_path(v: Any, keys: Iterable[str], missing: Any = None) -> Any:
+    """`v` followed through object keys (a json field's value and `payload.to`'s `("to",)`, or a
+    token's claims and `$jwt.org.id`'s `("org", "id")`): `missing` where a key is absent or a step
+    is not an object. Every path read goes through here; a claim's reader passes MISSING, since
+    a claim that is absent and one that is null are not the same (access.md §3.2)."""
     for k in keys:
         if type(v) is not dict:
-            return None
-        v = v.get(k)
+            return missing
+        v = v.get(k, missing)
     return v
 
 

@@ -331,3 +331,11 @@ def test_read_path_follows_objects_and_stops_at_anything_else() -> None:
     assert V.read_target(doc, "absent.x") is None
     assert V.read_path({"a": {"b": 1}}, ("a", "b")) == 1
     assert V.read_path(7, ()) == 7
+
+
+def test_read_path_tells_an_absent_key_from_null_when_asked() -> None:
+    claims = {"org": {"id": None}, "sub": "w-7"}
+    assert V.read_path(claims, ("org", "id"), V.MISSING) is None  # present, null
+    assert V.read_path(claims, ("org", "name"), V.MISSING) is V.MISSING
+    assert V.read_path(claims, ("sub", "x"), V.MISSING) is V.MISSING  # a step that is no object
+    assert V.read_path(claims, ("org", "name")) is None  # by default absent reads as null

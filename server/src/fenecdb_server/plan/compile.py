@@ -405,11 +405,9 @@ def _c(e: A.Expr, ctx: Ctx) -> Fn:  # noqa: C901 - a dispatch over node kinds
         keys = e.keys
 
         def claim(row, env):
-            v: Any = env.claims
-            for k in keys:
-                if type(v) is not dict or k not in v:
-                    raise _Missing()
-                v = v[k]
+            v = read_path(env.claims, keys, V.MISSING)
+            if v is V.MISSING:
+                raise _Missing()
             return v
         return claim
     if isinstance(e, A.Duration):

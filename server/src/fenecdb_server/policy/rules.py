@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from .. import values as V
 from ..errors import FenecError
 from ..plan.planner import and_terms
 from ..ql import ast as A
@@ -66,13 +67,7 @@ class Rule:
             role = claims.get("role")
             if not (role == self.role or (isinstance(role, list) and self.role in role)):
                 return False
-        for keys in self.claims:
-            v = claims
-            for k in keys:
-                if type(v) is not dict or k not in v:
-                    return False
-                v = v[k]
-        return True
+        return all(V.read_path(claims, keys, V.MISSING) is not V.MISSING for keys in self.claims)
 
 
 @dataclass(frozen=True, slots=True)
