@@ -22,7 +22,7 @@ class HashIndex:
         self.keyed = keyed
 
     def key(self, v: Any) -> Any:
-        return V.hashable(v) if self.keyed else v  # written out again in add and remove: a call saved a row
+        return V.hashable(v) if self.keyed else v  # add and remove write it out: one call fewer a write
 
     def add(self, rid: int, v: Any) -> None:
         if v is None:
