@@ -35,6 +35,18 @@ class TestClock:
             self._ms = ms
 
 
+def reopen(path: str) -> tuple[bytes | None, list[bytes]]:
+    """A data file opened by the log and closed again: what Log.open read (the snapshot payload or None,
+    the write payloads in order)."""
+    from fenecdb_server.storage import Log
+
+    lg = Log(path, sync="off")
+    try:
+        return lg.open()
+    finally:
+        lg.close()
+
+
 def dump(db) -> tuple:
     """Everything a refusal must leave as it was: each collection's rows, the stats, the change counter.
 

@@ -1,17 +1,20 @@
 """The server is one-way: ql -> plan -> engine -> storage -> database -> http (server README).
 
 A module may import only from its own layer or the layers before it; `errors` and `values`
-are the base every layer may use. The test reads every module's imports from its source.
+are the base every layer may use. The test reads every module's imports from its source, and
+checks the README's picture of the layers against RANK and the package's files.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import fenecdb_server
 
 PACKAGE = Path(fenecdb_server.__file__).parent
+README = Path(__file__).resolve().parents[1] / "README.md"
 
 RANK = {
     "errors": 0,
@@ -83,3 +86,70 @@ def test_the_check_sees_an_upward_import(tmp_path):
     found = imports(fake)
     assert "fenecdb_server.ql" in found or any(m.startswith("fenecdb_server.ql") for m in found)
     assert RANK[layer_of("fenecdb_server.http.app")] > RANK[layer_of("fenecdb_server.engine.access")]
+
+
+# ---------------------------------------------------------------- the README's picture
+
+LAYER_LINE = re.compile(r"^ {3}(\w+)(/|\.py)\s")
+
+
+def picture(readme: str) -> list[tuple[str, set[str]]]:
+    """The layers of the README's picture, top to bottom, each with the modules its lines name.
+    A layer's line starts at column 3 with `name/` (a package) or `name.py` (a module); the lines
+    below it, up to the next layer's, go on naming its modules."""
+    section = readme.split("## How it is built", 1)[1]
+    block = section.split("```", 2)[1]
+    layers: list[tuple[str, set[str]]] = []
+    for line in block.splitlines():
+        m = LAYER_LINE.match(line)
+        if m:
+            layers.append((m.group(1), set()))
+            line = line[m.end():]
+        if layers and layers[-1][0] in PACKAGES:
+            layers[-1][1].update(re.findall(r"(\w+)\.py\b", line))
+    return layers
+
+
+PACKAGES = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+
+
+def picture_errors(layers: list[tuple[str, set[str]]]) -> list[str]:
+    wrong = []
+    named = [name for name, _ in layers]
+    for name in sorted(set(RANK) - set(named)):
+        wrong.append(f"the layer `{name}` (RANK) is not in the picture")
+    for name in sorted(set(named) - set(RANK)):
+        wrong.append(f"the picture names a layer `{name}` that RANK does not have")
+    ranks = [RANK[n] for n in named if n in RANK]
+    if ranks != sorted(ranks):
+        wrong.append(f"the picture's layers are not in RANK's order: {named}")
+    for name, modules in layers:
+        if name not in PACKAGES:
+            if not (PACKAGE / f"{name}.py").exists():
+                wrong.append(f"the picture names `{name}.py`, which does not exist")
+            continue
+        real = {p.stem for p in (PACKAGE / name).glob("*.py")} - {"__init__"}
+        for m in sorted(real - modules):
+            wrong.append(f"`{name}/{m}.py` is not in the picture")
+        for m in sorted(modules - real):
+            wrong.append(f"the picture names `{name}/{m}.py`, which does not exist")
+    return wrong
+
+
+def test_the_readme_pictures_every_layer_and_module_and_nothing_else():
+    wrong = picture_errors(picture(README.read_text(encoding="utf-8")))
+    assert not wrong, "server/README.md's picture against the package:\n" + "\n".join(wrong)
+
+
+def test_the_picture_check_sees_a_missing_a_stray_and_a_misplaced_name():
+    layers = picture(README.read_text(encoding="utf-8"))
+    text = {name: set(mods) for name, mods in layers}
+    text["engine"].discard("execute")
+    text["plan"].add("optimizer")
+    doctored = [(name, text[name]) for name, _ in layers if name != "cli"]
+    doctored.insert(0, ("http", text["http"]))
+    wrong = "\n".join(picture_errors(doctored))
+    assert "`engine/execute.py` is not in the picture" in wrong
+    assert "`plan/optimizer.py`, which does not exist" in wrong
+    assert "the layer `cli` (RANK) is not in the picture" in wrong
+    assert "not in RANK's order" in wrong

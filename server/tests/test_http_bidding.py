@@ -12,18 +12,15 @@ import httpx
 import pytest
 from fenecdb_server import Database
 from fenecdb_server.engine import bids
-from test_http_e2e import Server, q
+from test_http_e2e import Server, fresh_collection, q, served
 from test_http_held import Waiter, request, wait_held
 
 
 @pytest.fixture(scope="module")
 def server() -> Any:
-    s = Server("--max-connections", "0")
-    yield s
-    assert s.stop() == 0
+    with served("--max-connections", "0") as s:
+        yield s
 
-
-_n = iter(range(10**6))
 
 RIDES = "create collection rides (pickup geo @geo, run_at timestamp @sorted, owner text, attempts int)"
 NEAREST = ("set rides {owner: $1, run_at: now() + 30000, attempts: attempts + 1} "
@@ -35,10 +32,7 @@ OLDEST = ("set rides {owner: $1, run_at: now() + 30000, attempts: attempts + 1} 
 @pytest.fixture
 def rides(server: Server) -> Any:
     """A fresh rides collection per test: (client, name)."""
-    name = f"r{next(_n)}"
-    with server.client() as c:
-        assert q(c, RIDES.replace("rides", name, 1)).status_code == 200
-        yield c, name
+    yield from fresh_collection(server, RIDES, "r")
 
 
 def point(i: int) -> list[float]:
@@ -82,176 +76,157 @@ def close_all(waiters: Any) -> None:
         w.close()
 
 
-def test_each_order_goes_to_the_nearest_waiting_courier_alone(server: Server, rides: Any) -> None:
+@pytest.fixture
+def waiters() -> Any:
+    """The test's held claims by name, each closed at its end whatever happened."""
+    held: dict[str, Waiter] = {}
+    yield held
+    close_all(held.values())
+
+
+def line_up(server: Server, c: httpx.Client, name: str, waiters: dict[str, Waiter], n: int) -> None:
+    """Couriers c0 ... c{n-1}, courier i at point(i), each held before the next comes."""
+    for i in range(n):
+        waiters[f"c{i}"] = courier(server, name, f"c{i}", point(i))
+        wait_held(c, len(waiters))
+
+
+def test_each_order_goes_to_the_nearest_waiting_courier_alone(
+        server: Server, rides: Any, waiters: dict[str, Waiter]) -> None:
     c, name = rides
-    waiters: dict[str, Waiter] = {}
-    try:
-        for i in range(10):
-            waiters[f"c{i}"] = courier(server, name, f"c{i}", point(i))
-            wait_held(c, i + 1)
-        # the orders land near couriers in an order unrelated to how long they waited
-        for n, k in enumerate([6, 2, 9, 0, 4]):
-            runs = counter(c, "fenec_held_runs_total")
-            at = [point(k)[0] + 0.002, point(k)[1] + 0.001]  # 200 m from courier k, 900 m+ from the rest
-            oid = put_order(c, name, at)
-            row = took(waiters[f"c{k}"])
-            assert (row["id"], row["owner"]) == (oid, f"c{k}")
-            # only that courier's claim answered; the others still wait, and it ran once
-            time.sleep(0.15)
-            assert sorted(answered(waiters)) == sorted(f"c{j}" for j in [6, 2, 9, 0, 4][: n + 1])
-            assert counter(c, "fenec_held_runs_total") - runs == 1
-        assert q(c, f"get {name} where owner = null").json() == []
-    finally:
-        close_all(waiters.values())
+    line_up(server, c, name, waiters, 10)
+    # the orders land near couriers in an order unrelated to how long they waited
+    for n, k in enumerate([6, 2, 9, 0, 4]):
+        runs = counter(c, "fenec_held_runs_total")
+        at = [point(k)[0] + 0.002, point(k)[1] + 0.001]  # 200 m from courier k, 900 m+ from the rest
+        oid = put_order(c, name, at)
+        row = took(waiters[f"c{k}"])
+        assert (row["id"], row["owner"]) == (oid, f"c{k}")
+        # only that courier's claim answered; the others still wait, and it ran once
+        time.sleep(0.15)
+        assert sorted(answered(waiters)) == sorted(f"c{j}" for j in [6, 2, 9, 0, 4][: n + 1])
+        assert counter(c, "fenec_held_runs_total") - runs == 1
+    assert q(c, f"get {name} where owner = null").json() == []
 
 
-def test_a_tie_goes_to_the_courier_waiting_longest(server: Server, rides: Any) -> None:
+def test_a_tie_goes_to_the_courier_waiting_longest(server: Server, rides: Any, waiters: dict[str, Waiter]) -> None:
     c, name = rides
     east, west = [0.01, 41.0], [-0.01, 41.0]
-    waiters = {}
-    try:
-        # two at one point and one as far on the other side, the one to the east first
-        for who, at in (("e1", east), ("w1", west), ("e2", east)):
-            waiters[who] = courier(server, name, who, at)
-            wait_held(c, len(waiters))
-        middle = [0.0, 41.0]  # as far from east as from west, to the last bit
-        got = []
-        for _ in range(3):
-            put_order(c, name, middle)
-            time.sleep(0.05)
-            done = [who for who in answered(waiters) if who not in got]
-            assert len(done) == 1, done
-            got.append(done[0])
-        assert got == ["e1", "w1", "e2"]
-        # and at one point: the one held longest, whatever its place in the line of points
-        more = {}
-        for who in ("x1", "x2"):
-            more[who] = waiters[who] = courier(server, name, who, east)
-            wait_held(c, len(more))
-        put_order(c, name, east)
-        assert took(more["x1"])["owner"] == "x1"
-        time.sleep(0.1)
-        assert more["x2"].thread.is_alive()
-    finally:
-        close_all(waiters.values())
+    # two at one point and one as far on the other side, the one to the east first
+    for who, at in (("e1", east), ("w1", west), ("e2", east)):
+        waiters[who] = courier(server, name, who, at)
+        wait_held(c, len(waiters))
+    middle = [0.0, 41.0]  # as far from east as from west, to the last bit
+    got = []
+    for _ in range(3):
+        put_order(c, name, middle)
+        time.sleep(0.05)
+        done = [who for who in answered(waiters) if who not in got]
+        assert len(done) == 1, done
+        got.append(done[0])
+    assert got == ["e1", "w1", "e2"]
+    # and at one point: the one held longest, whatever its place in the line of points
+    more = {}
+    for who in ("x1", "x2"):
+        more[who] = waiters[who] = courier(server, name, who, east)
+        wait_held(c, len(more))
+    put_order(c, name, east)
+    assert took(more["x1"])["owner"] == "x1"
+    time.sleep(0.1)
+    assert more["x2"].thread.is_alive()
 
 
-def test_a_burst_of_orders_each_to_its_nearest_courier(server: Server, rides: Any) -> None:
+def test_a_burst_of_orders_each_to_its_nearest_courier(server: Server, rides: Any, waiters: dict[str, Waiter]) -> None:
     c, name = rides
-    waiters: dict[str, Waiter] = {}
-    try:
-        for i in range(5):
-            waiters[f"c{i}"] = courier(server, name, f"c{i}", point(i))
-            wait_held(c, i + 1)
-        near = {k: [point(k)[0] + 0.001, 41.0005] for k in (3, 1, 4)}
-        r = q(c, f"put {name} [" + ", ".join(f"{{pickup: ${n + 1}, run_at: now(), attempts: 0}}"
-                                             for n in range(3)) + "]", *near.values())
-        assert r.status_code == 200, r.text
-        ids = dict(zip(near, last_ids(c, name, 3), strict=False))
-        for k in (3, 1, 4):
-            row = took(waiters[f"c{k}"])
-            assert row["id"] == ids[k]
-        time.sleep(0.15)
-        assert waiters["c0"].thread.is_alive() and waiters["c2"].thread.is_alive()
-        assert q(c, f"get {name} where owner = null").json() == []
-    finally:
-        close_all(waiters.values())
+    line_up(server, c, name, waiters, 5)
+    near = {k: [point(k)[0] + 0.001, 41.0005] for k in (3, 1, 4)}
+    r = q(c, f"put {name} [" + ", ".join(f"{{pickup: ${n + 1}, run_at: now(), attempts: 0}}"
+                                         for n in range(3)) + "]", *near.values())
+    assert r.status_code == 200, r.text
+    ids = dict(zip(near, last_ids(c, name, 3), strict=False))
+    for k in (3, 1, 4):
+        row = took(waiters[f"c{k}"])
+        assert row["id"] == ids[k]
+    time.sleep(0.15)
+    assert waiters["c0"].thread.is_alive() and waiters["c2"].thread.is_alive()
+    assert q(c, f"get {name} where owner = null").json() == []
 
 
-def test_more_orders_than_the_nearest_can_take_go_on_down_the_line(server: Server, rides: Any) -> None:
+def test_more_orders_than_the_nearest_can_take_go_on_down_the_line(
+        server: Server, rides: Any, waiters: dict[str, Waiter]) -> None:
     c, name = rides
-    waiters: dict[str, Waiter] = {}
-    try:
-        for i in range(4):
-            waiters[f"c{i}"] = courier(server, name, f"c{i}", point(i))
-            wait_held(c, i + 1)
-        # two orders at courier 0's door: it takes one, the next nearest (courier 1) the other
-        near0 = [point(0)[0] - 0.001, 41.0]
-        q(c, f"put {name} [{{pickup: $1, run_at: now(), attempts: 0}}, {{pickup: $1, run_at: now(), attempts: 0}}]",
-          near0)
-        assert took(waiters["c0"])["owner"] == "c0"
-        assert took(waiters["c1"])["owner"] == "c1"
-        time.sleep(0.1)
-        assert answered(waiters) == ["c0", "c1"]
-    finally:
-        close_all(waiters.values())
+    line_up(server, c, name, waiters, 4)
+    # two orders at courier 0's door: it takes one, the next nearest (courier 1) the other
+    near0 = [point(0)[0] - 0.001, 41.0]
+    q(c, f"put {name} [{{pickup: $1, run_at: now(), attempts: 0}}, {{pickup: $1, run_at: now(), attempts: 0}}]",
+      near0)
+    assert took(waiters["c0"])["owner"] == "c0"
+    assert took(waiters["c1"])["owner"] == "c1"
+    time.sleep(0.1)
+    assert answered(waiters) == ["c0", "c1"]
 
 
 def test_a_courier_that_disconnects_mid_bid_leaves_its_order_to_the_next_nearest(
-        server: Server, rides: Any) -> None:
+        server: Server, rides: Any, waiters: dict[str, Waiter]) -> None:
     c, name = rides
-    waiters: dict[str, Waiter] = {}
-    try:
-        for i in range(4):
-            waiters[f"c{i}"] = courier(server, name, f"c{i}", point(i))
-            wait_held(c, i + 1)
-        waiters["c2"].close()  # the nearest to the order goes away as it is placed
-        oid = put_order(c, name, [point(2)[0] + 0.004, 41.0])  # then c3 is nearest, then c1
-        row = took(waiters["c3"])
-        assert (row["id"], row["owner"]) == (oid, "c3")
-        assert q(c, f"get {name} where owner = 'c2'").json() == []  # never leased to no one
-        time.sleep(0.1)
-        assert waiters["c0"].thread.is_alive() and waiters["c1"].thread.is_alive()
-    finally:
-        close_all(waiters.values())
+    line_up(server, c, name, waiters, 4)
+    waiters["c2"].close()  # the nearest to the order goes away as it is placed
+    oid = put_order(c, name, [point(2)[0] + 0.004, 41.0])  # then c3 is nearest, then c1
+    row = took(waiters["c3"])
+    assert (row["id"], row["owner"]) == (oid, "c3")
+    assert q(c, f"get {name} where owner = 'c2'").json() == []  # never leased to no one
+    time.sleep(0.1)
+    assert waiters["c0"].thread.is_alive() and waiters["c1"].thread.is_alive()
 
 
-def test_field_ordered_and_point_ordered_claims_on_one_collection(server: Server, rides: Any) -> None:
+def test_field_ordered_and_point_ordered_claims_on_one_collection(
+        server: Server, rides: Any, waiters: dict[str, Waiter]) -> None:
     c, name = rides
-    waiters: dict[str, Waiter] = {}
-    try:
-        waiters["c0"] = courier(server, name, "c0", point(0))
-        wait_held(c, 1)
-        waiters["f"] = Waiter(server, request(OLDEST.replace("rides", name), "f", wait=20000))
-        wait_held(c, 2)
-        waiters["c1"] = courier(server, name, "c1", point(1))
-        wait_held(c, 3)
-        # at c0's door: c0 is nearest, and has waited longer than the claim that takes the oldest
-        put_order(c, name, point(0))
-        assert took(waiters["c0"])["owner"] == "c0"
-        time.sleep(0.1)
-        assert answered(waiters) == ["c0"]
-        # at c1's door: a field order ranks every job alike, so it ties with c1, and has waited longer
-        put_order(c, name, point(1))
-        assert took(waiters["f"])["owner"] == "f"
-        time.sleep(0.1)
-        assert sorted(answered(waiters)) == ["c0", "f"]
-        # the next goes to c1, wherever it is
-        put_order(c, name, point(0))
-        assert took(waiters["c1"])["owner"] == "c1"
-        # and field-ordered claims beside couriers keep first come, first served among themselves
-        fifo = {}
-        for who in ("f1", "f2", "f3"):
-            fifo[who] = Waiter(server, request(OLDEST.replace("rides", name), who, wait=20000))
-            wait_held(c, len(fifo))
-        waiters.update(fifo)
-        waiters["c9"] = courier(server, name, "c9", point(9))
-        wait_held(c, 4)
-        q(c, f"put {name} [{{pickup: $1, run_at: now() - 3, attempts: 0}}, {{pickup: $1, run_at: now() - 2, "
-             f"attempts: 0}}, {{pickup: $1, run_at: now() - 1, attempts: 0}}]", point(9))
-        got = {who: took(w) for who, w in fifo.items()}
-        assert [got[w]["id"] for w in ("f1", "f2", "f3")] == sorted(got[w]["id"] for w in got)
-        time.sleep(0.1)
-        assert waiters["c9"].thread.is_alive()  # it waited last: every field claim came before it
-    finally:
-        close_all(waiters.values())
+    waiters["c0"] = courier(server, name, "c0", point(0))
+    wait_held(c, 1)
+    waiters["f"] = Waiter(server, request(OLDEST.replace("rides", name), "f", wait=20000))
+    wait_held(c, 2)
+    waiters["c1"] = courier(server, name, "c1", point(1))
+    wait_held(c, 3)
+    # at c0's door: c0 is nearest, and has waited longer than the claim that takes the oldest
+    put_order(c, name, point(0))
+    assert took(waiters["c0"])["owner"] == "c0"
+    time.sleep(0.1)
+    assert answered(waiters) == ["c0"]
+    # at c1's door: a field order ranks every job alike, so it ties with c1, and has waited longer
+    put_order(c, name, point(1))
+    assert took(waiters["f"])["owner"] == "f"
+    time.sleep(0.1)
+    assert sorted(answered(waiters)) == ["c0", "f"]
+    # the next goes to c1, wherever it is
+    put_order(c, name, point(0))
+    assert took(waiters["c1"])["owner"] == "c1"
+    # and field-ordered claims beside couriers keep first come, first served among themselves
+    fifo = {}
+    for who in ("f1", "f2", "f3"):
+        fifo[who] = Waiter(server, request(OLDEST.replace("rides", name), who, wait=20000))
+        wait_held(c, len(fifo))
+    waiters.update(fifo)
+    waiters["c9"] = courier(server, name, "c9", point(9))
+    wait_held(c, 4)
+    q(c, f"put {name} [{{pickup: $1, run_at: now() - 3, attempts: 0}}, {{pickup: $1, run_at: now() - 2, "
+         f"attempts: 0}}, {{pickup: $1, run_at: now() - 1, attempts: 0}}]", point(9))
+    got = {who: took(w) for who, w in fifo.items()}
+    assert [got[w]["id"] for w in ("f1", "f2", "f3")] == sorted(got[w]["id"] for w in got)
+    time.sleep(0.1)
+    assert waiters["c9"].thread.is_alive()  # it waited last: every field claim came before it
 
 
-def test_a_delayed_order_goes_to_the_nearest_when_it_comes_due(server: Server, rides: Any) -> None:
+def test_a_delayed_order_goes_to_the_nearest_when_it_comes_due(
+        server: Server, rides: Any, waiters: dict[str, Waiter]) -> None:
     c, name = rides
-    waiters: dict[str, Waiter] = {}
-    try:
-        due = int(time.time() * 1000) + 700
-        q(c, f"put {name} {{pickup: $1, run_at: $2, attempts: 0}}", [point(3)[0] + 0.001, 41.0], due)
-        for i in range(5):
-            waiters[f"c{i}"] = courier(server, name, f"c{i}", point(i))
-            wait_held(c, i + 1)
-        row = took(waiters["c3"])
-        assert row["owner"] == "c3" and waiters["c3"].at * 1000 >= due
-        time.sleep(0.1)
-        assert answered(waiters) == ["c3"]
-    finally:
-        close_all(waiters.values())
+    due = int(time.time() * 1000) + 700
+    q(c, f"put {name} {{pickup: $1, run_at: $2, attempts: 0}}", [point(3)[0] + 0.001, 41.0], due)
+    line_up(server, c, name, waiters, 5)
+    row = took(waiters["c3"])
+    assert row["owner"] == "c3" and waiters["c3"].at * 1000 >= due
+    time.sleep(0.1)
+    assert answered(waiters) == ["c3"]
 
 
 def test_a_look_reads_the_rows_written_since_not_the_collection(monkeypatch: pytest.MonkeyPatch) -> None:

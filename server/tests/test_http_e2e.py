@@ -7,6 +7,7 @@ test_http_held.py; the fuzz in test_http_fuzz.py. Helpers here are shared by tho
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -17,6 +18,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -109,19 +112,32 @@ def raw(addr: tuple[str, int], data: bytes, *, timeout: float = 5) -> bytes:
                 if not chunk:
                     break
                 out += chunk
-                if _complete(out):
+                if complete(out):
                     break
         except (TimeoutError, OSError):
             pass
         return out
 
 
-def _complete(data: bytes) -> bool:
+def complete(data: bytes) -> bool:
+    """Whether `data` holds a whole answer: its head, and a body as long as its Content-Length."""
     head, sep, body = data.partition(b"\r\n\r\n")
     if not sep:
         return False
     m = re.search(rb"(?i)content-length: *(\d+)", head)
     return bool(m) and len(body) >= int(m.group(1))
+
+
+def read_from(sock: socket.socket, done: Callable[[bytes], bool] = lambda data: False) -> bytes:
+    """What the server writes on `sock` until `done` says it is enough, or the server closes it."""
+    out = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return out
+        out += chunk
+        if done(out):
+            return out
 
 
 def status_of(response: bytes) -> int:
@@ -132,13 +148,36 @@ def body_of(response: bytes) -> Any:
     return json.loads(response.partition(b"\r\n\r\n")[2])
 
 
+@contextmanager
+def served(*flags: str, setup: Sequence[str] = ()) -> Iterator[Server]:
+    """A server for a module's tests: started with `flags`, the `setup` statements run; once the
+    module is done, found still running and stopped cleanly (exit 0)."""
+    s = Server(*flags)
+    with s.client() as c:
+        for text in setup:
+            r = c.post("/query", json={"query": text})
+            assert r.status_code == 200, r.text
+    yield s
+    assert s.proc.poll() is None, "the server died"
+    assert s.stop() == 0
+
+
+_fresh = itertools.count()
+
+
+def fresh_collection(server: Server, create: str, prefix: str) -> Iterator[tuple[httpx.Client, str]]:
+    """A collection of one test's own: `create` (`create collection NAME ...`) under the name
+    prefix + a number no other test has; yields (client, name)."""
+    name = f"{prefix}{next(_fresh)}"
+    with server.client() as c:
+        assert q(c, create.replace(create.split()[2], name, 1)).status_code == 200
+        yield c, name
+
+
 @pytest.fixture(scope="module")
 def server() -> Any:
-    s = Server("--max-connections", "0")
-    with s.client() as c:
-        assert c.post("/query", json={"query": JOBS}).status_code == 200
-    yield s
-    assert s.stop() == 0
+    with served("--max-connections", "0", setup=[JOBS]) as s:
+        yield s
 
 
 @pytest.fixture

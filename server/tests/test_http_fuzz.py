@@ -13,20 +13,16 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_http_e2e import JOBS, OPENAPI, Server, q
+from test_http_e2e import JOBS, OPENAPI, Server, served
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 
 
 @pytest.fixture(scope="module")
 def server() -> Any:
-    s = Server("--max-connections", "0")
-    with s.client() as c:
-        q(c, JOBS)
-        q(c, "put jobs [{payload: 1, run_at: now(), attempts: 0}, {payload: 2, run_at: now() + 5, attempts: 0}]")
-    yield s
-    assert s.proc.poll() is None, "the server died"
-    assert s.stop() == 0
+    setup = [JOBS, "put jobs [{payload: 1, run_at: now(), attempts: 0}, {payload: 2, run_at: now() + 5, attempts: 0}]"]
+    with served("--max-connections", "0", setup=setup) as s:
+        yield s
 
 
 @pytest.fixture(scope="module")

@@ -13,37 +13,44 @@ from typing import Any
 
 import httpx
 import pytest
-from test_http_e2e import ACK, CLAIM, JOBS, Server, body_of, nd, q, status_of
+from test_http_e2e import (
+    ACK,
+    CLAIM,
+    JOBS,
+    Server,
+    body_of,
+    complete,
+    fresh_collection,
+    nd,
+    q,
+    read_from,
+    served,
+    status_of,
+)
 
 
 @pytest.fixture(scope="module")
 def server() -> Any:
-    s = Server("--max-connections", "0")
-    yield s
-    assert s.stop() == 0
-
-
-_n = iter(range(10**6))
+    with served("--max-connections", "0") as s:
+        yield s
 
 
 @pytest.fixture
 def jobs(server: Server) -> Any:
     """A fresh queue collection per test: (client, name)."""
-    name = f"q{next(_n)}"
-    with server.client() as c:
-        assert q(c, JOBS.replace("jobs", name, 1)).status_code == 200
-        yield c, name
+    yield from fresh_collection(server, JOBS, "q")
 
 
-def held_count(c: httpx.Client) -> int:
-    m = re.search(r"^fenec_held_requests (\d+)$", c.get("/_metrics").text, re.M)
+def held_count(c: httpx.Client, headers: dict[str, str] | None = None) -> int:
+    m = re.search(r"^fenec_held_requests (\d+)$", c.get("/_metrics", headers=headers).text, re.M)
     assert m
     return int(m.group(1))
 
 
-def wait_held(c: httpx.Client, n: int, timeout: float = 10) -> None:
+def wait_held(c: httpx.Client, n: int, timeout: float = 30, headers: dict[str, str] | None = None) -> None:
+    """Until the server holds `n` claims (`headers` to read its metrics with, when it wants a token)."""
     deadline = time.monotonic() + timeout
-    while held_count(c) < n:
+    while held_count(c, headers) < n:
         assert time.monotonic() < deadline, f"never {n} held"
         time.sleep(0.01)
 
@@ -60,16 +67,8 @@ def request(text: str, *params: Any, wait: int = 10000, key: str | None = None) 
 
 
 def read_answer(s: socket.socket) -> bytes:
-    out = b""
-    while True:
-        chunk = s.recv(65536)
-        if not chunk:
-            return out
-        out += chunk
-        head, sep, body = out.partition(b"\r\n\r\n")
-        m = re.search(rb"(?i)content-length: *(\d+)", head)
-        if sep and m and len(body) >= int(m.group(1)):
-            return out
+    """One answer off `s`: up to the end of its body (or as much as came before the server closed)."""
+    return read_from(s, complete)
 
 
 class Waiter:

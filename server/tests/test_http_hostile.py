@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
-from test_http_e2e import JOBS, Server, body_of, command, q, raw, status_of
+from test_http_e2e import JOBS, Server, body_of, command, q, raw, read_from, status_of
 from test_http_held import read_answer
 
 DEADLINE = 60.0
@@ -25,12 +25,7 @@ TAKE = ("set jobs {owner: $1, run_at: now() + 30000, attempts: attempts + 1} "
 def read_until_closed(sock: socket.socket) -> bytes:
     """Everything the server writes on `sock` until it closes it (DEADLINE at most)."""
     sock.settimeout(DEADLINE)
-    got = b""
-    while True:
-        chunk = sock.recv(65536)
-        if not chunk:
-            return got
-        got += chunk
+    return read_from(sock)
 
 
 def wait_for(condition: Any) -> None:

@@ -20,11 +20,13 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 from test_http_e2e import Server, raw, status_of
+from test_http_held import wait_held
 
 JOBS = "create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int)"
 PUT = {"query": "put jobs {payload: $1, run_at: now(), attempts: 0}", "params": [{"to": "ada@example.com"}]}
@@ -34,6 +36,26 @@ def count(c: httpx.Client) -> int:
     r = c.post("/query", json={"query": "get jobs count"})
     assert r.status_code == 200, r.text
     return int(r.json()[0]["count"])
+
+
+def held(s: Server, c: httpx.Client, root: dict[str, str], auth: dict[str, str],
+         body: dict[str, Any]) -> Callable[[], httpx.Response]:
+    """Send `body` as a held claim (20 s) from a thread, with `auth`'s token, and wait until the
+    server holds it (`root` reads the metrics); the function returned waits for its answer."""
+    got: dict[str, httpx.Response] = {}
+
+    def post() -> None:
+        with s.client() as hc:
+            got["r"] = hc.post("/query", json=body, headers={**auth, "Fenec-Wait": "20000"})
+
+    t = threading.Thread(target=post)
+    t.start()
+    wait_held(c, 1, headers=root)
+
+    def answer() -> httpx.Response:
+        t.join(30)
+        return got["r"]
+    return answer
 
 
 # -- 1. an acknowledged write is never lost --------------------------------------------------------
@@ -168,24 +190,12 @@ def test_no_error_over_http_shows_a_row_of_another_queue(tmp_path: Path) -> None
             for r in answers:
                 assert r.status_code == 200 and r.json() in ([], {"affected": 0}), r.text
             # a held claim, woken by a job of its own queue that it may claim but not read
-            held: dict[str, httpx.Response] = {}
-
-            def hold() -> None:
-                with s.client() as hc:
-                    held["r"] = hc.post("/query", headers={**w, "Fenec-Wait": "20000"}, json={"query": (
-                        "set jobs {owner: 'w-7', run_at: now() + 30000, attempts: attempts + 1} "
-                        "where run_at <= now() and timestamp(payload.card) > 0 order run_at limit 1 returning id")})
-
-            t = threading.Thread(target=hold)
-            t.start()
-            deadline = time.monotonic() + 30
-            while "fenec_held_requests 1" not in c.get("/_metrics", headers=root).text:
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+            answer = held(s, c, root, w, {"query": (
+                "set jobs {owner: 'w-7', run_at: now() + 30000, attempts: attempts + 1} "
+                "where run_at <= now() and timestamp(payload.card) > 0 order run_at limit 1 returning id")})
             assert q(root, "put jobs {queue: 'mail', payload: {card: $1}, run_at: now(), attempts: 0}",
                      CARDS[0]).status_code == 200
-            t.join(30)
-            r = held["r"]
+            r = answer()
             assert r.status_code == 400 and r.json() == {"error": "`set jobs` failed on a row this token may not read; "
                                                                   "the reason is withheld, since it would show the row"}
             for card in CARDS:
@@ -213,22 +223,10 @@ def test_a_job_at_the_64_bit_maximum_of_attempts_does_not_stop_its_queue() -> No
             assert r.status_code == 200 and r.json() == [{"id": 2, "attempts": 1}], r.text
             assert q(claim, "w2").json() == []
             # a held claim beside the poison job is answered the next job that comes
-            held: dict[str, httpx.Response] = {}
-
-            def hold() -> None:
-                with s.client() as hc:
-                    held["r"] = hc.post("/query", json={"query": claim, "params": ["w3"]},
-                                        headers={**root, "Fenec-Wait": "20000"})
-
-            t = threading.Thread(target=hold)
-            t.start()
-            deadline = time.monotonic() + 30
-            while "fenec_held_requests 1" not in c.get("/_metrics", headers=root).text:
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+            answer = held(s, c, root, root, {"query": claim, "params": ["w3"]})
             assert q("put jobs {payload: {}, run_at: now(), attempts: 0}").status_code == 200
-            t.join(30)
-            assert held["r"].status_code == 200 and held["r"].json() == [{"id": 3, "attempts": 1}]
+            r = answer()
+            assert r.status_code == 200 and r.json() == [{"id": 3, "attempts": 1}]
             got = q("get jobs select id, owner, attempts order id").json()
             assert got == [{"id": 1, "owner": None, "attempts": 9223372036854775807},
                            {"id": 2, "owner": "w1", "attempts": 1}, {"id": 3, "owner": "w3", "attempts": 1}]

@@ -8,20 +8,15 @@ from typing import Any
 
 import pytest
 from schema_fuzz import SETUP, run
-from test_http_e2e import Server
+from test_http_e2e import Server, served
 
 EXAMPLES = 1500
 
 
 @pytest.fixture(scope="module")
 def server() -> Any:
-    s = Server("--max-connections", "0")
-    with s.client() as c:
-        for text in SETUP:
-            assert c.post("/query", json={"query": text}).status_code == 200
-    yield s
-    assert s.proc.poll() is None, "the server died"
-    assert s.stop() == 0
+    with served("--max-connections", "0", setup=SETUP) as s:
+        yield s
 
 
 def test_schemathesis_finds_no_5xx(server: Server) -> None:

@@ -37,11 +37,17 @@ def snapshot_of(db: Database) -> list:
     return db.query("get jobs order id")
 
 
-def test_the_estimate_matches_what_a_compaction_gives_back(tmp_path) -> None:
+
+def churned(tmp_path, *rounds: int) -> tuple[str, Database]:
+    """A data file of jobs put, claimed and acked by `churn`: (its path, the database open on it)."""
     path = str(tmp_path / "q.fenec")
     db = Database(path, sync="off")
     db.query(JOBS)
-    churn(db)
+    churn(db, *rounds)
+    return path, db
+
+def test_the_estimate_matches_what_a_compaction_gives_back(tmp_path) -> None:
+    path, db = churned(tmp_path)
     st = storage(db)
     assert st["file_bytes"] == os.path.getsize(path)
     assert st["reclaimable_bytes"] > st["file_bytes"] // 2  # most of a churned queue's file is dead
@@ -77,10 +83,7 @@ def test_a_file_with_no_rewrites_has_little_dead(tmp_path) -> None:
 
 def test_the_estimate_is_the_same_after_a_restart(tmp_path) -> None:
     """Replaying the file (and loading its snapshot) rebuilds the same estimate."""
-    path = str(tmp_path / "q.fenec")
-    db = Database(path, sync="off")
-    db.query(JOBS)
-    churn(db, 4)
+    path, db = churned(tmp_path, 4)
     db.compact()
     churn(db, 4)
     before = storage(db)
@@ -119,10 +122,7 @@ def test_deletes_and_swept_keys_become_dead_and_a_compaction_keeps_live_keys(tmp
 
 
 def test_compaction_is_due_past_the_ratio_and_the_floor_only(tmp_path) -> None:
-    path = str(tmp_path / "q.fenec")
-    db = Database(path, sync="off")
-    db.query(JOBS)
-    churn(db)
+    path, db = churned(tmp_path)
     st = storage(db)
     share = st["reclaimable_bytes"] / st["file_bytes"]
     assert compaction_due(db, share - 0.01, min_dead=1024)
@@ -165,10 +165,7 @@ def test_auto_compaction_fires_shrinks_the_file_and_keeps_every_row(tmp_path, ca
 
 
 def test_auto_compaction_waits_for_the_ratio_and_the_floor(tmp_path) -> None:
-    path = str(tmp_path / "q.fenec")
-    db = Database(path, sync="off")
-    db.query(JOBS)
-    churn(db)
+    path, db = churned(tmp_path)
     size = os.path.getsize(path)
     run_background(db, path, "0.5", 0.3, every_s=0.05)  # 64 MB floor: far from it
     run_background(db, path, "0.99", 0.3, every_s=0.05, min_dead=1024)  # ratio not reached

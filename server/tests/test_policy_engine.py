@@ -12,16 +12,10 @@ NOW = SPEC_EPOCH_MS
 
 
 @pytest.fixture
-def clock():
-    return TestClock()
-
-
-@pytest.fixture
-def db(clock):
-    d = Database(clock=clock)
-    d.query("create collection jobs (queue text, payload json, run_at timestamp @sorted, owner text, "
-            "attempts int, error text, hidden bool)")
-    return d
+def db(db):  # conftest's, on its clock
+    db.query("create collection jobs (queue text, payload json, run_at timestamp @sorted, owner text, "
+             "attempts int, error text, hidden bool)")
+    return db
 
 
 def run(db, scope, text, params=None):

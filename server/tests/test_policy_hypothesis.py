@@ -247,6 +247,21 @@ def statement_text(stmt, poison: str | None = None) -> str:
             + (" returning id" if returning else ""))
 
 
+
+def rows_of(db: Database) -> dict:
+    """The table as the model keeps it: id -> the row's modelled fields."""
+    return {r["id"]: {"id": r["id"], **{k: r.get(k) for k in FIELDS}} for r in db.query("get t")}
+
+
+def answered_as_modelled(text: str, got: object, want: object) -> None:
+    """A write's count, a count's number, or the ids a read or a `returning` answered, as the model says."""
+    if isinstance(got, dict):
+        assert got == {"affected": want}, (text, got, want)
+    elif got and "count" in got[0]:
+        assert got == [{"count": want}], (text, got, want)
+    else:
+        assert [r["id"] for r in got] == want, (text, got, want)
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rules=st.lists(rule_st, min_size=1, max_size=4), claims=claims_st,
        rows=st.lists(row_st, max_size=8), stmts=st.lists(stmt_st, min_size=1, max_size=8),
@@ -270,15 +285,9 @@ def test_a_token_never_reads_or_writes_past_its_rules(rules, claims, rows, stmts
             assert status == e.status, (text, e.message, status)
         else:
             assert status is None, (text, got, status)
-            if isinstance(got, dict):
-                assert got == {"affected": want}, (text, got, want)
-            elif got and "count" in got[0]:
-                assert got == [{"count": want}], (text, got, want)
-            else:
-                assert [r["id"] for r in got] == want, (text, got, want)
+            answered_as_modelled(text, got, want)
         state = after
-        full = {r["id"]: {"id": r["id"], **{k: r.get(k) for k in FIELDS}} for r in db.query("get t")}
-        assert full == state, (text, full, state)
+        assert rows_of(db) == state, (text, rows_of(db), state)
     db.close()
 
 
@@ -328,18 +337,11 @@ def test_an_error_never_carries_a_row_the_token_cannot_read(rules, claims, rows,
                 if secret(rid) in e.message:
                     assert rid in state and any(r.admits(state[rid], claims) for r in readers), \
                         (text, e.message, state.get(rid))
-            full = {r["id"]: {"id": r["id"], **{k: r.get(k) for k in FIELDS}} for r in db.query("get t")}
-            assert full == state, (text, "an error left something behind")
+            assert rows_of(db) == state, (text, "an error left something behind")
             continue
         assert status is None, (text, got, status)
-        if isinstance(got, dict):
-            assert got == {"affected": want}, (text, got, want)
-        elif got and "count" in got[0]:
-            assert got == [{"count": want}], (text, got, want)
-        else:
-            assert [r["id"] for r in got] == want, (text, got, want)
+        answered_as_modelled(text, got, want)
         state, next_id = after, new_next
         hidden &= set(state)
-        full = {r["id"]: {"id": r["id"], **{k: r.get(k) for k in FIELDS}} for r in db.query("get t")}
-        assert full == state, (text, full, state)
+        assert rows_of(db) == state, (text, rows_of(db), state)
     db.close()

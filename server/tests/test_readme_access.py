@@ -45,6 +45,21 @@ def test_the_section_has_the_whole_setup() -> None:
     assert len(blocks(text, "text")) == 1
 
 
+def run_page(text: str, port: str, cwd: Path, timeout: float) -> tuple[str, str]:
+    """A page's `sh` blocks run in order as one script (run_as_a_user), on a free port for the one it
+    names; it must exit 0 and print the page's one `text` block. Returns (the free port, the server's
+    log: `server.log`, which the page's server writes)."""
+    free = str(free_port())
+    script = "set -euo pipefail\n" + "\n".join(blocks(text, "sh")).replace(f"127.0.0.1:{port}", f"127.0.0.1:{free}")
+    assert port not in script
+    (expected,) = blocks(text, "text")
+    code, out, err = run_as_a_user(script, cwd, timeout=timeout)
+    log = (cwd / "server.log").read_text() if (cwd / "server.log").exists() else ""
+    assert code == 0, out + err + log
+    assert out == expected, out + err + log
+    return free, log
+
+
 def run_as_a_user(script: str, cwd: Path, timeout: float) -> tuple[int, str, str]:
     """A page's shell script, run as a user runs it: the venv's `fenec-server` on the PATH, no token in the
     environment, in a session of its own whose processes (the script's server too, should the script have
@@ -67,14 +82,6 @@ def run_as_a_user(script: str, cwd: Path, timeout: float) -> tuple[int, str, str
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
 def test_readme_access_setup_runs_as_written(tmp_path: Path) -> None:
-    text = section()
-    port = str(free_port())
-    script = "set -euo pipefail\n" + "\n".join(blocks(text, "sh")).replace("127.0.0.1:8081", f"127.0.0.1:{port}")
-    assert "8081" not in script
-    (expected,) = blocks(text, "text")
-    code, out, err = run_as_a_user(script, tmp_path, timeout=60)
-    log = (tmp_path / "server.log").read_text() if (tmp_path / "server.log").exists() else ""
-    assert code == 0, out + err + log
-    assert out == expected, out + err + log
+    port, log = run_page(section(), "8081", tmp_path, timeout=60)
     assert "listening on: http://127.0.0.1:" + port in log and "[token]" in log
     assert (tmp_path / "q.fenec").exists()

@@ -7,17 +7,10 @@ import os
 import threading
 
 import pytest
+from conftest import reopen
 from fenecdb_server.errors import FenecError
 from fenecdb_server.storage import Log
 from fenecdb_server.storage.files import FaultyFiles
-
-
-def reopen(path: str) -> tuple[bytes | None, list[bytes]]:
-    lg = Log(path, sync="off")
-    try:
-        return lg.open()
-    finally:
-        lg.close()
 
 
 def test_compaction_keeps_the_snapshot_and_the_records_after_the_mark(tmp_path) -> None:

@@ -9,6 +9,7 @@ import logging
 import os
 
 import pytest
+from conftest import reopen
 from fenecdb_server.errors import FenecError
 from fenecdb_server.storage import Log, StorageFailed
 from fenecdb_server.storage.files import FaultyFiles, SimulatedCrash
@@ -19,14 +20,6 @@ def open_log(path: str, sync: object = "always") -> tuple[Log, FaultyFiles, list
     lg = Log(path, sync=sync, files=files)
     _, records = lg.open()
     return lg, files, records
-
-
-def reopen(path: str) -> tuple[bytes | None, list[bytes]]:
-    lg = Log(path, sync="off")
-    try:
-        return lg.open()
-    finally:
-        lg.close()
 
 
 def crash(lg: Log, files: FaultyFiles) -> None:

@@ -8,6 +8,7 @@ import random
 
 import fenecdb_server.storage as storage
 import pytest
+from conftest import reopen
 from fenecdb_server.errors import FenecError
 from fenecdb_server.storage import CorruptLog, Log, StorageFailed
 from fenecdb_server.storage.format import FILE_HEADER_SIZE, RECORD_HEADER_SIZE, file_header, record_header
@@ -30,14 +31,6 @@ def write_log(path: str, records: list[bytes], sync: object = "off") -> list[int
     starts.append(lg.stats()["file_bytes"])
     lg.close()
     return starts  # type: ignore[return-value]
-
-
-def reopen(path: str) -> tuple[bytes | None, list[bytes]]:
-    lg = Log(path, sync="off")
-    try:
-        return lg.open()
-    finally:
-        lg.close()
 
 
 def test_public_surface_is_exactly_the_agreed_names() -> None:

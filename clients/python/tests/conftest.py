@@ -3,21 +3,16 @@
 
 from __future__ import annotations
 
-import re
 import secrets
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import fenecdb
 import pytest
 from capture_transport import Capture
+from file_server import end, launch
 
 ROOT = Path(__file__).resolve().parents[3]
-SERVER = Path(sys.executable).with_name("fenec-server")
-LISTENING = re.compile(r"listening on: (http://\S+)")
 
 
 @pytest.fixture
@@ -27,32 +22,11 @@ def capture() -> Capture:
 
 @pytest.fixture(scope="session")
 def server_url() -> Iterator[str]:
-    proc = subprocess.Popen([str(SERVER), "--http", "127.0.0.1:0"], cwd=ROOT, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    found: list[str] = []
-    ready = threading.Event()
-
-    def read() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            m = LISTENING.search(line)
-            if m and not found:
-                found.append(m.group(1).rstrip("/"))
-                ready.set()
-        ready.set()
-
-    threading.Thread(target=read, daemon=True).start()
-    ready.wait(30)
+    proc, url, _reader = launch("--http", "127.0.0.1:0", timeout=30, cwd=ROOT)
     try:
-        assert found, "fenec-server did not start"
-        yield found[0]
+        yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        end(proc, 10)
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from capture_transport import Capture, Sent, answer
@@ -21,6 +21,17 @@ async def until(condition: Callable[[], object], seconds: float = 60, what: str 
         assert time.monotonic() < deadline, f"waited {seconds} s for {what}"
         await asyncio.sleep(0.02)
 
+
+
+def sleeper(cancelled: list[Any]) -> Callable[[AsyncJob], Awaitable[None]]:
+    """A handler that sleeps a minute; the id of each job whose sleep is cancelled goes to `cancelled`."""
+    async def handler(job: AsyncJob) -> None:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.append(job.id)
+            raise
+    return handler
 
 def test_run_acks_fails_and_bounds_concurrency(server_url: str, queue: str) -> None:
     with Client(server_url) as sync:
@@ -164,13 +175,7 @@ def test_cancelling_run_cancels_the_handlers_and_gives_their_jobs_back(server_ur
         ids = enqueue(sync, queue, {"n": 1}, {"n": 2})
     events = Recorder()
     cancelled: list[Any] = []
-
-    async def handler(job: AsyncJob) -> None:
-        try:
-            await asyncio.sleep(60)
-        except asyncio.CancelledError:
-            cancelled.append(job.id)
-            raise
+    handler = sleeper(cancelled)
 
     async def main() -> None:
         async with AsyncClient(server_url) as db:
@@ -193,13 +198,7 @@ def test_the_drain_runs_out_into_a_hard_stop_and_a_hard_stop_is_at_once(server_u
         ids = enqueue(sync, queue, {"n": 1}, {"n": 2})
     events = Recorder()
     cancelled: list[Any] = []
-
-    async def handler(job: AsyncJob) -> None:
-        try:
-            await asyncio.sleep(60)
-        except asyncio.CancelledError:
-            cancelled.append(job.id)
-            raise
+    handler = sleeper(cancelled)
 
     async def main() -> None:
         async with AsyncClient(server_url) as db:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .errors import FenecError, Overflow
@@ -33,13 +33,6 @@ class Ts(int):
 
     def __repr__(self) -> str:
         return f"Ts({int(self)})"
-
-
-SCALARS = {
-    "bool": "bool", "int": "int", "float": "float", "text": "text", "string": "text",
-    "bytes": "bytes", "blob": "bytes", "timestamp": "timestamp", "timestamptz": "timestamp",
-    "json": "json", "geo": "geo",
-}
 
 
 def kind_name(v: Any) -> str:
@@ -182,6 +175,32 @@ def make_ts(ms: int) -> Ts:
     if not TS_MIN <= ms <= TS_MAX:
         raise FenecError("type", "timestamp out of range")
     return Ts(ms)
+
+
+# ---------------------------------------------------------------- paths into json
+
+
+MISSING: Any = object()  # what `read_path` answers for an absent key when told to tell it from null
+
+
+def read_path(v: Any, keys: Iterable[str], missing: Any = None) -> Any:
+    """`v` followed through object keys (a json field's value and `payload.to`'s `("to",)`, or a
+    token's claims and `$jwt.org.id`'s `("org", "id")`): `missing` where a key is absent or a step
+    is not an object. Every path read goes through here; a claim's reader passes MISSING, since
+    a claim that is absent and one that is null are not the same (access.md §3.2)."""
+    for k in keys:
+        if type(v) is not dict:
+            return missing
+        v = v.get(k, missing)
+    return v
+
+
+def read_target(doc: dict, target: str) -> Any:
+    """A field or a path, written as text (`run_at`, `payload.to`), read from a row or document."""
+    if "." not in target:
+        return doc.get(target)
+    name, *keys = target.split(".")
+    return read_path(doc.get(name), keys)
 
 
 # ---------------------------------------------------------------- conversion on write

@@ -4,7 +4,7 @@ read-only, idempotency, listeners, stats, and file-backed reopen/compact round t
 from __future__ import annotations
 
 import pytest
-from conftest import TestClock, dump
+from conftest import dump
 from fenecdb_server import Database, FenecError
 from fenecdb_server.database import Idem
 
@@ -19,17 +19,10 @@ def fails(fn, status, needle=None):
 
 
 @pytest.fixture
-def clock():
-    return TestClock()
-
-
-@pytest.fixture
-def db(clock):
-    d = Database(clock=clock)
-    d.query("create collection jobs (kind text, run_at timestamp @sorted, owner text, attempts int)")
-    d.query("create collection other (x int)")
-    yield d
-    d.close()
+def db(db):  # conftest's, on its clock
+    db.query("create collection jobs (kind text, run_at timestamp @sorted, owner text, attempts int)")
+    db.query("create collection other (x int)")
+    return db
 
 
 def test_answer_forms(db):
@@ -221,6 +214,14 @@ def everything(d):
 
 def test_file_reopen_round_trips_every_field_type(tmp_path, clock):
     path = str(tmp_path / "data.fenec")
+
+    def reopened(d: Database) -> Database:
+        """Closed, and opened again from its file: every row, the schema and the indexes as they were."""
+        want = everything(d)
+        d.close()
+        d = Database(path, sync="always", clock=clock)
+        assert everything(d) == want
+        return d
     d = Database(path, sync="always", clock=clock)
     d.query(SCHEMA)
     d.query("create index on every (j.a.n) @hash")
@@ -228,18 +229,12 @@ def test_file_reopen_round_trips_every_field_type(tmp_path, clock):
     d.query("put every {r: 'four'}")
     d.query("del every where id = 4")  # the top id is gone: it must never come back
     d.query("set every {j.a.m: 2} where id = 1")
-    want = everything(d)
-    d.close()
-    d = Database(path, sync="always", clock=clock)
-    assert everything(d) == want
+    d = reopened(d)
     d.query("put every {r: 'five'}")
     assert d.query("get every order id desc limit 1 select id") == [{"id": 5}]
     d.query("del every where id = 5")
     d.compact()
-    want = everything(d)
-    d.close()
-    d = Database(path, sync="always", clock=clock)
-    assert everything(d) == want
+    d = reopened(d)
     d.query("put every {r: 'six'}")
     assert d.query("get every order id desc limit 1 select id") == [{"id": 6}]
     fails(lambda: d.query("put every {t: 'çağ', r: 'x'}"), 409)  # @unique survives

@@ -17,7 +17,7 @@ def test_add_lookup_remove():
     idx.remove(3, "a")
     assert idx.lookup("a") == [] and "a" not in idx.map
     idx.remove(9, "never")  # removing what is not there is harmless
-    assert idx.holders("b") == [2]
+    assert idx.lookup("b") == [2]
 
 
 def test_numbers_one_key_across_int_and_float():

@@ -4,23 +4,17 @@
 from __future__ import annotations
 
 import pytest
-from conftest import SPEC_EPOCH_MS, TestClock
-from fenecdb_server import Database, FenecError
+from conftest import SPEC_EPOCH_MS
+from fenecdb_server import FenecError
 
 NOW = SPEC_EPOCH_MS
 
 
 @pytest.fixture
-def clock():
-    return TestClock()
-
-
-@pytest.fixture
-def db(clock):
-    d = Database(clock=clock)
-    d.query("create collection jobs (run_at timestamp @sorted, owner text, plain timestamp, n int, meta json)")
-    d.query("create collection holds (k text, seen timestamp @ttl(10s))")
-    return d
+def db(db):  # conftest's, on its clock
+    db.query("create collection jobs (run_at timestamp @sorted, owner text, plain timestamp, n int, meta json)")
+    db.query("create collection holds (k text, seen timestamp @ttl(10s))")
+    return db
 
 
 def hold(db, *stmts):

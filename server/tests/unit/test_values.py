@@ -319,3 +319,23 @@ def test_objects_with_keys_that_are_not_text_are_refused_or_ordered_never_a_cras
     refused({1: "a", "b": 2}, "json", "object key of kind int")
     refused({"a": {(1, 2): 1}}, "json", "object key")
     assert V.compare({1: "a", "b": 2}, {"b": 2}) != 0  # ordered (by the key's text), no TypeError
+
+
+def test_read_path_follows_objects_and_stops_at_anything_else() -> None:
+    doc = {"run_at": 5, "payload": {"to": {"addr": "ada@example.com"}, "n": [1]}}
+    assert V.read_target(doc, "run_at") == 5
+    assert V.read_target(doc, "payload.to.addr") == "ada@example.com"
+    assert V.read_target(doc, "payload.to.none") is None  # a missing key
+    assert V.read_target(doc, "payload.n.0") is None  # a list is no object
+    assert V.read_target(doc, "run_at.x") is None  # nor a number
+    assert V.read_target(doc, "absent.x") is None
+    assert V.read_path({"a": {"b": 1}}, ("a", "b")) == 1
+    assert V.read_path(7, ()) == 7
+
+
+def test_read_path_tells_an_absent_key_from_null_when_asked() -> None:
+    claims = {"org": {"id": None}, "sub": "w-7"}
+    assert V.read_path(claims, ("org", "id"), V.MISSING) is None  # present, null
+    assert V.read_path(claims, ("org", "name"), V.MISSING) is V.MISSING
+    assert V.read_path(claims, ("sub", "x"), V.MISSING) is V.MISSING  # a step that is no object
+    assert V.read_path(claims, ("org", "name")) is None  # by default absent reads as null

@@ -19,34 +19,27 @@ import asyncio
 import contextlib
 import functools
 import signal
-import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ._worker import SETTLED_EVENT, options
 from ._worker_core import (
     Backoff,
     Call,
-    Events,
     JobBase,
     OnEvent,
-    Options,
     Pause,
-    Plan,
     State,
+    Stopped,
+    WorkerCore,
     error_text,
-    lease_lost,
     ms,
+    options,
     retryable,
 )
 
 if TYPE_CHECKING:
     from ._client import AsyncClient
     from ._query import Statement
-
-
-class _Stopped(Exception):
-    """A call given up because the worker is stopping."""
 
 
 async def _wait(event: asyncio.Event, seconds: float) -> bool:
@@ -63,11 +56,10 @@ class AsyncJob(JobBase):
     def __init__(self, row: dict[str, Any], owner: str, worker: AsyncWorker) -> None:
         super().__init__(row, owner, worker.plan)
         self._worker = worker
-        self.cancelled = threading.Event()
         self.task: asyncio.Task[Any] | None = None
 
     def cancel(self) -> None:
-        self.cancelled.set()
+        super().cancel()
         if self.task is not None and self.task is not asyncio.current_task():
             self.task.cancel()
 
@@ -81,7 +73,7 @@ class AsyncJob(JobBase):
         return await self._worker._extend(self, lease, retry=True)
 
 
-class AsyncWorker:
+class AsyncWorker(WorkerCore):
     """`await AsyncWorker(db, "jobs").run(handler)`, or `async for job in worker: ...`; the options
     of `Worker`."""
 
@@ -91,13 +83,11 @@ class AsyncWorker:
                  backoff: Backoff = 1.0, drain_timeout: float = 30.0, timeout: float | None = None,
                  keep_done: bool = False, retry: tuple[float, float] = (0.1, 5.0),
                  on_event: OnEvent | None = None) -> None:
+        super().__init__(db.collection(queue), options(
+            queue, name, heartbeat, dead_after, max_attempts, retry, batch=batch, concurrency=concurrency,
+            lease=lease, wait=wait, backoff=backoff, drain_timeout=drain_timeout, timeout=timeout,
+            keep_done=keep_done), heartbeat, on_event)
         self.db = db
-        self.options: Options = options(queue, name, heartbeat, dead_after, max_attempts, retry, batch=batch,
-                                        concurrency=concurrency, lease=lease, wait=wait, backoff=backoff,
-                                        drain_timeout=drain_timeout, timeout=timeout, keep_done=keep_done)
-        self.plan = Plan(db.collection(queue), self.options)
-        self.heartbeat = heartbeat is not False
-        self.events = Events(self.options.name, on_event)
         self._stopping = asyncio.Event()
         self._hard = asyncio.Event()
         self._stop_flag = False  # read before the loop is known
@@ -107,15 +97,8 @@ class AsyncWorker:
         self._active = False
 
     @property
-    def name(self) -> str:
-        return self.options.name
-
-    @property
     def stopped(self) -> bool:
         return self._stop_flag
-
-    def to_claim(self, owner: str) -> Statement:
-        return self.plan.to_claim(owner)
 
     # -- stopping ---------------------------------------------------------------------------------
 
@@ -166,23 +149,17 @@ class AsyncWorker:
             try:
                 return await self.db._send(call.request(self.db._wire, self.options))
             except Exception as exc:
-                if not retryable(exc):
-                    raise
-                if until.is_set():
-                    raise _Stopped(call.kind) from exc
-                delay = pause.next()
-                self.events.emit("retry", call.job, call=call.kind, error=error_text(exc), delay_ms=ms(delay))
-                if await _wait(until, delay):
-                    raise _Stopped(call.kind) from exc
+                if await _wait(until, self._retry_pause(pause, call, exc, until.is_set())):
+                    raise Stopped(call.kind) from exc
 
     async def _claim(self) -> list[AsyncJob] | None:
         if self._stopping.is_set():
             return None
-        owner = self.plan.next_owner()
-        self._claim_task = asyncio.ensure_future(self._send(self.plan.claim(owner), self._stopping))
+        owner, call = self._claim_call()
+        self._claim_task = asyncio.ensure_future(self._send(call, self._stopping))
         try:
             rows = await self._claim_task
-        except (asyncio.CancelledError, _Stopped):
+        except (asyncio.CancelledError, Stopped):
             task = asyncio.current_task()
             if self._stopping.is_set() and (task is None or not task.cancelling()):
                 return None
@@ -191,11 +168,8 @@ class AsyncWorker:
             self._claim_task = None
         jobs = [AsyncJob(row, owner, self) for row in rows]
         self._in_hand = jobs
-        if jobs:
-            self.events.emit("claimed", owner=owner, n=len(jobs))
-        for job in jobs:
-            if job.attempts > self.options.max_attempts:
-                await self._settle(job, "dead", self.plan.to_dead(job), error="attempts exhausted")
+        for job in self._past_max(owner, jobs):
+            await self._settle(job, "dead", self.plan.to_dead(job), error="attempts exhausted")
         return [job for job in jobs if job.state is State.PENDING]
 
     async def _settle(self, job: AsyncJob, kind: str, statement: Statement, event: str | None = None,
@@ -205,42 +179,24 @@ class AsyncWorker:
         try:
             await self._send(self.plan.settle(kind, job, statement), self._hard)
         except BaseException as exc:
-            job.end_settle(False)
-            if lease_lost(exc):
-                job.cancelled.set()
-                self.events.emit("lost", job, call=kind)
-                return False
-            if isinstance(exc, _Stopped):
-                return False
-            raise
-        job.end_settle(True)
-        self.events.emit(event or SETTLED_EVENT[kind], job, **fields)
-        return True
+            return self._settle_failed(job, kind, exc)
+        return self._settled(job, kind, event, fields)
 
     async def _fail(self, job: AsyncJob, error: str, backoff: Backoff | None = None) -> bool:
-        statement, delay = self.plan.failure(job, error, backoff)
-        if delay is None:
-            return await self._settle(job, "fail", statement, "dead", error=error)
-        return await self._settle(job, "fail", statement, error=error, delay_ms=ms(delay))
+        statement, event, fields = self._failure(job, error, backoff)
+        return await self._settle(job, "fail", statement, event, **fields)
 
     async def _extend(self, job: AsyncJob, lease: float | None, *, retry: bool) -> bool:
-        if job.state not in (State.PENDING, State.RUNNING):
+        call = self._extend_call(job, lease)
+        if call is None:
             return False
-        call = self.plan.settle("extend", job, self.plan.to_extend(job, lease), job.next_beat())
         try:
             if retry:
                 await self._send(call, self._hard)
             else:
                 await self.db._send(call.request(self.db._wire, self.options))
         except Exception as exc:
-            if lease_lost(exc):
-                if job.mark_lost():
-                    self.events.emit("lost", job, call="extend")
-                    job.cancel()
-                return False
-            if isinstance(exc, _Stopped):
-                return False
-            raise
+            return self._extend_failed(job, exc)
         return True
 
     # -- the heartbeat ----------------------------------------------------------------------------
@@ -341,8 +297,7 @@ class AsyncWorker:
         """Give back a job on a hard stop: one try, no retry (the lease lapses if it fails)."""
         if job.begin_settle():
             try:
-                call = self.plan.settle("release", job, self.plan.to_release(job))
-                await self.db._send(call.request(self.db._wire, self.options))
+                await self.db._send(self._release_call(job).request(self.db._wire, self.options))
             except Exception:
                 job.end_settle(False)
                 raise
@@ -382,12 +337,8 @@ class AsyncWorker:
 
     async def claim(self, *, wait: float | None = None) -> list[AsyncJob]:
         """One claim, retried through the network: the oldest ready jobs, up to `batch`, leased."""
-        owner = self.plan.next_owner()
-        call = self.plan.claim(owner)
-        if wait is not None:
-            call = Call(call.kind, call.text, call.params, call.key, wait)
-        rows = await self._send(call, self._stopping)
-        return [AsyncJob(row, owner, self) for row in rows]
+        owner, call = self._claim_call(wait)
+        return [AsyncJob(row, owner, self) for row in await self._send(call, self._stopping)]
 
     async def __aiter__(self) -> AsyncIterator[AsyncJob]:
         async with self._running_loop():

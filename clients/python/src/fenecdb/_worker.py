@@ -37,38 +37,21 @@ from ._abort import AbortableSender
 from ._worker_core import (
     Backoff,
     Call,
-    Events,
     JobBase,
     OnEvent,
-    Options,
     Pause,
-    Plan,
     State,
+    Stopped,
+    WorkerCore,
     error_text,
-    lease_lost,
     ms,
-    new_name,
+    options,
     retryable,
 )
 
 if TYPE_CHECKING:
     from ._client import Client
     from ._query import Statement
-
-
-SETTLED_EVENT = {"ack": "done", "fail": "failed", "dead": "dead", "release": "released"}
-
-
-class _Stopped(Exception):
-    """A call given up because the worker is stopping."""
-
-
-def options(queue: str, name: str | None, heartbeat: float | bool | None, dead_after: int | None,
-            max_attempts: int, retry: tuple[float, float], **rest: Any) -> Options:
-    beat = None if heartbeat is True or heartbeat is False else heartbeat
-    return Options(queue=queue, name=name or new_name(), heartbeat=beat,
-                   max_attempts=max_attempts if dead_after is None else dead_after,
-                   retry_base=retry[0], retry_cap=retry[1], **rest)
 
 
 class Job(JobBase):
@@ -80,7 +63,6 @@ class Job(JobBase):
     def __init__(self, row: dict[str, Any], owner: str, worker: Worker) -> None:
         super().__init__(row, owner, worker.plan)
         self._worker = worker
-        self.cancelled = threading.Event()
 
     def ack(self) -> bool:
         """Done: deleted (or marked done with `keep_done`). False when it is no longer ours."""
@@ -95,7 +77,7 @@ class Job(JobBase):
         return self._worker._extend(self, lease, retry=True)
 
 
-class Worker:
+class Worker(WorkerCore):
     """Claims batches of leased jobs from one queue and runs them (see the module docstring).
 
     Times are seconds. `backoff` is a step (a failed job waits `backoff * attempts²`) or a hook
@@ -111,13 +93,11 @@ class Worker:
                  backoff: Backoff = 1.0, drain_timeout: float = 30.0, timeout: float | None = None,
                  keep_done: bool = False, retry: tuple[float, float] = (0.1, 5.0),
                  on_event: OnEvent | None = None) -> None:
+        super().__init__(db.collection(queue), options(
+            queue, name, heartbeat, dead_after, max_attempts, retry, batch=batch, concurrency=concurrency,
+            lease=lease, wait=wait, backoff=backoff, drain_timeout=drain_timeout, timeout=timeout,
+            keep_done=keep_done), heartbeat, on_event)
         self.db = db
-        self.options = options(queue, name, heartbeat, dead_after, max_attempts, retry, batch=batch,
-                               concurrency=concurrency, lease=lease, wait=wait, backoff=backoff,
-                               drain_timeout=drain_timeout, timeout=timeout, keep_done=keep_done)
-        self.plan = Plan(db.collection(queue), self.options)
-        self.heartbeat = heartbeat is not False
-        self.events = Events(self.options.name, on_event)
         self._stopping = threading.Event()
         self._hard = threading.Event()
         self._cv = threading.Condition()
@@ -126,15 +106,8 @@ class Worker:
         self._sender: AbortableSender | None = None
 
     @property
-    def name(self) -> str:
-        return self.options.name
-
-    @property
     def stopped(self) -> bool:
         return self._stopping.is_set()
-
-    def to_claim(self, owner: str) -> Statement:
-        return self.plan.to_claim(owner)
 
     # -- stopping ---------------------------------------------------------------------------------
 
@@ -190,32 +163,23 @@ class Worker:
                 request = call.request(self.db._wire, self.options)
                 return sender.send(request) if sender is not None else self.db._send(request)
             except Exception as exc:
-                if not retryable(exc):
-                    raise
-                if until.is_set():
-                    raise _Stopped(call.kind) from exc
-                delay = pause.next()
-                self.events.emit("retry", call.job, call=call.kind, error=error_text(exc), delay_ms=ms(delay))
-                if until.wait(delay):
-                    raise _Stopped(call.kind) from exc
+                if until.wait(self._retry_pause(pause, call, exc, until.is_set())):
+                    raise Stopped(call.kind) from exc
 
     def _claim(self, sender: AbortableSender | None) -> list[Job] | None:
         """One claim (held), or None once stopping."""
         if self._stopping.is_set():
             return None
-        owner = self.plan.next_owner()
+        owner, call = self._claim_call()
         try:
-            rows = self._send(self.plan.claim(owner), self._stopping, sender)
-        except _Stopped:
+            rows = self._send(call, self._stopping, sender)
+        except Stopped:
             return None
         jobs = [Job(row, owner, self) for row in rows]
         with self._cv:
             self._in_hand = jobs
-        if jobs:
-            self.events.emit("claimed", owner=owner, n=len(jobs))
-        for job in jobs:
-            if job.attempts > self.options.max_attempts:
-                self._dead_letter(job)
+        for job in self._past_max(owner, jobs):
+            self._dead_letter(job)
         return [job for job in jobs if job.state is State.PENDING]
 
     def _settle(self, job: Job, kind: str, statement: Statement, event: str | None = None, **fields: Any) -> bool:
@@ -224,23 +188,12 @@ class Worker:
         try:
             self._send(self.plan.settle(kind, job, statement), self._hard)
         except Exception as exc:
-            job.end_settle(False)
-            if lease_lost(exc):
-                job.cancelled.set()
-                self.events.emit("lost", job, call=kind)
-                return False
-            if isinstance(exc, _Stopped):
-                return False
-            raise
-        job.end_settle(True)
-        self.events.emit(event or SETTLED_EVENT[kind], job, **fields)
-        return True
+            return self._settle_failed(job, kind, exc)
+        return self._settled(job, kind, event, fields)
 
     def _fail(self, job: Job, error: str, backoff: Backoff | None = None) -> bool:
-        statement, delay = self.plan.failure(job, error, backoff)
-        if delay is None:
-            return self._settle(job, "fail", statement, "dead", error=error)
-        return self._settle(job, "fail", statement, error=error, delay_ms=ms(delay))
+        statement, event, fields = self._failure(job, error, backoff)
+        return self._settle(job, "fail", statement, event, **fields)
 
     def _dead_letter(self, job: Job) -> None:
         self._settle(job, "dead", self.plan.to_dead(job), error="attempts exhausted")
@@ -249,23 +202,16 @@ class Worker:
         self._settle(job, "release", self.plan.to_release(job))
 
     def _extend(self, job: Job, lease: float | None, *, retry: bool) -> bool:
-        if job.state not in (State.PENDING, State.RUNNING):
+        call = self._extend_call(job, lease)
+        if call is None:
             return False
-        call = self.plan.settle("extend", job, self.plan.to_extend(job, lease), job.next_beat())
         try:
             if retry:
                 self._send(call, self._hard)
             else:
                 self.db._send(call.request(self.db._wire, self.options))
         except Exception as exc:
-            if lease_lost(exc):
-                if job.mark_lost():
-                    job.cancelled.set()
-                    self.events.emit("lost", job, call="extend")
-                return False
-            if isinstance(exc, _Stopped):
-                return False
-            raise
+            return self._extend_failed(job, exc)
         return True
 
     # -- the heartbeat ----------------------------------------------------------------------------
@@ -373,8 +319,7 @@ class Worker:
         job.cancelled.set()
         if job.begin_settle():
             try:
-                self.db._send(self.plan.settle("release", job, self.plan.to_release(job))
-                              .request(self.db._wire, self.options))
+                self.db._send(self._release_call(job).request(self.db._wire, self.options))
             except Exception:
                 job.end_settle(False)
                 raise
@@ -406,12 +351,8 @@ class Worker:
 
     def claim(self, *, wait: float | None = None) -> list[Job]:
         """One claim, retried through the network: the oldest ready jobs, up to `batch`, leased."""
-        owner = self.plan.next_owner()
-        call = self.plan.claim(owner)
-        if wait is not None:
-            call = Call(call.kind, call.text, call.params, call.key, wait)
-        rows = self._send(call, self._stopping)
-        return [Job(row, owner, self) for row in rows]
+        owner, call = self._claim_call(wait)
+        return [Job(row, owner, self) for row in self._send(call, self._stopping)]
 
     def __iter__(self) -> Iterator[Job]:
         with self._running_loop() as sender:

@@ -1,5 +1,6 @@
 """What the blocking and the asyncio worker share: options, the statements, a job's states, the
-retry pause and the events. The two shells (`_worker`, `_async_worker`) only wait and send.
+retry pause, the events, and `WorkerCore`: what follows each answer or failure. The two shells
+(`_worker`, `_async_worker`) only wait and send.
 
 The statements, each made by the builder (so the text is the one the conformance vectors fix):
 
@@ -34,18 +35,19 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from ._conditions import raw
 from ._errors import FenecError, UnmetError
-from ._query import QueryBase, expr, inc
+from ._query import QueryBase, Statement, expr, inc
 from ._wire import Request, Wire
 
 log = logging.getLogger("fenecdb.worker")
 
 Backoff = float | Callable[[int], float]
+J = TypeVar("J", bound="JobBase")
 OnEvent = Callable[[dict[str, Any]], None]
 EXHAUSTED = "attempts exhausted"
 
@@ -223,6 +225,13 @@ class JobBase:
         self._lock = threading.Lock()
         self.state = State.PENDING
         self._beats = itertools.count(1)
+        # set when the lease is lost or the worker stops hard: a slow handler waits on it
+        # (`job.cancelled.wait(5)`) rather than sleeping; a `threading.Event`, read from any thread
+        self.cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        """Not ours to finish any more: the lease is lost, or the worker stops hard."""
+        self.cancelled.set()
 
     @property
     def id(self) -> Any:
@@ -330,3 +339,111 @@ class Events:
                 self.hook(event)
             except Exception:  # a broken hook must not stop the worker
                 log.exception("the on_event hook raised on %s", type)
+
+
+# ---------------------------------------------------------------- the worker, apart from waiting and sending
+
+SETTLED_EVENT = {"ack": "done", "fail": "failed", "dead": "dead", "release": "released"}
+
+
+class Stopped(Exception):
+    """A call given up because the worker is stopping."""
+
+
+def options(queue: str, name: str | None, heartbeat: float | bool | None, dead_after: int | None,
+            max_attempts: int, retry: tuple[float, float], **rest: Any) -> Options:
+    beat = None if heartbeat is True or heartbeat is False else heartbeat
+    return Options(queue=queue, name=name or new_name(), heartbeat=beat,
+                   max_attempts=max_attempts if dead_after is None else dead_after,
+                   retry_base=retry[0], retry_cap=retry[1], **rest)
+
+
+class WorkerCore:
+    """A worker but for how it waits and sends: its options, statements and events, and what each
+    answer or failure of a call leads to. Nothing here waits or sends: a shell (`Worker`,
+    `AsyncWorker`) sends a call, then hands its outcome to one of these methods."""
+
+    def __init__(self, collection: QueryBase, options: Options, heartbeat: float | bool | None,
+                 on_event: OnEvent | None) -> None:
+        self.options = options
+        self.plan = Plan(collection, options)
+        self.heartbeat = heartbeat is not False
+        self.events = Events(options.name, on_event)
+
+    @property
+    def name(self) -> str:
+        return self.options.name
+
+    def to_claim(self, owner: str) -> Statement:
+        return self.plan.to_claim(owner)
+
+    def _claim_call(self, wait: float | None = None) -> tuple[str, Call]:
+        """A new claim token and its claim (held for `wait` when given, else the options' wait)."""
+        owner = self.plan.next_owner()
+        call = self.plan.claim(owner)
+        if wait is not None:
+            call = Call(call.kind, call.text, call.params, call.key, wait)
+        return owner, call
+
+    def _retry_pause(self, pause: Pause, call: Call, exc: BaseException, stopping: bool) -> float:
+        """`call` failed with `exc`: the pause before it is sent again (a `retry` event says so).
+        Raises `exc` again when the failure is no network's or 5xx, `Stopped` when stopping."""
+        if not retryable(exc):
+            raise exc
+        if stopping:
+            raise Stopped(call.kind) from exc
+        delay = pause.next()
+        self.events.emit("retry", call.job, call=call.kind, error=error_text(exc), delay_ms=ms(delay))
+        return delay
+
+    def _past_max(self, owner: str, jobs: Sequence[J]) -> list[J]:
+        """A claim took `jobs` (a `claimed` event): those to dead-letter unrun, their attempts past the most."""
+        if jobs:
+            self.events.emit("claimed", owner=owner, n=len(jobs))
+        return [job for job in jobs if job.attempts > self.options.max_attempts]
+
+    def _settled(self, job: JobBase, kind: str, event: str | None, fields: dict[str, Any]) -> bool:
+        job.end_settle(True)
+        self.events.emit(event or SETTLED_EVENT[kind], job, **fields)
+        return True
+
+    def _settle_failed(self, job: JobBase, kind: str, exc: BaseException) -> bool:
+        """A settle's call raised `exc`: False when the job is no longer ours (its lease went to
+        another claim: a `lost` event) or the worker stopped; `exc` again otherwise."""
+        job.end_settle(False)
+        if lease_lost(exc):
+            job.cancelled.set()
+            self.events.emit("lost", job, call=kind)
+            return False
+        if isinstance(exc, Stopped):
+            return False
+        raise exc
+
+    def _failure(self, job: JobBase, error: str, backoff: Backoff | None) -> tuple[Statement, str | None,
+                                                                                    dict[str, Any]]:
+        """A failed job's settle: (its statement, its event when not `failed`, the event's fields)."""
+        statement, delay = self.plan.failure(job, error, backoff)
+        if delay is None:
+            return statement, "dead", {"error": error}
+        return statement, None, {"error": error, "delay_ms": ms(delay)}
+
+    def _extend_call(self, job: JobBase, lease: float | None) -> Call | None:
+        """The call that extends `job`'s lease, or None when the job is settled or lost."""
+        if job.state not in (State.PENDING, State.RUNNING):
+            return None
+        return self.plan.settle("extend", job, self.plan.to_extend(job, lease), job.next_beat())
+
+    def _extend_failed(self, job: JobBase, exc: BaseException) -> bool:
+        """An extend raised `exc`: False when the lease is lost (the job cancelled, a `lost` event)
+        or the worker stopped; `exc` again otherwise."""
+        if lease_lost(exc):
+            if job.mark_lost():
+                job.cancel()
+                self.events.emit("lost", job, call="extend")
+            return False
+        if isinstance(exc, Stopped):
+            return False
+        raise exc
+
+    def _release_call(self, job: JobBase) -> Call:
+        return self.plan.settle("release", job, self.plan.to_release(job))

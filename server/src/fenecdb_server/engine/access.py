@@ -351,8 +351,6 @@ def _walk(coll: Collection, q: Query, env: Env, need: int, bounds: tuple | None,
     # `tgt` is q.access.walk, passed by pick where it has seen it set: typed str with no test here
     rows = coll.rows
     filt = q.filter if bounds is None else q.walk_filter
-    out: list[dict] = []
-    budget = max(64, len(rows) >> 3)
     if tgt == "id":
         it: Iterable[int] = reversed(coll.ids_in_order()) if q.access.walk_desc else iter(coll.ids_in_order())
     else:
@@ -367,8 +365,17 @@ def _walk(coll: Collection, q: Query, env: Env, need: int, bounds: tuple | None,
         else:
             lo, li, hi, hi_incl = bounds
             it = idx.walk(lo, li, hi, hi_incl, q.access.walk_desc, False)
+    return _first_kept(it, rows, filt, env, need)
+
+
+def _first_kept(ids: Iterable[int], rows: dict[int, dict], filt: Callable[[dict, Env], Any] | None, env: Env,
+                need: int) -> list[dict] | None:
+    """The first `need` rows of a walk that the filter keeps (fewer at the walk's end); None once
+    the walk has read past an eighth of the rows (64 at least) without them: a scan costs less."""
+    out: list[dict] = []
+    budget = max(64, len(rows) >> 3)
     seen = 0
-    for rid in it:
+    for rid in ids:
         r = rows[rid]
         if filt is None or filt(r, env):
             out.append(r)
@@ -395,26 +402,14 @@ def _geo_walk(coll: Collection, q: Query, env: Env, need: int, tgt: str) -> list
         return None
     idx = coll.index(tgt)
     rows = coll.rows
-    filt = q.filter
-    out: list[dict] = []
-    budget = max(64, len(rows) >> 3)
-    seen = 0
 
     def point_of(rid: int) -> Any:
         return rows[rid][tgt]
+    nearest = idx.nearest(pt[0], pt[1], point_of, max_cells=max(400, len(rows) >> 2))
     try:
-        for _, rid in idx.nearest(pt[0], pt[1], point_of, max_cells=max(400, len(rows) >> 2)):
-            r = rows[rid]
-            if filt is None or filt(r, env):
-                out.append(r)
-                if len(out) >= need:
-                    return out
-            seen += 1
-            if seen > budget:
-                return None
+        return _first_kept((rid for _, rid in nearest), rows, q.filter, env, need)
     except GiveUp:
         return None
-    return out
 
 
 def _geo_ids(coll: Collection, g: Any, env: Env) -> list[int] | None:

@@ -27,8 +27,9 @@ from functools import total_ordering
 from typing import Any
 
 from .. import values as V
-from ..plan.compile import Env, mentions
+from ..plan.compile import Env
 from ..ql import ast as A
+from ..ql.ast import mentions
 from . import scoped
 from .access import pick
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import FenecError
 from ..plan.schema import Schema
+from ..values import read_path
 from .geo_index import GeoIndex
 from .hash_index import HashIndex
 from .sorted_index import PackedIndex, SortedIndex
@@ -24,15 +25,7 @@ def _reader(target: str) -> Callable[[dict], Any]:
     if "." not in target:
         return lambda row: row.get(target)
     name, *keys = target.split(".")
-
-    def read(row: dict) -> Any:
-        v = row.get(name)
-        for k in keys:
-            if type(v) is not dict:
-                return None
-            v = v.get(k)
-        return v
-    return read
+    return lambda row: read_path(row.get(name), keys)
 
 
 class Collection:

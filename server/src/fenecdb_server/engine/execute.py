@@ -9,8 +9,6 @@ and the schema, so a failed block leaves nothing behind, not even a spent id.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import fields as dc_fields
-from dataclasses import is_dataclass
 from typing import Any
 
 from .. import values as V
@@ -64,19 +62,11 @@ def unmet(verb: str, coll: str, got: int, want: int, read: bool = False) -> Fene
 def max_param(node: Any) -> int:
     """The highest `$n` a statement names (each must be bound before it runs)."""
     best = 0
-    stack = [node]
-    while stack:
-        n = stack.pop()
+    for n in A.walk(node):
         if isinstance(n, A.Param):
             best = max(best, n.n)
         elif isinstance(n, A.Put) and n.param is not None:  # `put jobs $1`: the documents, a number here
             best = max(best, n.param)
-            stack.extend(getattr(n, f.name) for f in dc_fields(n))
-        elif is_dataclass(n):
-            for f in dc_fields(n):
-                stack.append(getattr(n, f.name))
-        elif isinstance(n, tuple):
-            stack.extend(n)
     return best
 
 
@@ -404,7 +394,7 @@ def run_put(eng: Any, p: Prepared, env: Env, blk: Block) -> Any:
                 holder = coll.rows[doc["id"]]
             if holder is None:
                 for t in uniques:
-                    v = _read_target(doc, t)
+                    v = V.read_target(doc, t)
                     if v is None:
                         continue
                     idx = coll.index(t)
@@ -464,18 +454,6 @@ def run_put(eng: Any, p: Prepared, env: Env, blk: Block) -> Any:
     return {"affected": written}
 
 
-def _read_target(doc: dict, target: str) -> Any:
-    if "." not in target:
-        return doc.get(target)
-    name, *keys = target.split(".")
-    v = doc.get(name)
-    for k in keys:
-        if type(v) is not dict:
-            return None
-        v = v.get(k)
-    return v
-
-
 # ---------------------------------------------------------------- schema statements
 
 
@@ -485,8 +463,8 @@ def run_create(eng: Any, stmt: A.CreateCollection, blk: Block) -> Any:
         if stmt.if_not_exists:
             return {"message": f"collection `{name}` exists"}
         raise FenecError("exists", f"collection `{name}` exists")
-    if len(name) > 128:
-        raise FenecError("query", "a name is at most 128 characters")
+    if len(name) > A.MAX_NAME:
+        raise FenecError("query", f"a name is at most {A.MAX_NAME} characters")
     fields: dict[str, FieldInfo] = {}
     ttl = 0
     for fd in stmt.fields:
@@ -548,11 +526,8 @@ def run_create_index(eng: Any, stmt: A.CreateIndex, blk: Block) -> Any:
         raise FenecError("exists", f"`{coll.name}.{text}` already has an index")
     if stmt.index == "unique":
         seen: dict[Any, int] = {}
-        read_keys = text.split(".")
         for rid, row in coll.ids_in_order().items():
-            v = row.get(read_keys[0])
-            for k in read_keys[1:]:
-                v = v.get(k) if type(v) is dict else None
+            v = V.read_target(row, text)
             if v is None:
                 continue
             hk = V.hashable(v)

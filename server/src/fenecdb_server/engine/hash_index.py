@@ -22,11 +22,7 @@ class HashIndex:
         self.keyed = keyed
 
     def key(self, v: Any) -> Any:
-        if self.keyed:
-            return V.hashable(v)
-        if type(v) is bytes:
-            return v
-        return v
+        return V.hashable(v) if self.keyed else v  # add and remove write it out: one call fewer a write
 
     def add(self, rid: int, v: Any) -> None:
         if v is None:
@@ -53,6 +49,3 @@ class HashIndex:
             return []
         ids = self.map.get(self.key(v))
         return list(ids) if ids else []
-
-    def holders(self, v: Any) -> list[int]:
-        return self.lookup(v)

@@ -20,8 +20,9 @@ from typing import Any, Literal
 
 from .. import values as V
 from ..errors import FenecError
-from ..plan.compile import Ctx, Env, compile_expr, mentions
+from ..plan.compile import Ctx, Env, compile_expr
 from ..ql import ast as A
+from ..ql.ast import mentions
 from .access import pick
 from .scoped import look as scoped_look
 from .scoped import rule_time_filter
@@ -82,8 +83,7 @@ def _time_terms(where: A.Expr | None, schema: Any, strict: bool = True) -> list[
         if strict and isinstance(n, A.Call) and n.name == "now" and id(n) not in allowed:
             raise FenecError("query", "a held claim reads the time only as a field compared with now(), "
                                       "give or take a number: nothing says when this answer would change")
-        from ..plan.compile import children
-        stack.extend(children(n))
+        stack.extend(A.children(n))
     return terms
 
 
@@ -189,10 +189,7 @@ def _next_for(coll: Any, target: str, op: str, k: int, now: int) -> int | None:
     best = None
     name, *keys = target.split(".")
     for row in coll.rows.values():
-        v = row.get(name)
-        for kk in keys:
-            v = v.get(kk) if type(v) is dict else None
-        x = _as_ms(v)
+        x = _as_ms(V.read_path(row.get(name), keys))
         if x is None:
             continue
         m = (math.floor(x) + 1 if plus else math.ceil(x)) - k

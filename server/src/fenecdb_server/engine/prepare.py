@@ -12,10 +12,11 @@ from typing import Any, final
 
 from .. import values as V
 from ..errors import FenecError
-from ..plan.compile import Ctx, Fn, compile_expr, field_reader, guard_missing, mentions, static_type
+from ..plan.compile import Ctx, Fn, compile_expr, field_reader, guard_missing, static_type
 from ..plan.planner import and_terms, bindable, plan_access
 from ..plan.schema import Schema
 from ..ql import ast as A
+from ..ql.ast import mentions
 from .access import Query
 
 
@@ -176,8 +177,8 @@ def _target_type(schema: Schema, t: A.Target, coll: str) -> Any:
     if t.keys:
         if f.type != "json":
             raise FenecError("query", f"`{t.text}` writes into `{t.name}`, which is {V.type_label(f.type)}, not json")
-        if len(t.keys) > 64:
-            raise FenecError("query", "a path names at most 64 keys")
+        if len(t.keys) > A.MAX_PATH_KEYS:
+            raise FenecError("query", f"a path names at most {A.MAX_PATH_KEYS} keys")
     return f.type
 
 

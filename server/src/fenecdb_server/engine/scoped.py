@@ -34,18 +34,18 @@ from typing import Any
 
 from .. import values as V
 from ..errors import FenecError, Overflow
-from ..plan.compile import Ctx, Env, compile_expr, guard_missing, mentions
+from ..plan.compile import Ctx, Env, compile_expr, guard_missing
 from ..plan.planner import and_terms
 from ..policy import Scope
 from ..policy.rules import Rule
 from ..ql import ast as A
+from ..ql.ast import mentions
 from .access import pick
 from .execute import (
     Block,
     _apply_entries,
     _check_required,
     _documents,
-    _read_target,
     run_del,
     run_get,
     unmet,
@@ -66,16 +66,7 @@ def _is_expired(n: A.Expr) -> bool:
 
 
 def _names_claim(node: Any) -> bool:
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, A.Claim):
-            return True
-        if dataclasses.is_dataclass(n) and not isinstance(n, type):
-            stack.extend(getattr(n, f.name) for f in dataclasses.fields(n))
-        elif isinstance(n, tuple):
-            stack.extend(n)
-    return False
+    return mentions(node, lambda n: isinstance(n, A.Claim))
 
 
 # ---------------------------------------------------------------- before anything runs
@@ -446,7 +437,7 @@ def _run_put(db: Any, plan: Plan, env: Env, blk: Block, scope: Scope) -> Any:
         holder = None
         if stmt.if_absent:
             for t in uniques:
-                v = _read_target(doc, t)
+                v = V.read_target(doc, t)
                 if v is None:
                     continue
                 for other in coll.index(t).lookup(v):

@@ -13,7 +13,7 @@ Order of checks for every request (each refuses before the next is looked at):
 it) → token (401, after the auth delay; auth.py) → route (404) → the body itself (400) →
 statement text over `--max-statement-bytes` (413) → the engine.
 
-A large request does not stop the others: a body over OFF_LOOP_BODY is decoded, and a job
+A large request does not stop the others: a body over OFF_LOOP_BODY is decoded, and a request
 whose statement text is not parsed yet and over OFF_LOOP_TEXT is parsed, prepared and run, in
 a worker thread, while the loop goes on answering (the GIL is handed back to it every switch
 interval; bench/stall_probe.py measures the stall, server/README.md has the numbers).
@@ -71,7 +71,6 @@ MAX_STATEMENT_BYTES = 1 << 20
 # parsed once and cached, and never leaves the loop.
 OFF_LOOP_BODY = 64 << 10
 OFF_LOOP_TEXT = 2 << 10
-WRITE_VERBS = ("put", "insert", "set", "del", "create", "drop")
 
 
 def _dumps_json(value: Any) -> bytes:
@@ -120,6 +119,12 @@ class Config:
         self.max_statement_bytes = max_statement_bytes
 
 
+# The headers a request's answer depends on, by name (uvicorn gives them lower-cased), and where
+# each is kept; `transfer-encoding` is only noted (a chunked body is refused).
+_HEADER_SLOTS = {b"content-length": "length", b"authorization": "auth", b"fenec-wait": "wait",
+                 b"idempotency-key": "idem", b"origin": "origin"}
+
+
 class Request:
     """The few things read from the headers, in one pass."""
 
@@ -142,18 +147,11 @@ class Request:
         self.peer: str = client[0] if client else ""
         self.caller: Caller = OPEN
         for name, value in scope["headers"]:
-            if name == b"content-length":
-                self.length = value
+            slot = _HEADER_SLOTS.get(name)
+            if slot is not None:
+                setattr(self, slot, value)  # the last of a repeated header is the one kept
             elif name == b"transfer-encoding":
                 self.chunked = True
-            elif name == b"authorization":
-                self.auth = value
-            elif name == b"fenec-wait":
-                self.wait = value
-            elif name == b"idempotency-key":
-                self.idem = value
-            elif name == b"origin":
-                self.origin = value
 
 
 class Refusal(Exception):
@@ -391,37 +389,37 @@ class App:
     # -- /query and /batch --
 
     async def query(self, req: Request, receive: Receive, send: Send) -> None:
-        await self.take(req, receive, send, self.query_job)
+        await self.take(req, receive, send, self.query_work)
 
     async def batch(self, req: Request, receive: Receive, send: Send) -> None:
-        await self.take(req, receive, send, self.batch_job)
+        await self.take(req, receive, send, self.batch_work)
 
     async def take(self, req: Request, receive: Receive, send: Send,
-                   build: Callable[[Request, bytes], Job]) -> None:
+                   build: Callable[[Request, bytes], Work]) -> None:
         started = time.perf_counter()
         raw = await self.read_body(receive)
         if raw is None:
             return
         try:
             if len(raw) > OFF_LOOP_BODY:  # decoding 16 MB of JSON holds the GIL ~20 ms: not on the loop
-                job = await asyncio.get_running_loop().run_in_executor(
+                work = await asyncio.get_running_loop().run_in_executor(
                     self.large, partial(collection.deferred, partial(build, req, raw)))
             else:
-                job = build(req, raw)
+                work = build(req, raw)
         except Refusal as r:
             await self.respond(send, r.status, r.body, (), api=True)
             self.account(started, "read", True, req, raw)
             return
-        await self.serve(job, receive, send, started, req, raw)
+        await self.serve(work, receive, send, started, req, raw)
 
-    def query_job(self, req: Request, raw: bytes) -> Job:
+    def query_work(self, req: Request, raw: bytes) -> Work:
         try:
             text, params = self.statement(self.decode(raw))
         except ValueError as e:
             raise Refusal(400, E.body(str(e))) from None
-        return self.job(req, raw, [(text, params)], block=False)
+        return self.work_of(req, raw, [(text, params)], block=False)
 
-    def batch_job(self, req: Request, raw: bytes) -> Job:
+    def batch_work(self, req: Request, raw: bytes) -> Work:
         try:
             raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -439,7 +437,7 @@ class App:
                 raise Refusal(400, E.batch_line(k, str(e), len(statements))) from None
         if not statements:
             raise Refusal(400, E.body(E.EMPTY_BATCH))
-        return self.job(req, raw, statements, block=True)
+        return self.work_of(req, raw, statements, block=True)
 
     def text_size(self, statements: list[tuple[str, Any]]) -> tuple[int, int]:
         """(UTF-8 bytes of the request's distinct statement texts, characters of those not parsed
@@ -454,7 +452,7 @@ class App:
                 fresh += n
         return size, fresh
 
-    def job(self, req: Request, raw: bytes, statements: list[tuple[str, Any]], *, block: bool) -> Job:
+    def work_of(self, req: Request, raw: bytes, statements: list[tuple[str, Any]], *, block: bool) -> Work:
         size, fresh = self.text_size(statements)
         ceiling = self.config.max_statement_bytes
         if ceiling and size > ceiling:
@@ -475,24 +473,24 @@ class App:
                 raise Refusal(400, E.body(IDEM_NO_SUB))
             key = namespaced(req.idem) if namespace is None else namespaced(req.idem, namespace)
             idem = make_idem(key, request_hash(req.method, req.target, raw), self.config.idempotency_ttl_ms)
-        return Job(statements, block, idem, wait, caller, large=fresh > OFF_LOOP_TEXT)
+        return Work(statements, block, idem, wait, caller, large=fresh > OFF_LOOP_TEXT)
 
-    async def serve(self, job: Job, receive: Receive, send: Send, started: float,
+    async def serve(self, work: Work, receive: Receive, send: Send, started: float,
                     req: Request, raw: bytes) -> None:
         hold = None
         waits = self.waits or self.start()
-        if job.wait > 0 and not waits.closing:
+        if work.wait > 0 and not waits.closing:
             # a scoped token's claim is held and woken under its scope (http.md §8.9)
-            scoped = {"scope": job.caller.scope} if job.caller.scoped else {}
+            scoped = {"scope": work.caller.scope} if work.caller.scoped else {}
             try:
-                if job.large:
+                if work.large:
                     hold = await asyncio.get_running_loop().run_in_executor(
-                        self.large, partial(collection.deferred, partial(self.db.prepare_hold, job.statements,
+                        self.large, partial(collection.deferred, partial(self.db.prepare_hold, work.statements,
                                                                          **scoped)))
                 else:
-                    hold = self.db.prepare_hold(job.statements, **scoped)
+                    hold = self.db.prepare_hold(work.statements, **scoped)
             except FenecError as e:
-                status, body = E.answer(e, batch=job.block)
+                status, body = E.answer(e, batch=work.block)
                 await self.respond(send, status, body, (), api=True)
                 self.account(started, "read", True, req, raw)
                 return
@@ -503,15 +501,15 @@ class App:
                 return
             if not hold.held:
                 hold = None
-            elif job.idem is not None:
-                job.idem = replace(job.idem, keep_empty=False)
+            elif work.idem is not None:
+                work.idem = replace(work.idem, keep_empty=False)
         seen = self.db.seq
-        outcome, kind = await self.run(job, held=hold is not None)
+        outcome, kind = await self.run(work, held=hold is not None)
         if hold is None or outcome.final or waits.closing:
             await self.send_answer(send, outcome.answer)
             self.account(started, kind, outcome.answer.status >= 400, req, raw)
             return
-        held = waits.hold(hold, job, outcome.answer, job.wait, seen)
+        held = waits.hold(hold, work, outcome.answer, work.wait, seen)
         answer = await self.await_held(held, receive)
         if answer is not None:
             if answer.status == 401:  # its token expired while it waited: a refusal like any
@@ -543,38 +541,38 @@ class App:
         return None
 
     async def _run_held(self, held: Held) -> Outcome:
-        job = held.payload
-        expired = self.auth.recheck(job.caller)
+        work = held.payload
+        expired = self.auth.recheck(work.caller)
         if expired is not None:  # every run asks the token again (http.md §8.9): nothing runs
             return Outcome(True, Answer(401, E.body(expired), [(b"www-authenticate", b"Bearer")]))
-        outcome, _kind = await self.run(job, held=True)
+        outcome, _kind = await self.run(work, held=True)
         return outcome
 
-    async def run(self, job: Job, *, held: bool) -> tuple[Outcome, str]:
-        """Run the job once: (outcome, metrics kind). For a held request a `require` miss is
+    async def run(self, work: Work, *, held: bool) -> tuple[Outcome, str]:
+        """Run the work once: (outcome, metrics kind). For a held request a `require` miss is
         "took nothing" (http.md §8.3), not the end of the hold."""
         rendered: list[tuple[int, bytes]] = []
 
         def render(answers: list[Any]) -> tuple[int, bytes]:
             # called by the engine under its write lock when a key is to be stored with the write
-            out = self.render(job.block, answers)
+            out = self.render(work.block, answers)
             rendered.append(out)
             return out
 
         # only a scoped token passes a scope: the server token runs as it always did
-        scoped = {"scope": job.caller.scope} if job.caller.scoped else {}
+        scoped = {"scope": work.caller.scope} if work.caller.scoped else {}
         try:
-            if self.pool is not None or job.large:
+            if self.pool is not None or work.large:
                 loop = asyncio.get_running_loop()
-                run = partial(self.db.execute, job.statements, block=job.block, idempotency=job.idem,
+                run = partial(self.db.execute, work.statements, block=work.block, idempotency=work.idem,
                               render=render, **scoped)
-                result = await loop.run_in_executor(self.large, partial(collection.deferred, run) if job.large
+                result = await loop.run_in_executor(self.large, partial(collection.deferred, run) if work.large
                                                     else run)
             else:
-                result = self.db.execute(job.statements, block=job.block, idempotency=job.idem, render=render,
+                result = self.db.execute(work.statements, block=work.block, idempotency=work.idem, render=render,
                                          **scoped)
         except FenecError as e:
-            status, body = E.answer(e, batch=job.block)
+            status, body = E.answer(e, batch=work.block)
             kind = "write" if e.kind in ("unmet", "exists", "conflict", "io") else "read"
             return Outcome(not (held and e.kind == "unmet"), Answer(status, body)), kind
         except RecursionError:
@@ -586,9 +584,9 @@ class App:
         if result.replayed is not None:
             status, body = result.replayed
             return Outcome(True, Answer(status, body, [(b"idempotent-replayed", b"true")])), kind
-        status, body = rendered[-1] if rendered else self.render(job.block, result.answers)
+        status, body = rendered[-1] if rendered else self.render(work.block, result.answers)
         headers = []
-        if result.wrote or job.block:
+        if result.wrote or work.block:
             headers.append((b"fenec-seq", str(result.seq).encode()))
         took = result.taken > 0
         return Outcome(took or not held, Answer(status, body, headers)), kind
@@ -611,8 +609,9 @@ class App:
                         req.target.decode("latin-1"), _without_params(raw))
 
 
-class Job:
-    """One request's statements, as the engine runs them (again, when held)."""
+class Work:
+    """What one request asks the engine to run: its statements and how (again, when held). Not a
+    queue's job: a job is a row."""
 
     __slots__ = ("statements", "block", "idem", "wait", "caller", "large")
 

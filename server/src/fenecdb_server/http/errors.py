@@ -35,7 +35,6 @@ CHUNKED = "a chunked body is not accepted: send Content-Length"
 BAD_LENGTH = "Content-Length is not a number"
 TOO_MANY = "too many connections"
 NO_TOKEN = "invalid or missing token"
-READ_ONLY = "the server is in read-only mode"
 INTERNAL = "internal fault"
 
 

@@ -10,6 +10,7 @@ here, before any row is read (fenecql.md §4.1, proposed).
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections.abc import Callable
 from typing import Any, cast
@@ -17,10 +18,11 @@ from typing import Any, cast
 from .. import values as V
 from ..errors import FenecError, Overflow
 from ..ql import ast as A
+from ..ql.ast import MAX_DEPTH
+from ..values import read_path
 from .schema import Schema
 
 Fn = Callable[[Any, Any], Any]
-MAX_DEPTH = 512
 EARTH_R = 6_372_797.56
 DUR_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 7 * 86_400_000}
 
@@ -76,22 +78,7 @@ def arith(op: str, a: Any, b: Any) -> Any:
         return None
     ta, tb = type(a), type(b)
     if ta is int and tb is int:
-        if op == "+":
-            r = a + b
-        elif op == "-":
-            r = a - b
-        elif op == "*":
-            r = a * b
-        elif op == "/":
-            if b == 0:
-                raise terr("division by zero")
-            q = abs(a) // abs(b)
-            r = q if (a >= 0) == (b >= 0) else -q
-        else:
-            if b == 0:
-                raise terr("division by zero")
-            r = abs(a) % abs(b)
-            r = r if a >= 0 else -r
+        r = _numbers(op, a, b, _int_div, _int_mod)
         if not V.INT_MIN <= r <= V.INT_MAX:
             raise Overflow("integer overflow: the result does not fit in 64 bits")
         return r
@@ -102,29 +89,44 @@ def arith(op: str, a: Any, b: Any) -> Any:
             fa, fb = float(a), float(b)
         except OverflowError:
             raise terr("integer too large to mix with a float") from None
-        if op == "+":
-            r = fa + fb
-        elif op == "-":
-            r = fa - fb
-        elif op == "*":
-            r = fa * fb
-        elif op == "/":
-            if fb == 0:
-                raise terr("division by zero")
-            r = fa / fb
-        else:
-            if fb == 0:
-                raise terr("division by zero")
-            try:
-                r = math.fmod(fa, fb)
-            except ValueError:  # an infinite left side (only a caller in process can send one)
-                raise terr("the result is not a finite number") from None
+        r = _numbers(op, fa, fb, operator.truediv, _float_mod)
         if not math.isfinite(r):
             raise terr("the result is not a finite number")
         return r
     if ta is str and tb is str and op == "+":
         return a + b
     raise terr(f"cannot apply `{op}` to {V.kind_name(a)} and {V.kind_name(b)}")
+
+
+_SAME_FOR_EVERY_KIND = {"+": operator.add, "-": operator.sub, "*": operator.mul}
+
+
+def _numbers(op: str, a: Any, b: Any, div: Callable[[Any, Any], Any], mod: Callable[[Any, Any], Any]) -> Any:
+    """`a op b` for two ints or two floats: `+ - *` as Python has them, `/` and `%` as each kind's
+    `div` and `mod` say, past a zero divisor, refused for both."""
+    same = _SAME_FOR_EVERY_KIND.get(op)
+    if same is not None:
+        return same(a, b)
+    if b == 0:
+        raise terr("division by zero")
+    return div(a, b) if op == "/" else mod(a, b)
+
+
+def _int_div(a: int, b: int) -> int:
+    q = abs(a) // abs(b)  # truncated toward zero, as in SQL and C
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def _int_mod(a: int, b: int) -> int:
+    r = abs(a) % abs(b)  # the sign of the dividend
+    return r if a >= 0 else -r
+
+
+def _float_mod(a: float, b: float) -> float:
+    try:
+        return math.fmod(a, b)
+    except ValueError:  # an infinite left side (only a caller in process can send one)
+        raise terr("the result is not a finite number") from None
 
 
 def _ts_arith(op: str, a: Any, b: Any) -> Any:
@@ -317,31 +319,8 @@ def _depth(e: A.Expr) -> int:
         if isinstance(node, (A.And, A.Or)):
             for i, it in enumerate(node.items):
                 stack.append((it, d + i))  # the chain's first item sits at its level; each link adds one
-        elif isinstance(node, (A.Arith, A.Cmp, A.Match, A.Has)):
-            stack.append((node.left, d + 1))
-            stack.append((node.right, d + 1))
-        elif isinstance(node, A.Not):
-            stack.append((node.expr, d + 1))
-        elif isinstance(node, A.IsNull):
-            stack.append((node.expr, d + 1))
-        elif isinstance(node, A.In):
-            stack.append((node.left, d + 1))
-            for it in node.items or ():
-                stack.append((it, d + 1))
-        elif isinstance(node, A.Call):
-            for it in node.args:
-                stack.append((it, d + 1))
-        elif isinstance(node, A.Case):
-            for c, v in node.whens:
-                stack.append((c, d + 1))
-                stack.append((v, d + 1))
-            if node.else_ is not None:
-                stack.append((node.else_, d + 1))
-        elif isinstance(node, (A.ListExpr,)):
-            for it in node.items:
-                stack.append((it, d + 1))
-        elif isinstance(node, A.ObjectExpr):
-            for _, it in node.items:
+        else:
+            for it in A.children(node):
                 stack.append((it, d + 1))
     return deepest
 
@@ -380,14 +359,6 @@ def _const(v: Any) -> Fn:
     return lambda row, env: v
 
 
-def _read_path(v: Any, keys: tuple[str, ...]) -> Any:
-    for k in keys:
-        if type(v) is not dict:
-            return None
-        v = v.get(k)
-    return v
-
-
 def field_reader(schema: Schema, name: str, keys: tuple[str, ...] = ()) -> Fn:
     if name == "id" and not keys:
         return lambda row, env: row["id"]
@@ -402,7 +373,7 @@ def field_reader(schema: Schema, name: str, keys: tuple[str, ...] = ()) -> Fn:
                 v = row.get(name)
                 return v.get(k0) if type(v) is dict else None
             return read1
-        return lambda row, env: _read_path(row.get(name), keys)
+        return lambda row, env: read_path(row.get(name), keys)
     return lambda row, env: row.get(name)
 
 
@@ -427,18 +398,16 @@ def _c(e: A.Expr, ctx: Ctx) -> Fn:  # noqa: C901 - a dispatch over node kinds
         if ctx.schema is not None:
             ctx.schema.field(e.name)
         name, keys = e.name, e.keys
-        return lambda row, env: _read_path(env.new.get(name), keys)
+        return lambda row, env: read_path(env.new.get(name), keys)
     if isinstance(e, A.Claim):
         if not ctx.claims:
             raise qerr("`$jwt.` claims are read only inside access rules")
         keys = e.keys
 
         def claim(row, env):
-            v: Any = env.claims
-            for k in keys:
-                if type(v) is not dict or k not in v:
-                    raise _Missing()
-                v = v[k]
+            v = read_path(env.claims, keys, V.MISSING)
+            if v is V.MISSING:
+                raise _Missing()
             return v
         return claim
     if isinstance(e, A.Duration):
@@ -631,38 +600,21 @@ def _call(e: A.Call, ctx: Ctx) -> Fn:  # noqa: C901
             return best
         return extreme
     if name in ("lower", "upper"):
-        _nargs(e, 1)
-        f = _c(e.args[0], ctx)
         up = name == "upper"
 
-        def case_map(row, env):
-            v = f(row, env)
-            if v is None:
-                return None
+        def case_map(v: Any) -> Any:
             if type(v) is not str:
                 raise terr(f"{name}() takes text, found {V.kind_name(v)}")
             return v.upper() if up else v.lower()
-        return case_map
+        return _of_one(e, ctx, case_map)
     if name == "len":
-        _nargs(e, 1)
-        f = _c(e.args[0], ctx)
-
-        def length(row, env):
-            v = f(row, env)
-            if v is None:
-                return None
+        def length(v: Any) -> Any:
             if type(v) in (str, list, tuple, bytes, dict):
                 return len(v)
             raise terr(f"len() takes text or a list, found {V.kind_name(v)}")
-        return length
+        return _of_one(e, ctx, length)
     if name == "timestamp":
-        _nargs(e, 1)
-        f = _c(e.args[0], ctx)
-
-        def to_ts(row, env):
-            v = f(row, env)
-            if v is None:
-                return None
+        def to_ts(v: Any) -> Any:
             t = type(v)
             if t is V.Ts:
                 return v
@@ -674,7 +626,7 @@ def _call(e: A.Call, ctx: Ctx) -> Fn:  # noqa: C901
                     raise terr(f"timestamp() could not read {v[:64]!r} as a time")
                 return V.make_ts(ms)
             raise terr(f"timestamp() takes epoch ms or ISO text, found {V.kind_name(v)}")
-        return to_ts
+        return _of_one(e, ctx, to_ts)
     if name == "bucket":
         _nargs(e, 2)
         f = _c(e.args[0], ctx)
@@ -708,6 +660,17 @@ def _call(e: A.Call, ctx: Ctx) -> Fn:  # noqa: C901
     raise qerr(f"unknown function `{name}()`")
 
 
+def _of_one(e: A.Call, ctx: Ctx, of_value: Callable[[Any], Any]) -> Fn:
+    """A function of one argument, null for null: `of_value` sees every other value."""
+    _nargs(e, 1)
+    f = _c(e.args[0], ctx)
+
+    def call(row, env):
+        v = f(row, env)
+        return None if v is None else of_value(v)
+    return call
+
+
 _KNOWN = ("int", "timestamp", "text", "bool")
 
 
@@ -732,42 +695,6 @@ def static_type(e: A.Expr, schema: Schema) -> str | None:
         if e.op == "+" and a == "int" and b == "timestamp":
             return "timestamp"
     return None
-
-
-def mentions(e: A.Expr | None, pred: Callable[[A.Expr], bool]) -> bool:
-    """Whether any node of `e` satisfies pred."""
-    if e is None:
-        return False
-    stack = [e]
-    while stack:
-        n = stack.pop()
-        if pred(n):
-            return True
-        stack.extend(children(n))
-    return False
-
-
-def children(n: A.Expr) -> list[A.Expr]:
-    if isinstance(n, (A.And, A.Or)):
-        return list(n.items)
-    if isinstance(n, (A.Arith, A.Cmp, A.Match, A.Has)):
-        return [n.left, n.right]
-    if isinstance(n, (A.Not, A.IsNull)):
-        return [n.expr]
-    if isinstance(n, A.In):
-        return [n.left, *(n.items or ()), *([n.source] if n.source is not None else [])]
-    if isinstance(n, A.Call):
-        return list(n.args)
-    if isinstance(n, A.Case):
-        out = [x for w in n.whens for x in w]
-        if n.else_ is not None:
-            out.append(n.else_)
-        return out
-    if isinstance(n, A.ListExpr):
-        return list(n.items)
-    if isinstance(n, A.ObjectExpr):
-        return [v for _, v in n.items]
-    return []
 
 
 def guard_missing(f: Fn) -> Fn:

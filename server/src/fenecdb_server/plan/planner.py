@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ql import ast as A
-from .compile import Ctx, Fn, compile_expr, mentions
+from ..ql.ast import mentions
+from .compile import Ctx, Fn, compile_expr
 from .schema import Schema
 
 

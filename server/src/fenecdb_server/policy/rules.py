@@ -21,12 +21,14 @@ A rule's filter is split once into what the engine needs:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
+from .. import values as V
 from ..errors import FenecError
-from ..plan.compile import children, mentions
 from ..plan.planner import and_terms
 from ..ql import ast as A
+from ..ql.ast import mentions
 from ..ql.parser import parse
 
 GRANTS = ("read", "insert", "update", "delete", "expired")
@@ -65,13 +67,7 @@ class Rule:
             role = claims.get("role")
             if not (role == self.role or (isinstance(role, list) and self.role in role)):
                 return False
-        for keys in self.claims:
-            v = claims
-            for k in keys:
-                if type(v) is not dict or k not in v:
-                    return False
-                v = v[k]
-        return True
+        return all(V.read_path(claims, keys, V.MISSING) is not V.MISSING for keys in self.claims)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,12 +83,11 @@ class _LineError(Exception):
         self.col = col
 
 
-def _words(line: str) -> list[tuple[str, int]]:
-    """Top-level words with their offsets: whitespace inside quotes or brackets does not cut."""
-    out: list[tuple[str, int]] = []
-    depth = 0
+def _outside_quotes(line: str) -> Iterator[tuple[int, str]]:
+    """Each character of `line` outside quoted text, with its offset. A quote opens with `"` or
+    `'` (the opening mark is outside) and closes with the same mark; inside, a backslash escapes
+    the character after it."""
     quote = ""
-    start = -1
     i = 0
     n = len(line)
     while i < n:
@@ -103,40 +98,38 @@ def _words(line: str) -> list[tuple[str, int]]:
                 continue
             if c == quote:
                 quote = ""
-        elif c in "\"'":
-            quote = c
-        elif c in "([{":
+        else:
+            if c in "\"'":
+                quote = c
+            yield i, c
+        i += 1
+
+
+def _words(line: str) -> list[tuple[str, int]]:
+    """Top-level words with their offsets: whitespace inside quotes or brackets does not cut."""
+    out: list[tuple[str, int]] = []
+    depth = 0
+    start = -1
+    for i, c in _outside_quotes(line):  # a quoted text is part of the word its opening mark starts
+        if c in "([{":
             depth += 1
         elif c in ")]}":
             depth = max(0, depth - 1)
-        if c.isspace() and not quote and depth == 0:
+        if c.isspace() and depth == 0:
             if start >= 0:
                 out.append((line[start:i], start))
                 start = -1
         elif start < 0:
             start = i
-        i += 1
     if start >= 0:
         out.append((line[start:], start))
     return out
 
 
 def _strip_comment(line: str) -> str:
-    quote = ""
-    i = 0
-    while i < len(line):
-        c = line[i]
-        if quote:
-            if c == "\\":
-                i += 2
-                continue
-            if c == quote:
-                quote = ""
-        elif c in "\"'":
-            quote = c
-        elif c == "#":
+    for i, c in _outside_quotes(line):
+        if c == "#":
             return line[:i]
-        i += 1
     return line
 
 
@@ -255,13 +248,15 @@ def _check_filter(e: A.Expr, col: int) -> None:
 
 def _new_only_at_top(e: A.Expr) -> bool:
     """`new.` may stand in a top-level `and` term, never under `or`, `not` or `case`."""
-    def under(node: A.Expr) -> bool:
+    stack = [e]
+    while stack:  # down to the first `or`, `not` or `case` on each branch, then into it whole
+        node = stack.pop()
         if isinstance(node, (A.Or, A.Not, A.Case)):
-            return mentions(node, lambda n: isinstance(n, A.New))
-        if isinstance(node, A.And):
-            return any(under(x) for x in node.items)
-        return any(under(x) for x in children(node))
-    return not under(e)
+            if mentions(node, lambda n: isinstance(n, A.New)):
+                return False
+        else:
+            stack.extend(A.children(node))
+    return True
 
 
 def _claims(e: A.Expr | None) -> tuple[tuple[str, ...], ...]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import values as V
 from .rules import GRANTS, HIDDEN, AppendOnly, Rule
 
 
@@ -73,10 +74,7 @@ class Scope:
         read = sorted({k for rs in g.by_grant.values() for r in rs for k in r.claims})
         vals = []
         for keys in read:
-            v: Any = self.claims
-            for k in keys:
-                v = v[k]
-            vals.append((keys, repr(v)))
+            vals.append((keys, repr(V.read_path(self.claims, keys))))  # every rule here found them all
         return (g.key, tuple(vals))
 
     def whoami(self) -> dict:

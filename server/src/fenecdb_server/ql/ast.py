@@ -2,12 +2,23 @@
 
 Every node is hashable, so a filter with its parameters bound can key a line of held claims.
 `pos` fields are character offsets into the statement text (for error messages).
+
+Every walk over a tree goes through `children` (the nodes right under one node) or `walk` (every
+node under one, iteratively: a tree may be as deep as the parser allows, `MAX_DEPTH` levels and
+`4 * MAX_DEPTH` links of a chain, more than Python's recursion limit would like).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
+
+# The language's limits. The parser refuses past them as it reads; the engine checks again where a
+# tree may come from elsewhere (built in process, or a path written as a `put jobs $1` key).
+MAX_DEPTH = 512  # how deep an expression nests (counted on the tokens; plan/compile.py on a tree)
+MAX_NAME = 128  # characters of a collection's or a field's name, or of one key of a path
+MAX_PATH_KEYS = 64  # keys of a path into a json field after its name
 
 # ---------------------------------------------------------------- expressions
 
@@ -259,3 +270,51 @@ class Del(Statement):
     returning_all: bool
     require: int | None
     verb = "del"
+
+
+# ---------------------------------------------------------------- walking a tree
+
+Node = Any  # an Expr, a Statement, or a statement's part (Target, Entry, OrderKey, SelectItem, FieldDef)
+_PARTS = (Expr, Statement, Target, Entry, OrderKey, SelectItem, FieldDef)
+# Every node class above (a new one needs no list updated), and its fields in declaration order,
+# read once here rather than at every node.
+_CLASSES: list[Any] = [c for c in list(globals().values())
+                       if is_dataclass(c) and isinstance(c, type) and issubclass(c, _PARTS)]
+_FIELDS: dict[type, tuple[str, ...]] = {c: tuple(f.name for f in fields(c)) for c in _CLASSES}
+
+
+def children(node: Node) -> list[Node]:
+    """The nodes right under `node`, in the order its fields are written: an expression's operands,
+    a statement's filter, entries, order keys, ... Tuples are looked into (a case's whens, an
+    object's items, a put's documents); a name, a number or None is no node."""
+    out: list[Node] = []
+    for name in _FIELDS[type(node)]:
+        _collect(getattr(node, name), out)
+    return out
+
+
+def _collect(v: Any, out: list[Node]) -> None:
+    if isinstance(v, _PARTS):
+        out.append(v)
+    elif type(v) is tuple:
+        for x in v:  # recursion as deep as the classes nest tuples (two), whatever the text
+            _collect(x, out)
+
+
+def walk(node: Node) -> Iterator[Node]:
+    """`node` and every node under it, depth first and left to right, without recursion."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        below = children(n)
+        below.reverse()
+        stack.extend(below)
+
+
+def mentions(node: Node | None, pred: Callable[[Node], bool]) -> bool:
+    """Whether any node of the tree under `node` (itself included) satisfies `pred`; the walk
+    stops at the first that does."""
+    if node is None:
+        return False
+    return any(pred(n) for n in walk(node))

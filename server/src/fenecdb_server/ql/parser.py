@@ -23,11 +23,8 @@ from lark.lark import PostLex
 
 from ..errors import FenecError
 from . import ast as A
+from .ast import MAX_DEPTH, MAX_NAME, MAX_PATH_KEYS
 from .grammar_cache import build as build_parser
-
-MAX_NAME = 128
-MAX_DEPTH = 512
-MAX_PATH_KEYS = 64
 
 RESERVED = frozenset(
     "get put insert set del where order limit offset select returning require count and or not in is null "
