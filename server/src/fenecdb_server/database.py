@@ -313,7 +313,7 @@ class Database:
                 err.at = next(i for i, (_, s, _) in enumerate(parsed) if s.writes)
             raise err
         if self._closed:
-            raise FenecError("io", "the database is closed", status=503)
+            raise FenecError("unavailable", "the database is closed")
         if not writes:
             self._lock.acquire_read()
             try:
@@ -386,7 +386,7 @@ class Database:
             if isinstance(e, FenecError) or not isinstance(e, Exception):
                 raise
             log.exception("internal error storing a write")
-            raise FenecError("io", f"internal error: {type(e).__name__}", status=500) from None
+            raise FenecError("io", f"internal error: {type(e).__name__}") from None
         # appended: from here on the write stands, whatever else fails
         try:
             self._footprint.record(len(payload), self.seq, out, self._documents)
@@ -440,7 +440,7 @@ class Database:
             except Exception as e:
                 # As in _run_block: an engine fault is logged and answered as one, never a raw exception.
                 log.exception("internal error reading %r", text[:200])
-                raise _at(FenecError("io", f"internal error: {type(e).__name__}", status=500),
+                raise _at(FenecError("io", f"internal error: {type(e).__name__}"),
                           i if block else None) from None
         return answers
 
@@ -492,7 +492,7 @@ class Database:
                 # block behind: put back, logged, and answered as a fault.
                 blk.rollback()
                 log.exception("internal error running %r", text[:200])
-                raise _at(FenecError("io", f"internal error: {type(e).__name__}", status=500),
+                raise _at(FenecError("io", f"internal error: {type(e).__name__}"),
                           i if block else None) from None
             except BaseException:
                 blk.rollback()  # KeyboardInterrupt, SystemExit: put back, then on their way

@@ -338,7 +338,7 @@ def withheld(e: FenecError, stmt: A.Statement) -> FenecError:
     verb = {A.Get: "get", A.Set: "set", A.Del: "del"}.get(type(stmt), "put")
     coll = stmt.collection  # type: ignore[attr-defined]
     return FenecError(e.kind, f"`{verb} {coll}` failed on a row this token may not read; "
-                              "the reason is withheld, since it would show the row", status=e.status)
+                              "the reason is withheld, since it would show the row")
 
 
 def choose(db: Any, plan: Plan, env: Env, limit: int | None) -> tuple[list[dict], list[dict]]:
