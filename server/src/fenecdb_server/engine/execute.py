@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import fields as dc_fields
 from dataclasses import is_dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import values as V
 from ..errors import FenecError, Overflow
@@ -22,12 +22,14 @@ from .access import pick
 from .collection import Collection
 from .prepare import Prepared, render
 
+if TYPE_CHECKING:
+    from .engine import Engine
+
 
 class Block:
-    __slots__ = ("db", "undo", "ops", "ids", "schema_undo", "touched", "writes")
+    __slots__ = ("undo", "ops", "ids", "schema_undo", "touched", "writes")
 
-    def __init__(self, db: Any) -> None:
-        self.db = db  # the Engine
+    def __init__(self) -> None:
         self.undo: list = []
         self.ops: list = []
         self.ids: dict[Collection, int] = {}  # the id counter each touched collection had
@@ -171,7 +173,7 @@ def _check_required(schema: Schema, row: dict) -> None:
 # ---------------------------------------------------------------- the statements
 
 
-def run_get(eng: Any, p: Prepared, env: Env) -> Any:
+def run_get(eng: Engine, p: Prepared, env: Env) -> Any:
     coll = eng.collection(p.coll)
     q = p.query
     if p.count:
@@ -185,7 +187,7 @@ def run_get(eng: Any, p: Prepared, env: Env) -> Any:
     return render(p.cols, rows, env)  # type: ignore[arg-type]  # not a count: prepare() set the columns
 
 
-def run_set(eng: Any, p: Prepared, env: Env, blk: Block) -> Any:
+def run_set(eng: Engine, p: Prepared, env: Env, blk: Block) -> Any:
     coll = eng.collection(p.coll)
     picked = pick(coll, p.query, env)
     if picked:
@@ -304,7 +306,7 @@ def _rewrite(schema: Schema, patch: list, picked: list[dict], env: Env) -> list[
     return news
 
 
-def run_del(eng: Any, p: Prepared, env: Env, blk: Block) -> Any:
+def run_del(eng: Engine, p: Prepared, env: Env, blk: Block) -> Any:
     coll = eng.collection(p.coll)
     picked = pick(coll, p.query, env)
     if picked:
@@ -380,7 +382,7 @@ def _doc_id(v: Any) -> int:
     return v
 
 
-def run_put(eng: Any, p: Prepared, env: Env, blk: Block) -> Any:
+def run_put(eng: Engine, p: Prepared, env: Env, blk: Block) -> Any:
     coll = eng.collection(p.coll)
     stmt = p.stmt
     assert isinstance(stmt, A.Put)
@@ -479,7 +481,7 @@ def _read_target(doc: dict, target: str) -> Any:
 # ---------------------------------------------------------------- schema statements
 
 
-def run_create(eng: Any, stmt: A.CreateCollection, blk: Block) -> Any:
+def run_create(eng: Engine, stmt: A.CreateCollection, blk: Block) -> Any:
     name = stmt.name
     if name in eng.collections:
         if stmt.if_not_exists:
@@ -509,7 +511,7 @@ def run_create(eng: Any, stmt: A.CreateCollection, blk: Block) -> Any:
     return {"message": f"collection `{name}` created"}
 
 
-def run_drop(eng: Any, stmt: A.DropCollection, blk: Block) -> Any:
+def run_drop(eng: Engine, stmt: A.DropCollection, blk: Block) -> Any:
     name = stmt.name
     coll = eng.collections.get(name)
     if coll is None:
@@ -524,7 +526,7 @@ def run_drop(eng: Any, stmt: A.DropCollection, blk: Block) -> Any:
     return {"message": f"collection `{name}` dropped"}
 
 
-def run_create_index(eng: Any, stmt: A.CreateIndex, blk: Block) -> Any:
+def run_create_index(eng: Engine, stmt: A.CreateIndex, blk: Block) -> Any:
     coll = eng.collections.get(stmt.collection)
     if coll is None:
         raise FenecError("notfound", f"no collection `{stmt.collection}`")

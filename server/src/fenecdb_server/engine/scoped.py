@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import values as V
 from ..errors import FenecError, Overflow
@@ -51,6 +51,9 @@ from .execute import (
     unmet,
 )
 from .prepare import Prepared, prepare, render
+
+if TYPE_CHECKING:
+    from .engine import Engine
 
 Fn = Callable[[Any, Any], bool]
 SCHEMA_STATEMENTS = (A.CreateCollection, A.DropCollection, A.CreateIndex)
@@ -209,10 +212,10 @@ class Plan:
         self.any_fields: frozenset[str] | None = None  # every field some update rule may change
 
 
-def _plan(db: Any, text: str, stmt: A.Statement, scope: Scope) -> Plan:
+def _plan(db: Engine, text: str, stmt: A.Statement, scope: Scope) -> Plan:
     g = scope.grants(stmt.collection)  # type: ignore[attr-defined]
     key = (text, ("scoped", g.key))
-    plan = db._prepared.get(key)
+    plan = db.plan(key)
     if plan is not None:
         return plan
     schemas = {n: c.schema for n, c in db.collections.items()}
@@ -300,7 +303,7 @@ def _unique_check(coll: Any, row: dict, alive: Callable, undo: list) -> None:
 # ---------------------------------------------------------------- running
 
 
-def run(db: Any, text: str, stmt: A.Statement, env: Env, blk: Block | None, scope: Scope) -> Any:
+def run(db: Engine, text: str, stmt: A.Statement, env: Env, blk: Block | None, scope: Scope) -> Any:
     """One authorized statement under the token's rules (`env.claims` set to its claims)."""
     plan = _plan(db, text, stmt, scope)
     t = type(stmt)
@@ -319,7 +322,7 @@ def run(db: Any, text: str, stmt: A.Statement, env: Env, blk: Block | None, scop
         raise
 
 
-def _may_read(db: Any, stmt: A.Statement, scope: Scope, row: dict, env: Env) -> bool:
+def _may_read(db: Engine, stmt: A.Statement, scope: Scope, row: dict, env: Env) -> bool:
     """Whether the token's read rules admit `row`. Asked only on the way out of an error, so
     the test is compiled here rather than kept with every plan; any doubt is a no."""
     name = stmt.collection  # type: ignore[attr-defined]
@@ -341,7 +344,7 @@ def withheld(e: FenecError, stmt: A.Statement) -> FenecError:
                               "the reason is withheld, since it would show the row")
 
 
-def choose(db: Any, plan: Plan, env: Env, limit: int | None) -> tuple[list[dict], list[dict]]:
+def choose(db: Engine, plan: Plan, env: Env, limit: int | None) -> tuple[list[dict], list[dict]]:
     """The rows a scoped set writes, in its order, and their written forms (§4.4): each
     candidate is judged (403 for the whole statement), then, with `returning`, passed over when
     the token could not read it as written. Candidates are read in pages that double."""
@@ -383,7 +386,7 @@ def choose(db: Any, plan: Plan, env: Env, limit: int | None) -> tuple[list[dict]
         cands = pick(coll, p.query, env, need_override=need)
 
 
-def _run_set(db: Any, plan: Plan, env: Env, blk: Block) -> Any:
+def _run_set(db: Engine, plan: Plan, env: Env, blk: Block) -> Any:
     p = plan.p
     coll = db.collection(p.coll)
     olds, news = choose(db, plan, env, p.query.limit)
@@ -428,7 +431,7 @@ def _admit(plan: Plan, coll: Any, doc: dict, rid: int, env: Env) -> dict | None:
     return None
 
 
-def _run_put(db: Any, plan: Plan, env: Env, blk: Block, scope: Scope) -> Any:
+def _run_put(db: Engine, plan: Plan, env: Env, blk: Block, scope: Scope) -> Any:
     p = plan.p
     stmt = p.stmt
     assert isinstance(stmt, A.Put)
@@ -490,7 +493,7 @@ def _run_put(db: Any, plan: Plan, env: Env, blk: Block, scope: Scope) -> Any:
 # ---------------------------------------------------------------- held claims
 
 
-def look(db: Any, text: str, stmt: A.Statement, params: list, scope: Scope, now: Any) -> bool:
+def look(db: Engine, text: str, stmt: A.Statement, params: list, scope: Scope, now: Any) -> bool:
     """Under the read lock: would this scoped set/del take a row now? It reads only the rows
     the token could take; a rewrite its rules refuse, or an error, counts as taking (the run
     answers it: 403, or the error, withheld as `run` withholds it)."""

@@ -553,26 +553,16 @@ class App:
     async def run(self, job: Job, *, held: bool) -> tuple[Outcome, str]:
         """Run the job once: (outcome, metrics kind). For a held request a `require` miss is
         "took nothing" (http.md §8.3), not the end of the hold."""
-        rendered: list[tuple[int, bytes]] = []
-
-        def render(answers: list[Any]) -> tuple[int, bytes]:
-            # called by the engine under its write lock when a key is to be stored with the write
-            out = self.render(job.block, answers)
-            rendered.append(out)
-            return out
-
         # only a scoped token passes a scope: the server token runs as it always did
         scoped = {"scope": job.caller.scope} if job.caller.scoped else {}
         try:
             if self.pool is not None or job.large:
                 loop = asyncio.get_running_loop()
-                run = partial(self.db.execute, job.statements, block=job.block, idempotency=job.idem,
-                              render=render, **scoped)
+                run = partial(self.db.execute, job.statements, block=job.block, idempotency=job.idem, **scoped)
                 result = await loop.run_in_executor(self.large, partial(collection.deferred, run) if job.large
                                                     else run)
             else:
-                result = self.db.execute(job.statements, block=job.block, idempotency=job.idem, render=render,
-                                         **scoped)
+                result = self.db.execute(job.statements, block=job.block, idempotency=job.idem, **scoped)
         except FenecError as e:
             status, body = E.answer(e, batch=job.block)
             kind = "write" if e.kind in ("unmet", "exists", "conflict", "io") else "read"
@@ -583,10 +573,12 @@ class App:
             log.exception("internal fault")
             return Outcome(True, Answer(500, E.body(E.INTERNAL))), "read"
         kind = "write" if result.wrote else "read"
-        if result.replayed is not None:
-            status, body = result.replayed
+        stored = result.replayed
+        if stored is not None:
+            # the stored answers, rendered as the first answer was (an older file's key keeps the bytes)
+            status, body = stored.raw if stored.raw is not None else self.render(job.block, stored.answers or [])
             return Outcome(True, Answer(status, body, [(b"idempotent-replayed", b"true")])), kind
-        status, body = rendered[-1] if rendered else self.render(job.block, result.answers)
+        status, body = self.render(job.block, result.answers)
         headers = []
         if result.wrote or job.block:
             headers.append((b"fenec-seq", str(result.seq).encode()))
