@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 
 class Block:
-    __slots__ = ("undo", "ops", "ids", "schema_undo", "touched", "writes")
+    __slots__ = ("undo", "ops", "ids", "schema_undo", "touched", "writes", "taken")
 
     def __init__(self) -> None:
         self.undo: list = []
@@ -35,7 +35,8 @@ class Block:
         self.ids: dict[Collection, int] = {}  # the id counter each touched collection had
         self.schema_undo: list[Callable[[], None]] = []
         self.touched: set[str] = set()
-        self.writes = 0
+        self.writes = 0  # write statements that changed something (each counts one change)
+        self.taken = 0  # rows the block's set and del statements took (a held claim's "took any")
 
     def touch(self, coll: Collection) -> None:
         if coll not in self.ids:
@@ -55,6 +56,7 @@ class Block:
         self.schema_undo.clear()
         self.ids.clear()
         self.writes = 0
+        self.taken = 0
 
 
 def unmet(verb: str, coll: str, got: int, want: int, read: bool = False) -> FenecError:
@@ -220,6 +222,7 @@ def run_set(eng: Engine, p: Prepared, env: Env, blk: Block) -> Any:
         name = coll.name
         blk.ops += [("p", name, new["id"], new) for new in news]
         blk.writes += 1
+        blk.taken += len(picked)
     if p.require is not None and len(picked) != p.require:
         raise unmet("set", p.coll, len(picked), p.require)
     if p.cols is not None:
@@ -316,6 +319,7 @@ def run_del(eng: Engine, p: Prepared, env: Env, blk: Block) -> Any:
             coll.delete(old, blk.undo)
             blk.ops.append(("d", name, old["id"]))
         blk.writes += 1
+        blk.taken += len(picked)
     if p.require is not None and len(picked) != p.require:
         raise unmet("del", p.coll, len(picked), p.require)
     if p.cols is not None:

@@ -402,6 +402,7 @@ def _run_set(db: Engine, plan: Plan, env: Env, blk: Block) -> Any:
             coll.replace(old, new, blk.undo)
             blk.ops.append(("p", coll.name, new["id"], new))
         blk.writes += 1
+        blk.taken += len(olds)
     if p.require is not None and len(olds) != p.require:
         raise unmet("set", p.coll, len(olds), p.require)
     if p.cols is not None:
