@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import FenecError
 from . import collection, numbers
@@ -56,6 +56,9 @@ except ImportError:  # pragma: no cover - orjson is optional
     orjson = None  # type: ignore[assignment]
 
 import json
+
+if TYPE_CHECKING:
+    from ..database import Database
 
 log = logging.getLogger("fenec.http")
 
@@ -165,7 +168,7 @@ class Refusal(Exception):
 
 
 class App:
-    def __init__(self, db: Any, config: Config | None = None, *,
+    def __init__(self, db: Database, config: Config | None = None, *,
                  connections: Callable[[], int] = lambda: 0) -> None:
         self.db = db
         self.config = config or Config()
@@ -633,5 +636,5 @@ def _without_params(raw: bytes) -> str:
     return "\n".join(texts)[:1000]
 
 
-def create_app(db: Any, config: Config | None = None, **kw: Any) -> App:
+def create_app(db: Database, config: Config | None = None, **kw: Any) -> App:
     return App(db, config, **kw)
