@@ -386,12 +386,43 @@ def _doc_id(v: Any) -> int:
     return v
 
 
-def run_put(eng: Engine, p: Prepared, env: Env, blk: Block) -> Any:
+class PutRules:
+    """What a put's documents are judged by beyond the schema: nothing, as the server token. A
+    token's rules (scoped.py `TokenPut`) refuse documents naming `id`, admit each new row under an
+    insert rule (filling in what it pins), judge an upsert's rewrite as an update, and tell of a
+    @unique clash the field only."""
+
+    def check(self, docs: list[dict]) -> None:
+        """Refuse the documents before any is written."""
+
+    def admit(self, coll: Collection, doc: dict, rid: int, env: Env) -> dict:
+        """The new row `doc` becomes, with id `rid`."""
+        row = {"id": rid}
+        for f in coll.schema.fields:
+            if f in doc:
+                row[f] = doc[f]
+        return row
+
+    def judge_update(self, coll: Collection, old: dict, new: dict, env: Env) -> None:
+        """Refuse an upsert's rewrite of `old` into `new`."""
+
+    def unique_check(self, coll: Collection, row: dict, alive: Callable[[dict], bool], undo: list) -> None:
+        coll.unique_check(row, alive, undo)
+
+
+SERVER_TOKEN = PutRules()
+
+
+def run_put(eng: Engine, p: Prepared, env: Env, blk: Block, rules: PutRules = SERVER_TOKEN) -> Any:
+    """put, insert and upsert (`if absent`, `else`): each document is a new row, or with an
+    explicit `id` the row of that id; `if absent` passes over (or, with `else`, updates) the live
+    row holding the document's id or one of its @unique values."""
     coll = eng.collection(p.coll)
     stmt = p.stmt
     assert isinstance(stmt, A.Put)
     schema = coll.schema
     docs = _documents(p, env)
+    rules.check(docs)
     blk.touch(coll)
     alive_fn = p.alive
     alive = (lambda r: alive_fn(r, env)) if alive_fn else (lambda r: True)
@@ -403,71 +434,59 @@ def run_put(eng: Engine, p: Prepared, env: Env, blk: Block) -> Any:
         if explicit:
             rid = _doc_id(doc["id"])
             doc["id"] = rid
-        held = None
-        if stmt.if_absent:
-            holder = None
-            if explicit and doc["id"] in coll.rows and alive(coll.rows[doc["id"]]):
-                holder = coll.rows[doc["id"]]
-            if holder is None:
-                for t in uniques:
-                    v = _read_target(doc, t)
-                    if v is None:
-                        continue
-                    idx = coll.index(t)
-                    for other in idx.lookup(v):
-                        if alive(coll.rows[other]):
-                            holder = coll.rows[other]
-                            break
-                    if holder is not None:
-                        break
-            if holder is not None:
-                if stmt.else_patch is None:
-                    continue
-                held = holder
-        if held is not None:
+        holder = _holder(coll, doc, uniques, alive) if stmt.if_absent else None
+        if holder is not None:
+            if stmt.else_patch is None:
+                continue
             # upsert: the holder is updated with the patch, `new.` reading the incoming doc
             upd_env = Env(env.params, env.now, env.claims, doc)
             patch = p.else_patch
-            vals = [fn(held, upd_env) for _, fn, _, _ in patch]
-            new = _apply_entries(schema, held, patch, vals)
+            try:
+                new = _apply_entries(schema, holder, patch, [fn(holder, upd_env) for _, fn, _, _ in patch])
+            except FenecError as e:
+                e.row = holder  # the row that holds the value: maybe one a token may not read
+                raise
+            rules.judge_update(coll, holder, new, env)
             _check_required(schema, new)
-            coll.unique_check(new, alive, blk.undo)
-            coll.replace(held, new, blk.undo)
+            rules.unique_check(coll, new, alive, blk.undo)
+            coll.replace(holder, new, blk.undo)
             blk.ops.append(("p", name, new["id"], new))
             written += 1
             continue
-        if explicit:
-            rid = doc["id"]
-            cur = coll.rows.get(rid)
-            if cur is not None:
-                if stmt.verb == "insert" and alive(cur):
-                    raise FenecError("exists", f"`{name}` already holds a document with id {rid}")
-                row = {"id": rid}
-                for f in schema.fields:
-                    if f in doc:
-                        row[f] = doc[f]
-                _check_required(schema, row)
-                coll.unique_check(row, alive, blk.undo)
-                coll.replace(cur, row, blk.undo)
-                blk.ops.append(("p", name, rid, row))
-                written += 1
-                continue
-        else:
-            rid = coll.next_id
-        row = {"id": rid}
-        for f in schema.fields:
-            if f in doc:
-                row[f] = doc[f]
+        cur = coll.rows.get(doc["id"]) if explicit else None
+        if cur is not None and stmt.verb == "insert" and alive(cur):
+            raise FenecError("exists", f"`{name}` already holds a document with id {doc['id']}")
+        row = rules.admit(coll, doc, doc["id"] if explicit else coll.next_id, env)
         _check_required(schema, row)
-        coll.unique_check(row, alive, blk.undo)
-        coll.insert(row, blk.undo)
-        blk.ops.append(("p", name, rid, row))
+        rules.unique_check(coll, row, alive, blk.undo)
+        if cur is not None:
+            coll.replace(cur, row, blk.undo)
+        else:
+            coll.insert(row, blk.undo)
+        blk.ops.append(("p", name, row["id"], row))
         written += 1
     if written:
         blk.writes += 1
     if stmt.require is not None and written != stmt.require:
         raise unmet(stmt.verb, p.coll, written, stmt.require)
     return {"affected": written}
+
+
+def _holder(coll: Collection, doc: dict, uniques: list[str], alive: Callable[[dict], bool]) -> dict | None:
+    """The live row an `if absent` document meets: the one of its explicit id, or one holding
+    one of its @unique values."""
+    if "id" in doc:
+        cur = coll.rows.get(doc["id"])
+        if cur is not None and alive(cur):
+            return cur
+    for t in uniques:
+        v = _read_target(doc, t)
+        if v is None:
+            continue
+        for other in coll.index(t).lookup(v):
+            if alive(coll.rows[other]):
+                return coll.rows[other]
+    return None
 
 
 def _read_target(doc: dict, target: str) -> Any:

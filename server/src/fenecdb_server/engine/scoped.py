@@ -40,14 +40,15 @@ from ..policy import Scope
 from ..policy.rules import Rule
 from ..ql import ast as A
 from .access import pick
+from .collection import Collection
 from .execute import (
     Block,
+    PutRules,
     _apply_entries,
     _check_required,
-    _documents,
-    _read_target,
     run_del,
     run_get,
+    run_put,
     unmet,
 )
 from .prepare import Prepared, prepare, render
@@ -315,7 +316,7 @@ def run(db: Engine, text: str, stmt: A.Statement, env: Env, blk: Block | None, s
             return run_del(db, plan.p, env, blk)
         if t is A.Set:
             return _run_set(db, plan, env, blk)
-        return _run_put(db, plan, env, blk, scope)
+        return run_put(db, plan.p, env, blk, TokenPut(plan))
     except FenecError as e:
         if e.row is not None and not _may_read(db, stmt, scope, e.row, env):
             raise withheld(e, stmt) from None
@@ -410,85 +411,39 @@ def _run_set(db: Engine, plan: Plan, env: Env, blk: Block) -> Any:
     return {"affected": len(olds)}
 
 
-def _admit(plan: Plan, coll: Any, doc: dict, rid: int, env: Env) -> dict | None:
-    """The document as written under the first insert rule that admits it, with the fields
-    that rule pins filled in where the document leaves them out; None when none admits it."""
-    for ins in plan.inserts:
-        filled = dict(doc)
-        try:
-            for name, fn, ftype in ins.pins:
-                if name not in filled:
-                    filled[name] = V.coerce(fn(None, env), ftype)
-        except FenecError:
-            continue
-        except Exception:  # a pin reading a claim the token lacks
-            continue
-        row = {"id": rid}
-        for f in coll.schema.fields:
-            if f in filled:
-                row[f] = filled[f]
-        if ins.admits is None or ins.admits(row, env):
-            return row
-    return None
+class TokenPut(PutRules):
+    """A put under a token's rules (the module doc): `run_put` with the token's judgements."""
 
+    __slots__ = ("plan",)
 
-def _run_put(db: Engine, plan: Plan, env: Env, blk: Block, scope: Scope) -> Any:
-    p = plan.p
-    stmt = p.stmt
-    assert isinstance(stmt, A.Put)
-    coll = db.collection(p.coll)
-    schema = coll.schema
-    docs = _documents(p, env)
-    if any("id" in d for d in docs):
-        raise _put_id()
-    blk.touch(coll)
-    alive_fn = p.alive
-    alive = (lambda r: alive_fn(r, env)) if alive_fn else (lambda r: True)
-    uniques = [t for t, (k, _, _) in coll.indexes.items() if k == "unique"]
-    written = 0
-    for doc in docs:
-        holder = None
-        if stmt.if_absent:
-            for t in uniques:
-                v = _read_target(doc, t)
-                if v is None:
-                    continue
-                for other in coll.index(t).lookup(v):
-                    if alive(coll.rows[other]):
-                        holder = coll.rows[other]
-                        break
-                if holder is not None:
-                    break
-        if holder is not None:
-            if stmt.else_patch is None:
-                continue
-            upd_env = Env(env.params, env.now, env.claims, doc)
-            patch = p.else_patch
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+
+    def check(self, docs: list[dict]) -> None:
+        if any("id" in d for d in docs):
+            raise _put_id()
+
+    def admit(self, coll: Collection, doc: dict, rid: int, env: Env) -> dict:
+        """The document as written under the first insert rule that admits it, with the fields
+        that rule pins filled in where the document leaves them out; 403 when none admits it."""
+        for ins in self.plan.inserts:
+            filled = dict(doc)
             try:
-                new = _apply_entries(schema, holder, patch, [fn(holder, upd_env) for _, fn, _, _ in patch])
-            except FenecError as e:
-                e.row = holder  # the row that holds the value: maybe one the token may not read
-                raise
-            judge_update(plan, coll.name, holder, new, env)
-            _check_required(schema, new)
-            _unique_check(coll, new, alive, blk.undo)
-            coll.replace(holder, new, blk.undo)
-            blk.ops.append(("p", coll.name, new["id"], new))
-            written += 1
-            continue
-        row = _admit(plan, coll, doc, coll.next_id, env)
-        if row is None:
-            raise denied(f"the document is outside what this token may write to `{coll.name}`")
-        _check_required(schema, row)
-        _unique_check(coll, row, alive, blk.undo)
-        coll.insert(row, blk.undo)
-        blk.ops.append(("p", coll.name, row["id"], row))
-        written += 1
-    if written:
-        blk.writes += 1
-    if stmt.require is not None and written != stmt.require:
-        raise unmet(stmt.verb, p.coll, written, stmt.require)
-    return {"affected": written}
+                for name, fn, ftype in ins.pins:
+                    if name not in filled:
+                        filled[name] = V.coerce(fn(None, env), ftype)
+            except Exception:  # a refused value, or a pin reading a claim the token lacks
+                continue
+            row = super().admit(coll, filled, rid, env)
+            if ins.admits is None or ins.admits(row, env):
+                return row
+        raise denied(f"the document is outside what this token may write to `{coll.name}`")
+
+    def judge_update(self, coll: Collection, old: dict, new: dict, env: Env) -> None:
+        judge_update(self.plan, coll.name, old, new, env)
+
+    def unique_check(self, coll: Collection, row: dict, alive: Callable[[dict], bool], undo: list) -> None:
+        _unique_check(coll, row, alive, undo)
 
 
 # ---------------------------------------------------------------- held claims
