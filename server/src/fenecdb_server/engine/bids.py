@@ -168,7 +168,7 @@ def _look(db: Engine, prof: Profile, ids: set[int] | None, extra: set[int], now:
         q = db.prepared(prof.text, prof.stmt).query
         env = Env(prof.params, now)
     else:  # the statement as the token runs it: its rules ANDed into the filter
-        q = scoped._plan(db, prof.text, prof.stmt, prof.scope).p.query
+        q = scoped.plan_for(db, prof.text, prof.stmt, prof.scope).p.query
         env = Env(prof.params, now, prof.scope.claims)
     if ids is None:
         got = pick(coll, q, env, need_override=1)

@@ -151,7 +151,7 @@ def _in_field(e: FenecError, name: str) -> FenecError:
     return e
 
 
-def _apply_entries(schema: Schema, base: dict, entries: list, vals: list) -> dict:
+def apply_entries(schema: Schema, base: dict, entries: list, vals: list) -> dict:
     row = dict(base)
     target = None
     try:
@@ -166,7 +166,7 @@ def _apply_entries(schema: Schema, base: dict, entries: list, vals: list) -> dic
     return row
 
 
-def _check_required(schema: Schema, row: dict) -> None:
+def check_required(schema: Schema, row: dict) -> None:
     for f in schema.fields.values():
         if f.required and row.get(f.name) is None:
             raise FenecError("type", f"field `{f.name}` is required and cannot be null")
@@ -211,13 +211,13 @@ def run_set(eng: Engine, p: Prepared, env: Env, blk: Block) -> Any:
             alive = p.alive
             for old, new in zip(picked, news, strict=False):
                 if coll.required:
-                    _check_required(schema, new)
+                    check_required(schema, new)
                 coll.unique_check(new, (lambda r: alive(r, env)) if alive else (lambda r: True), undo)
                 coll.replace(old, new, undo)
         else:
             if coll.required:
                 for new in news:
-                    _check_required(schema, new)
+                    check_required(schema, new)
             coll.replace_all(picked, news, undo)
         name = coll.name
         blk.ops += [("p", name, new["id"], new) for new in news]
@@ -305,7 +305,7 @@ def _rewrite(schema: Schema, patch: list, picked: list[dict], env: Env) -> list[
     news = []
     for old in picked:
         vals = [f(old, env) if f is not None else c for f, c in zip(fns, fixed, strict=False)]
-        news.append(_apply_entries(schema, old, patch, vals))
+        news.append(apply_entries(schema, old, patch, vals))
     return news
 
 
@@ -442,12 +442,12 @@ def run_put(eng: Engine, p: Prepared, env: Env, blk: Block, rules: PutRules = SE
             upd_env = Env(env.params, env.now, env.claims, doc)
             patch = p.else_patch
             try:
-                new = _apply_entries(schema, holder, patch, [fn(holder, upd_env) for _, fn, _, _ in patch])
+                new = apply_entries(schema, holder, patch, [fn(holder, upd_env) for _, fn, _, _ in patch])
             except FenecError as e:
                 e.row = holder  # the row that holds the value: maybe one a token may not read
                 raise
             rules.judge_update(coll, holder, new, env)
-            _check_required(schema, new)
+            check_required(schema, new)
             rules.unique_check(coll, new, alive, blk.undo)
             coll.replace(holder, new, blk.undo)
             blk.ops.append(("p", name, new["id"], new))
@@ -457,7 +457,7 @@ def run_put(eng: Engine, p: Prepared, env: Env, blk: Block, rules: PutRules = SE
         if cur is not None and stmt.verb == "insert" and alive(cur):
             raise FenecError("exists", f"`{name}` already holds a document with id {doc['id']}")
         row = rules.admit(coll, doc, doc["id"] if explicit else coll.next_id, env)
-        _check_required(schema, row)
+        check_required(schema, row)
         rules.unique_check(coll, row, alive, blk.undo)
         if cur is not None:
             coll.replace(cur, row, blk.undo)

@@ -44,8 +44,8 @@ from .collection import Collection
 from .execute import (
     Block,
     PutRules,
-    _apply_entries,
-    _check_required,
+    apply_entries,
+    check_required,
     run_del,
     run_get,
     run_put,
@@ -213,7 +213,7 @@ class Plan:
         self.any_fields: frozenset[str] | None = None  # every field some update rule may change
 
 
-def _plan(db: Engine, text: str, stmt: A.Statement, scope: Scope) -> Plan:
+def plan_for(db: Engine, text: str, stmt: A.Statement, scope: Scope) -> Plan:
     g = scope.grants(stmt.collection)  # type: ignore[attr-defined]
     key = (text, ("scoped", g.key))
     plan = db.plan(key)
@@ -306,7 +306,7 @@ def _unique_check(coll: Any, row: dict, alive: Callable, undo: list) -> None:
 
 def run(db: Engine, text: str, stmt: A.Statement, env: Env, blk: Block | None, scope: Scope) -> Any:
     """One authorized statement under the token's rules (`env.claims` set to its claims)."""
-    plan = _plan(db, text, stmt, scope)
+    plan = plan_for(db, text, stmt, scope)
     t = type(stmt)
     try:
         if t is A.Get:
@@ -338,7 +338,7 @@ def withheld(e: FenecError, stmt: A.Statement) -> FenecError:
     """An error raised on a row the token may not read: its status, never its message, which
     may quote the row (`timestamp() could not read '4111 1111 1111 1111' as a time`). A set or
     del works its filter, order and values out on the rows its update or delete rules admit,
-    read or not; a get, and the read rules' own rows, never meet such a row (see _plan)."""
+    read or not; a get, and the read rules' own rows, never meet such a row (see plan_for)."""
     verb = {A.Get: "get", A.Set: "set", A.Del: "del"}.get(type(stmt), "put")
     coll = stmt.collection  # type: ignore[attr-defined]
     return FenecError(e.kind, f"`{verb} {coll}` failed on a row this token may not read; "
@@ -367,7 +367,7 @@ def choose(db: Engine, plan: Plan, env: Env, limit: int | None) -> tuple[list[di
             i += 1
             try:
                 vals = [f(old, env) if f is not None else c for f, c in zip(fns, fixed, strict=False)]
-                new = _apply_entries(schema, old, patch, vals)
+                new = apply_entries(schema, old, patch, vals)
             except Overflow as e:
                 if limit is None:
                     e.row = old
@@ -398,7 +398,7 @@ def _run_set(db: Engine, plan: Plan, env: Env, blk: Block) -> Any:
         alive = (lambda r: alive_fn(r, env)) if alive_fn else (lambda r: True)
         for old, new in zip(olds, news, strict=False):
             if coll.required:
-                _check_required(schema, new)
+                check_required(schema, new)
             _unique_check(coll, new, alive, blk.undo)
             coll.replace(old, new, blk.undo)
             blk.ops.append(("p", coll.name, new["id"], new))
@@ -453,7 +453,7 @@ def look(db: Engine, text: str, stmt: A.Statement, params: list, scope: Scope, n
     """Under the read lock: would this scoped set/del take a row now? It reads only the rows
     the token could take; a rewrite its rules refuse, or an error, counts as taking (the run
     answers it: 403, or the error, withheld as `run` withholds it)."""
-    plan = _plan(db, text, stmt, scope)
+    plan = plan_for(db, text, stmt, scope)
     env = Env(params, now, scope.claims)
     coll = db.collections.get(plan.p.coll)
     if coll is None:
