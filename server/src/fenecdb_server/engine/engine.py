@@ -288,8 +288,10 @@ class Engine:
         return out
 
     def _statement(self, text: str, params: Any) -> Parsed:
-        got = self._parsed.get(text) if type(text) is str else None  # the cache's hit, without a call
-        stmts, needs = got if got is not None else self._parse(text)
+        try:  # the cache's hit, without a call
+            stmts, needs = self._parsed[text]
+        except (KeyError, TypeError):  # not parsed yet, or not text (which _parse refuses)
+            stmts, needs = self._parse(text)
         if len(stmts) != 1:
             raise FenecError("query", ONE_AT_A_TIME)
         if type(params) is not list:
