@@ -81,6 +81,11 @@ def test_a_record_is_orjsons_unless_it_holds_a_lone_surrogate() -> None:
     encoded = records.dumps(odd)
     assert encoded == '{"s":2,"o":[["p","t",1,{"s":"x\ud800y"}]]}'.encode("utf-8", "surrogatepass")
     assert json.loads(encoded) == odd
+    # read back: orjson where it can, json where it refuses the bytes
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(encoded)
+    assert records.loads(encoded) == odd
+    assert records.loads(records.dumps(plain)) == plain == orjson.loads(records.dumps(plain))
 
 
 def test_an_unknown_op_is_refused_not_passed_over() -> None:

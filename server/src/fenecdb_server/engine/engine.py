@@ -386,11 +386,13 @@ class Engine:
 
     def _commit(self, blk: Block, idempotency: Idem | None = None, answers: list | None = None) -> object:
         """Under the write lock: keep the key with the answers, number the block, append its
-        record and tell who listens; answer the appender's ticket (None in memory). All of it or none of it: an exception
-        at any step before the append (a `FenecError`, a bug, a `MemoryError`, an encoder's
-        refusal) puts the block back, its keys and the change counter with it, before it goes
-        on up, so nothing unwritten is ever read, claimed or replayed. Only a failed append
-        stops later writes: the disk may hold part of that record, or all of it."""
+        record and tell who listens; answer the appender's ticket (None in memory).
+
+        All of it or none of it: an exception at any step before the append (a `FenecError`, a
+        bug, a `MemoryError`, an encoder's refusal) puts the block back, its key and the change
+        counter with it, before it goes on up, so nothing unwritten is ever read, claimed or
+        replayed. Only a failed append stops later writes: the disk may hold part of that
+        record, or all of it."""
         seq = self.seq
         ticket = None
         try:

@@ -8,15 +8,15 @@ Record: `{"s": S, "o": [op, ...]}`, S the change number once the record is appli
 each write statement of a block counts one; a record of only `k`/`K` ops counts one), and the ops
 in the order they were made. Each op is a JSON array, its code first:
 
-    op                                          written by                        replay
-    ["p", coll, id, row]                        put/insert/upsert, set (execute.py, the row replaces the one with
-                                                scoped.py)                        that id, or is inserted
-    ["d", coll, id]                             del (execute.py), the TTL sweep   the row with that id is deleted
-    ["c", coll, schema]                         create collection                 the collection is created
-    ["x", coll]                                 drop collection                   the collection is dropped
-    ["i", coll, target, kind, ttl_ms]           create index                      the index is built
-    ["k", key, hash, at, ttl_ms, answers]       a keyed write (engine.py)         the key keeps the answers
-    ["K", key]                                  the sweep of expired keys         the key is forgotten
+    op                                      written by                       replayed as
+    ["p", coll, id, row]                    put, insert, upsert, set         the row of that id replaced,
+                                            (execute.py, scoped.py)          or inserted
+    ["d", coll, id]                         del (execute.py), the TTL sweep  the row of that id deleted
+    ["c", coll, schema]                     create collection                the collection created
+    ["x", coll]                             drop collection                  the collection dropped
+    ["i", coll, target, kind, ttl_ms]       create index                     the index built
+    ["k", key, hash, at, ttl_ms, answers]   a keyed write (engine.py)        the key kept, with the answers
+    ["K", key]                              the sweep of expired keys        the key forgotten
 
 Fields:
 * `coll`: the collection's name. `id`: the row's id, a positive integer.
@@ -42,9 +42,9 @@ to 52ba4c8, `[key, hash, status, body, at, ttl_ms]`); `bytes` and `idem_bytes` c
 dead-bytes estimate (storage/footprint.py) and are absent in the oldest snapshots.
 
 Text: a lone surrogate (an in-process caller's text, a token's claim pinned into a row) is stored
-as it is and read back as it was: orjson, which encodes the records, refuses one, and such a
-record is encoded by `json` with `surrogatepass` instead (`json.loads` of the bytes reads it
-back the same). An op code other than these is refused as a corrupt record would be (op `n` was
+as it is and read back as it was: orjson, which encodes and reads the records, refuses one, and
+such a record is encoded by `json` with `surrogatepass` instead, and read back by `json.loads`
+(which decodes those bytes the same way). An op code other than these is refused as a corrupt record would be (op `n` was
 replayed once but never written by any version).
 """
 
@@ -80,6 +80,15 @@ def _slow_dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+def loads(payload: bytes) -> Any:
+    """A record or snapshot read back: orjson's reading, or json's where orjson refuses the bytes
+    (a lone surrogate, written with `surrogatepass`)."""
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return json.loads(payload)
+
+
 def encode(seq: int, ops: list, collections: dict[str, Collection]) -> tuple[bytes, list]:
     """A block's record payload, and its ops as written (for the footprint, once appended)."""
     out = []
@@ -107,7 +116,7 @@ def _stored_v1(h: str, status: int, body: str, at: int, ttl: int) -> Stored:
 def replay(eng: Engine, payload: bytes) -> tuple[int, list]:
     """Apply one record to `eng` (opening a file: no lock, no listeners); answer its change
     number and ops."""
-    rec = json.loads(payload)
+    rec = loads(payload)
     for op in rec["o"]:
         kind = op[0]
         if kind == "p":
@@ -200,7 +209,7 @@ def _rows_json(schema: Schema, rows: dict) -> bytes:
 def load_snapshot(eng: Engine, payload: bytes) -> tuple[dict[str, tuple[int, int]], tuple[int, int]]:
     """Load a snapshot into an empty `eng`; answer the sizes it carries (rows per collection,
     and the keys'), for `Footprint.calibrate`."""
-    snap = json.loads(payload)
+    snap = loads(payload)
     sizes: dict[str, tuple[int, int]] = {}
     for c in snap["colls"]:
         coll = Collection(Schema.from_json(c["schema"]))
