@@ -3,6 +3,11 @@
 A module may import only from its own layer or the layers before it; `errors` and `values`
 are the base every layer may use. The test reads every module's imports from its source, and
 checks the README's picture of the layers against RANK and the package's files.
+
+Calls follow the imports only if the engine is typed where it is handed on: a parameter or an
+attribute holding it (named db, eng, engine or database) in the engine, the held claims, HTTP
+or the command line is annotated with its type, never `Any`, `object` or nothing, which would
+let any call through unseen by mypy.
 """
 
 from __future__ import annotations
@@ -153,3 +158,67 @@ def test_the_picture_check_sees_a_missing_a_stray_and_a_misplaced_name():
     assert "`plan/optimizer.py`, which does not exist" in wrong
     assert "the layer `cli` (RANK) is not in the picture" in wrong
     assert "not in RANK's order" in wrong
+
+HANDLE_NAMES = {"db", "eng", "engine", "database"}
+UNTYPED = {"Any", "object", "typing.Any"}
+HANDLE_PARTS = ["engine", "held", "http", "cli.py"]
+
+
+def untyped_handles(path: Path) -> list[str]:
+    """Each parameter or attribute named as an engine handle whose annotation is missing, Any or object."""
+    source = path.read_text(encoding="utf-8")
+    out = []
+
+    def untyped(ann: ast.expr | None) -> bool:
+        if ann is None:
+            return True
+        if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+            return ann.value.strip() in UNTYPED
+        return ast.unparse(ann) in UNTYPED
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs]:
+                if arg.arg in HANDLE_NAMES and untyped(arg.annotation):
+                    out.append(f"{path.name}:{arg.lineno} parameter `{arg.arg}` of {node.name}()")
+        elif isinstance(node, ast.AnnAssign):
+            t = node.target
+            name = t.attr if isinstance(t, ast.Attribute) else t.id if isinstance(t, ast.Name) else None
+            if name in HANDLE_NAMES and untyped(node.annotation):
+                out.append(f"{path.name}:{node.lineno} attribute `{name}`")
+    return out
+
+
+def handle_modules() -> list[Path]:
+    out = []
+    for part in HANDLE_PARTS:
+        p = PACKAGE / part
+        out.extend(sorted(p.rglob("*.py")) if p.is_dir() else [p] if p.exists() else [])
+    return out
+
+
+def test_no_engine_handle_is_typed_any():
+    assert handle_modules(), "no module to check: the parts moved"
+    wrong = [w for path in handle_modules() for w in untyped_handles(path)]
+    assert not wrong, "engine handles typed Any (or not at all):\n" + "\n".join(wrong)
+
+
+def test_the_check_sees_an_any_typed_handle(tmp_path):
+    """Planted handles typed Any, `"Any"`, object and not at all are each seen; typed ones are not."""
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "from typing import Any\n"
+        "def a(db: Any) -> None: ...\n"
+        "def b(x: int, *, eng: 'Any') -> None: ...\n"
+        "async def c(engine: object) -> None: ...\n"
+        "def d(database) -> None: ...\n"
+        "class E:\n"
+        "    def __init__(self, db: Engine) -> None:\n"
+        "        self.db: Any = db\n"
+        "def f(db: Engine, eng: 'Engine', other: Any) -> None: ...\n"
+    )
+    found = untyped_handles(planted)
+    assert [w.split(" ", 1)[1] for w in found] == [
+        "parameter `db` of a()", "parameter `eng` of b()", "parameter `engine` of c()",
+        "parameter `database` of d()", "attribute `db`"]

@@ -116,7 +116,7 @@ def test_deletes_and_swept_keys_become_dead_and_a_compaction_keeps_live_keys(tmp
     assert storage(db)["reclaimable_bytes"] <= storage(db)["file_bytes"] * 0.02
     db.close()
     again = Database(path, sync="off", clock=lambda: clock[0])
-    assert sorted(again._idem) == [f"k{i}" for i in range(40, 50)]
+    assert sorted(k for k, _ in again.keys.items()) == [f"k{i}" for i in range(40, 50)]
     assert again.query("get jobs count") == [{"count": 10}]
     again.close()
 

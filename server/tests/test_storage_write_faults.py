@@ -1,12 +1,12 @@
 """A write is all or nothing, whatever fails on its way (server README, invariants 2 and 3).
 
-A fault is injected at each step of a keyed write — applying the documents, rendering the answer
-kept with the key, storing the key, encoding the record, appending it, measuring it, telling the
-listeners — as
+A fault is injected at each step of a keyed write — applying the documents, storing the key with
+its answers, encoding the record, appending it, measuring it, telling the listeners — as
 each kind of exception: a `FenecError`, a bug (`RuntimeError`), `MemoryError`, an encoder's
 `UnicodeEncodeError` (issue 18: a Latin-1 `Idempotency-Key` failed the record's encoding after the
 rows were in memory; the write was answered 500, read, claimed and replayed, then gone after a
-restart). Then memory, the file after a reopen, and a retry under the same key must agree: the
+restart). (The answer is rendered by the HTTP layer after the write, outside the lock: no step of
+the write.) Then memory, the file after a reopen, and a retry under the same key must agree: the
 write is everywhere, replayed under its key, or nowhere, with no key kept.
 """
 
@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 from fenecdb_server import Database
-from fenecdb_server import database as database_module
 from fenecdb_server.database import Idem
+from fenecdb_server.engine import records as records_module
 from fenecdb_server.engine.collection import Collection
+from fenecdb_server.engine.idempotency import Keys
 from fenecdb_server.errors import FenecError
 from fenecdb_server.http.idempotency import namespaced, request_hash
 from fenecdb_server.storage.files import FaultyFiles
@@ -34,8 +35,13 @@ def rows(db: Database) -> list[dict]:
     return db.query("get jobs order id")
 
 
-def put(db: Database, key: Idem = KEY, render: Any = None) -> Any:
-    return db.execute([(PUT, None)], idempotency=key, render=render)
+def put(db: Database, key: Idem = KEY) -> Any:
+    return db.execute([(PUT, None)], idempotency=key)
+
+
+def answers(stored: Any) -> Any:
+    """A replay's stored answers (None: not a replay)."""
+    return None if stored is None else stored.answers
 
 
 def fresh(path: str, files: Any = None) -> Database:
@@ -59,10 +65,9 @@ def fault(kind: str) -> BaseException:
 
 
 @contextlib.contextmanager
-def injected(step: str, kind: str, db: Database, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict]:
-    """Make `step` of the next write raise the `kind` of fault; yield the render to pass."""
+def injected(step: str, kind: str, db: Database, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Make `step` of the next write raise the `kind` of fault."""
     error = fault(kind)
-    out: dict[str, Any] = {"render": None}
 
     def boom(*_a: Any, **_k: Any) -> Any:
         raise error
@@ -77,28 +82,23 @@ def injected(step: str, kind: str, db: Database, monkeypatch: pytest.MonkeyPatch
                 raise error
             real(self, row, undo)
         monkeypatch.setattr(Collection, "insert", insert)
-    elif step == "answer":  # the answer kept with the key
-        out["render"] = boom
-    elif step == "key":
-        class Refusing(dict):
-            def __setitem__(self, k: Any, v: Any) -> None:
-                raise error
-        monkeypatch.setattr(db, "_idem", Refusing(db._idem))
+    elif step == "key":  # the key kept with its answers
+        monkeypatch.setattr(Keys, "keep", boom)
     elif step == "encode":
-        monkeypatch.setattr(database_module, "encode_row", boom)
+        monkeypatch.setattr(records_module, "encode_row", boom)
     elif step == "append":
         monkeypatch.setattr(db._log, "append", boom)
     elif step == "measure":  # the dead-bytes estimate, after the append
         monkeypatch.setattr(type(db._footprint), "record", boom)
     elif step == "announce":
         db.listen(boom)
-    yield out
+    yield
     monkeypatch.undo()
     if step == "announce":
         db.unlisten(boom)
 
 
-STEPS = ["apply", "answer", "key", "encode", "append", "measure", "announce"]
+STEPS = ["apply", "key", "encode", "append", "measure", "announce"]
 LANDED = ("measure", "announce")  # after the append: the write stands, and is answered
 KINDS = ["fenec", "bug", "memory", "encoding"]
 
@@ -110,13 +110,13 @@ def test_a_fault_at_any_step_leaves_the_write_everywhere_or_nowhere(tmp_path, mo
     path = str(tmp_path / "db.fenec")
     db = fresh(path)
     before, seq = rows(db), db.seq
-    with injected(step, kind, db, monkeypatch) as inj:
+    with injected(step, kind, db, monkeypatch):
         if step in LANDED:
-            landed = put(db, render=inj["render"])
+            landed = put(db)
             assert landed.replayed is None and landed.answers == [{"affected": 3}]
         else:
             with pytest.raises(FenecError) as refused:
-                put(db, render=inj["render"])
+                put(db)
             e = refused.value
             assert (e.status, e.kind) == ((400, "type") if kind == "fenec" else (500, "io")), e
     if step in LANDED:
@@ -124,7 +124,7 @@ def test_a_fault_at_any_step_leaves_the_write_everywhere_or_nowhere(tmp_path, mo
         assert [r["n"] for r in written] == [0, 1, 2, 3] and db.seq == seq + 1
     else:
         # nothing of it in memory: no row, no spent id, no change counted, no key kept
-        assert rows(db) == before and db.seq == seq and KEY.key not in db._idem
+        assert rows(db) == before and db.seq == seq and db.keys.get(KEY.key) is None
         assert db.query("get jobs where tag = 'b' count") == [{"count": 0}]
         if step == "append":
             # the disk may hold part of that record: every later write is refused until restart
@@ -143,7 +143,7 @@ def test_a_fault_at_any_step_leaves_the_write_everywhere_or_nowhere(tmp_path, mo
     if written == before:  # nothing landed: the key is free, the retry runs now
         assert retry.replayed is None and retry.answers == [{"affected": 3}]
     else:  # it landed with its key: the retry is the first answer, replayed, nothing written
-        assert retry.replayed == (200, b'[{"affected":3}]')
+        assert retry.replayed is not None and retry.replayed.answers == [{"affected": 3}]
         assert rows(reopened) == written
     reopened.close()
 
@@ -158,7 +158,7 @@ def test_a_write_the_disk_refuses_is_put_back_with_its_key(tmp_path, error: Any)
     with pytest.raises(FenecError) as refused:
         put(db)
     assert refused.value.status == 500 and "refused" in refused.value.message
-    assert rows(db) == before and db.seq == seq and KEY.key not in db._idem
+    assert rows(db) == before and db.seq == seq and db.keys.get(KEY.key) is None
     db.close()
     reopened = Database(path)
     assert rows(reopened) == before
@@ -174,11 +174,11 @@ def test_a_latin1_idempotency_key_is_kept_with_its_write_and_replayed_after_a_re
     assert key.key != other.key
     first = put(db, key)
     assert first.replayed is None and first.answers == [{"affected": 3}]
-    assert put(db, key).replayed == (200, b'[{"affected":3}]')
+    assert answers(put(db, key).replayed) == [{"affected": 3}]
     db.close()
     reopened = Database(path)
     assert len(rows(reopened)) == 4
-    assert put(reopened, key).replayed == (200, b'[{"affected":3}]')
+    assert answers(put(reopened, key).replayed) == [{"affected": 3}]
     with pytest.raises(FenecError) as ran:  # another key: not a replay, so it runs, and meets the rows
         put(reopened, other)
     assert ran.value.status == 409

@@ -14,7 +14,10 @@ import signal
 import socket
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .database import Database
 
 USAGE = """usage: fenec-server [--file <path>] [--http <addr>] [options]
        fenec-server --ping [--http <addr>]
@@ -265,7 +268,7 @@ def _main(argv: list[str]) -> int:
                  ttl=ttl, slow_ms=slow_ms, token=token, compact=compact, access=access)
 
 
-def serve(db: Any, opts: dict[str, Any], *, host: str, port: int, path: str | None, sync: str | int,
+def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str | None, sync: str | int,
           max_conn: int, idle: int, ttl: int, slow_ms: float | None, token: str | None, compact: str,
           access: Any = None) -> int:
     import uvicorn
@@ -368,7 +371,7 @@ def serve(db: Any, opts: dict[str, Any], *, host: str, port: int, path: str | No
     return shut_down(db)
 
 
-def shut_down(db: Any) -> int:
+def shut_down(db: Database) -> int:
     """server.md §6 steps 3-4: `db.close()` takes the write lock for good and fsyncs if anything
     is dirty; its answer picks the line. Exit 1 when that last fsync fails."""
     try:
@@ -391,7 +394,7 @@ COMPACT_CHECK_S = 5.0
 COMPACT_MIN_DEAD = 64 * 1024 * 1024
 
 
-def compaction_due(db: Any, ratio: float, min_dead: int = COMPACT_MIN_DEAD) -> bool:
+def compaction_due(db: Database, ratio: float, min_dead: int = COMPACT_MIN_DEAD) -> bool:
     """server.md §1.2: the dead share of the file is at least `ratio` and the dead part at least
     `min_dead` bytes (the dead bytes are the estimate of `storage/footprint.py`)."""
     storage = db.stats().get("storage") or {}
@@ -400,7 +403,7 @@ def compaction_due(db: Any, ratio: float, min_dead: int = COMPACT_MIN_DEAD) -> b
     return bool(size) and dead >= min_dead and dead / size >= ratio
 
 
-def start_background(db: Any, compact: str, path: str | None, *, every_s: float = COMPACT_CHECK_S,
+def start_background(db: Database, compact: str, path: str | None, *, every_s: float = COMPACT_CHECK_S,
                      min_dead: int = COMPACT_MIN_DEAD) -> Any:
     """The TTL sweeper (expired `@ttl` rows and Idempotency-Keys, physically deleted by
     `db.sweep()`, which itself keeps them a minute past their time), and auto-compaction

@@ -1,20 +1,24 @@
-"""The one error type of the server, and its kinds.
+"""The one error type of the server, its kinds, and the one table of their statuses.
 
-Every refusal anywhere in the server is a `FenecError`. The engine raises it with a kind;
-only `http/errors` turns a kind into an HTTP answer, and `status` is already the status the
-spec names for that kind (`fenecql.md` §17, `http.md` §6), so the in-process `Database`
-and the HTTP layer agree.
+Every refusal anywhere in the server is a `FenecError` with a kind; its HTTP status is the kind's
+in `STATUS`, and nowhere else (no raise site names a status): `http/errors` answers a kind with
+it, and the in-process `Database` raises the same kinds, so the two agree. A case that needs
+another status needs its own kind here. `docs/http.md`'s error table says the same to users
+(test_docs_http.py checks each kind's status appears there).
 
-    FenecError
-      kind   status  when
-      query    400   syntax, clause not allowed, unbound parameter, too deep, cannot be held
-      type     400   a value does not convert, arithmetic mismatch, overflow, bad point
-      denied   403   read-only server, outside a token's rules
-      notfound 404   unknown collection, field or path
-      exists   409   taken name, id or @unique value
-      unmet    412   require N not met
-      conflict 422   an Idempotency-Key reused for another request
-      io       500   the disk refused a write; every later write is refused too
+    kind         status  when
+    query          400   syntax, clause not allowed, unbound parameter, too deep, cannot be held
+    type           400   a value does not convert, arithmetic mismatch, overflow, bad point
+    auth           401   a token missing, unknown, forged or expired
+    denied         403   read-only server, outside a token's rules
+    notfound       404   unknown collection, field or path
+    exists         409   taken name, id or @unique value
+    busy           409   an admin task asked for while one runs (a second compaction)
+    unmet          412   require N not met
+    toolarge       413   a body or statement text over its ceiling
+    conflict       422   an Idempotency-Key reused for another request
+    io             500   the disk refused a write (every later write is refused too), an internal fault
+    unavailable    503   the database is closed
 """
 
 from __future__ import annotations
@@ -26,15 +30,17 @@ STATUS = {
     "denied": 403,
     "notfound": 404,
     "exists": 409,
+    "busy": 409,
     "unmet": 412,
     "toolarge": 413,
     "conflict": 422,
     "io": 500,
+    "unavailable": 503,
 }
 
 
 class FenecError(Exception):
-    """A refusal: `.status` is the HTTP status, `.message` the `error` text.
+    """A refusal: `.status` is its kind's HTTP status (`STATUS`), `.message` the `error` text.
 
     `.at` is the 0-based index of the failing statement of a block (`Database.batch`,
     `POST /batch`), `None` for a single statement. `.row` is the row whose evaluation raised
@@ -42,15 +48,20 @@ class FenecError(Exception):
     that row is one the token may not read (engine/scoped.py), since the message may quote it.
     """
 
-    __slots__ = ("kind", "status", "message", "at", "row")
+    __slots__ = ("kind", "message", "at", "row")
 
-    def __init__(self, kind: str, message: str, *, at: int | None = None, status: int | None = None) -> None:
+    def __init__(self, kind: str, message: str, *, at: int | None = None) -> None:
         super().__init__(message)
+        if kind not in STATUS:
+            raise KeyError(kind)
         self.kind = kind
-        self.status = status if status is not None else STATUS[kind]
         self.message = message
         self.at = at
         self.row: dict | None = None
+
+    @property
+    def status(self) -> int:
+        return STATUS[self.kind]
 
     def __repr__(self) -> str:
         return f"FenecError({self.kind!r}, {self.message!r}, status={self.status}, at={self.at})"
@@ -69,18 +80,3 @@ class Overflow(FenecError):
     def __init__(self, message: str) -> None:
         super().__init__("type", message)
 
-
-def query_error(message: str) -> FenecError:
-    return FenecError("query", message)
-
-
-def type_error(message: str) -> FenecError:
-    return FenecError("type", message)
-
-
-def not_found(message: str) -> FenecError:
-    return FenecError("notfound", message)
-
-
-def exists(message: str) -> FenecError:
-    return FenecError("exists", message)

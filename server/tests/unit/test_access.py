@@ -36,7 +36,7 @@ def build(n=2000, indexed=True, seed=1):
 def run(db, text, params=()):
     """(ids answered, rows the filter was asked about)."""
     (stmt,) = db.parse(text)
-    p = db._prepare(text, 0, stmt)
+    p = db.prepared(text, stmt)
     q = p.query
     seen = [0]
     filt = q.filter

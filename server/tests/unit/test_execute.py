@@ -121,7 +121,7 @@ def test_ttl_rows_vanish_from_reads_and_writes_and_free_their_values():
 
 
 def test_block_rollback_directly(db):
-    blk = Block(db)
+    blk = Block()
     coll = db.collection("q")
     blk.touch(coll)
     row = {"id": coll.next_id, "n": 5}

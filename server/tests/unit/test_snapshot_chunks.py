@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 
+import orjson
 from fenecdb_server import Database
-from fenecdb_server.database import SNAPSHOT_CHUNK, _rows_json
 from fenecdb_server.engine.execute import encode_row
+from fenecdb_server.engine.records import SNAPSHOT_CHUNK, _rows_json
 
 
 def test_chunks_join_to_the_one_call_encoding() -> None:
@@ -17,11 +18,9 @@ def test_chunks_join_to_the_one_call_encoding() -> None:
     db.query("del t where n % 3 = 0")
     coll = db.collections["t"]
 
-    def dumps(v: object) -> str:
-        return json.dumps(v, separators=(",", ":"), ensure_ascii=False)
-
-    whole = dumps([[rid, encode_row(coll.schema, r)] for rid, r in sorted(coll.rows.items())])
-    assert _rows_json(dumps, coll.schema, coll.rows) == whole
-    assert _rows_json(dumps, coll.schema, {}) == "[]"
+    whole = [[rid, encode_row(coll.schema, r)] for rid, r in sorted(coll.rows.items())]
+    assert json.loads(_rows_json(coll.schema, coll.rows)) == whole
+    assert _rows_json(coll.schema, coll.rows) == orjson.dumps(whole)
+    assert _rows_json(coll.schema, {}) == b"[]"
     seq, data = db.backup()
     assert seq == db.seq and data.startswith(b"FENECLOG")

@@ -24,7 +24,7 @@ rows, equal ranks go to the lowest id, as the claim's own run orders them.
 from __future__ import annotations
 
 from functools import total_ordering
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import values as V
 from ..plan.compile import Env
@@ -32,6 +32,9 @@ from ..ql import ast as A
 from ..ql.ast import mentions
 from . import scoped
 from .access import pick
+
+if TYPE_CHECKING:
+    from .engine import Engine
 
 
 @total_ordering
@@ -132,7 +135,7 @@ class Ask:
         self.extra = extra
 
 
-def look_all(db: Any, asks: list[Ask]) -> tuple[int, list[Look]]:
+def look_all(db: Engine, asks: list[Ask]) -> tuple[int, list[Look]]:
     """One pass under one read lock: each line's look. Returns the change the pass saw."""
 
     def inner() -> tuple[int, list[Look]]:
@@ -157,23 +160,23 @@ def look_all(db: Any, asks: list[Ask]) -> tuple[int, list[Look]]:
     return db.look(inner)
 
 
-def _look(db: Any, prof: Profile, ids: set[int] | None, extra: set[int], now: V.Ts,
+def _look(db: Engine, prof: Profile, ids: set[int] | None, extra: set[int], now: V.Ts,
           verdicts: dict[tuple[int, int], bool]) -> Look:
     coll = db.collections.get(prof.home)
     if coll is None:
         return Look(failed=True)  # run it: the client is answered its 404
     if prof.scope is None:
-        q = db._prepare(prof.text, 0, prof.stmt).query
+        q = db.prepared(prof.text, prof.stmt).query
         env = Env(prof.params, now)
     else:  # the statement as the token runs it: its rules ANDed into the filter
-        q = scoped._plan(db, prof.text, prof.stmt, prof.scope).p.query
+        q = scoped.plan_for(db, prof.text, prof.stmt, prof.scope).p.query
         env = Env(prof.params, now, prof.scope.claims)
     if ids is None:
         got = pick(coll, q, env, need_override=1)
         if not got:
             return Look(matched=set())
-        row = got[0]
-        return Look(rank_of(q.order, row, env), row["id"], None)
+        first = got[0]
+        return Look(rank_of(q.order, first, env), first["id"], None)
     if extra:
         ids = ids | extra
     rows = coll.rows

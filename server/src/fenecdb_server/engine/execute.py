@@ -9,7 +9,7 @@ and the schema, so a failed block leaves nothing behind, not even a spent id.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import values as V
 from ..errors import FenecError, Overflow
@@ -20,18 +20,21 @@ from .access import pick
 from .collection import Collection
 from .prepare import Prepared, render
 
+if TYPE_CHECKING:
+    from .engine import Engine
+
 
 class Block:
-    __slots__ = ("db", "undo", "ops", "ids", "schema_undo", "touched", "writes")
+    __slots__ = ("undo", "ops", "ids", "schema_undo", "touched", "writes", "taken")
 
-    def __init__(self, db: Any) -> None:
-        self.db = db  # the Engine
+    def __init__(self) -> None:
         self.undo: list = []
         self.ops: list = []
         self.ids: dict[Collection, int] = {}  # the id counter each touched collection had
         self.schema_undo: list[Callable[[], None]] = []
         self.touched: set[str] = set()
-        self.writes = 0
+        self.writes = 0  # write statements that changed something (each counts one change)
+        self.taken = 0  # rows the block's set and del statements took (a held claim's "took any")
 
     def touch(self, coll: Collection) -> None:
         if coll not in self.ids:
@@ -51,6 +54,7 @@ class Block:
         self.schema_undo.clear()
         self.ids.clear()
         self.writes = 0
+        self.taken = 0
 
 
 def unmet(verb: str, coll: str, got: int, want: int, read: bool = False) -> FenecError:
@@ -137,7 +141,7 @@ def _in_field(e: FenecError, name: str) -> FenecError:
     return e
 
 
-def _apply_entries(schema: Schema, base: dict, entries: list, vals: list) -> dict:
+def apply_entries(schema: Schema, base: dict, entries: list, vals: list) -> dict:
     row = dict(base)
     target = None
     try:
@@ -152,7 +156,7 @@ def _apply_entries(schema: Schema, base: dict, entries: list, vals: list) -> dic
     return row
 
 
-def _check_required(schema: Schema, row: dict) -> None:
+def check_required(schema: Schema, row: dict) -> None:
     for f in schema.fields.values():
         if f.required and row.get(f.name) is None:
             raise FenecError("type", f"field `{f.name}` is required and cannot be null")
@@ -161,7 +165,7 @@ def _check_required(schema: Schema, row: dict) -> None:
 # ---------------------------------------------------------------- the statements
 
 
-def run_get(eng: Any, p: Prepared, env: Env) -> Any:
+def run_get(eng: Engine, p: Prepared, env: Env) -> Any:
     coll = eng.collection(p.coll)
     q = p.query
     if p.count:
@@ -175,7 +179,7 @@ def run_get(eng: Any, p: Prepared, env: Env) -> Any:
     return render(p.cols, rows, env)  # type: ignore[arg-type]  # not a count: prepare() set the columns
 
 
-def run_set(eng: Any, p: Prepared, env: Env, blk: Block) -> Any:
+def run_set(eng: Engine, p: Prepared, env: Env, blk: Block) -> Any:
     coll = eng.collection(p.coll)
     picked = pick(coll, p.query, env)
     if picked:
@@ -197,17 +201,18 @@ def run_set(eng: Any, p: Prepared, env: Env, blk: Block) -> Any:
             alive = p.alive
             for old, new in zip(picked, news, strict=False):
                 if coll.required:
-                    _check_required(schema, new)
+                    check_required(schema, new)
                 coll.unique_check(new, (lambda r: alive(r, env)) if alive else (lambda r: True), undo)
                 coll.replace(old, new, undo)
         else:
             if coll.required:
                 for new in news:
-                    _check_required(schema, new)
+                    check_required(schema, new)
             coll.replace_all(picked, news, undo)
         name = coll.name
         blk.ops += [("p", name, new["id"], new) for new in news]
         blk.writes += 1
+        blk.taken += len(picked)
     if p.require is not None and len(picked) != p.require:
         raise unmet("set", p.coll, len(picked), p.require)
     if p.cols is not None:
@@ -290,11 +295,11 @@ def _rewrite(schema: Schema, patch: list, picked: list[dict], env: Env) -> list[
     news = []
     for old in picked:
         vals = [f(old, env) if f is not None else c for f, c in zip(fns, fixed, strict=False)]
-        news.append(_apply_entries(schema, old, patch, vals))
+        news.append(apply_entries(schema, old, patch, vals))
     return news
 
 
-def run_del(eng: Any, p: Prepared, env: Env, blk: Block) -> Any:
+def run_del(eng: Engine, p: Prepared, env: Env, blk: Block) -> Any:
     coll = eng.collection(p.coll)
     picked = pick(coll, p.query, env)
     if picked:
@@ -304,6 +309,7 @@ def run_del(eng: Any, p: Prepared, env: Env, blk: Block) -> Any:
             coll.delete(old, blk.undo)
             blk.ops.append(("d", name, old["id"]))
         blk.writes += 1
+        blk.taken += len(picked)
     if p.require is not None and len(picked) != p.require:
         raise unmet("del", p.coll, len(picked), p.require)
     if p.cols is not None:
@@ -370,12 +376,43 @@ def _doc_id(v: Any) -> int:
     return v
 
 
-def run_put(eng: Any, p: Prepared, env: Env, blk: Block) -> Any:
+class PutRules:
+    """What a put's documents are judged by beyond the schema: nothing, as the server token. A
+    token's rules (scoped.py `TokenPut`) refuse documents naming `id`, admit each new row under an
+    insert rule (filling in what it pins), judge an upsert's rewrite as an update, and tell of a
+    @unique clash the field only."""
+
+    def check(self, docs: list[dict]) -> None:
+        """Refuse the documents before any is written."""
+
+    def admit(self, coll: Collection, doc: dict, rid: int, env: Env) -> dict:
+        """The new row `doc` becomes, with id `rid`."""
+        row = {"id": rid}
+        for f in coll.schema.fields:
+            if f in doc:
+                row[f] = doc[f]
+        return row
+
+    def judge_update(self, coll: Collection, old: dict, new: dict, env: Env) -> None:
+        """Refuse an upsert's rewrite of `old` into `new`."""
+
+    def unique_check(self, coll: Collection, row: dict, alive: Callable[[dict], bool], undo: list) -> None:
+        coll.unique_check(row, alive, undo)
+
+
+SERVER_TOKEN = PutRules()
+
+
+def run_put(eng: Engine, p: Prepared, env: Env, blk: Block, rules: PutRules = SERVER_TOKEN) -> Any:
+    """put, insert and upsert (`if absent`, `else`): each document is a new row, or with an
+    explicit `id` the row of that id; `if absent` passes over (or, with `else`, updates) the live
+    row holding the document's id or one of its @unique values."""
     coll = eng.collection(p.coll)
     stmt = p.stmt
     assert isinstance(stmt, A.Put)
     schema = coll.schema
     docs = _documents(p, env)
+    rules.check(docs)
     blk.touch(coll)
     alive_fn = p.alive
     alive = (lambda r: alive_fn(r, env)) if alive_fn else (lambda r: True)
@@ -387,65 +424,36 @@ def run_put(eng: Any, p: Prepared, env: Env, blk: Block) -> Any:
         if explicit:
             rid = _doc_id(doc["id"])
             doc["id"] = rid
-        held = None
-        if stmt.if_absent:
-            holder = None
-            if explicit and doc["id"] in coll.rows and alive(coll.rows[doc["id"]]):
-                holder = coll.rows[doc["id"]]
-            if holder is None:
-                for t in uniques:
-                    v = V.read_target(doc, t)
-                    if v is None:
-                        continue
-                    idx = coll.index(t)
-                    for other in idx.lookup(v):
-                        if alive(coll.rows[other]):
-                            holder = coll.rows[other]
-                            break
-                    if holder is not None:
-                        break
-            if holder is not None:
-                if stmt.else_patch is None:
-                    continue
-                held = holder
-        if held is not None:
+        holder = _holder(coll, doc, uniques, alive) if stmt.if_absent else None
+        if holder is not None:
+            if stmt.else_patch is None:
+                continue
             # upsert: the holder is updated with the patch, `new.` reading the incoming doc
             upd_env = Env(env.params, env.now, env.claims, doc)
             patch = p.else_patch
-            vals = [fn(held, upd_env) for _, fn, _, _ in patch]
-            new = _apply_entries(schema, held, patch, vals)
-            _check_required(schema, new)
-            coll.unique_check(new, alive, blk.undo)
-            coll.replace(held, new, blk.undo)
+            try:
+                new = apply_entries(schema, holder, patch, [fn(holder, upd_env) for _, fn, _, _ in patch])
+            except FenecError as e:
+                e.row = holder  # the row that holds the value: maybe one a token may not read
+                raise
+            rules.judge_update(coll, holder, new, env)
+            check_required(schema, new)
+            rules.unique_check(coll, new, alive, blk.undo)
+            coll.replace(holder, new, blk.undo)
             blk.ops.append(("p", name, new["id"], new))
             written += 1
             continue
-        if explicit:
-            rid = doc["id"]
-            cur = coll.rows.get(rid)
-            if cur is not None:
-                if stmt.verb == "insert" and alive(cur):
-                    raise FenecError("exists", f"`{name}` already holds a document with id {rid}")
-                row = {"id": rid}
-                for f in schema.fields:
-                    if f in doc:
-                        row[f] = doc[f]
-                _check_required(schema, row)
-                coll.unique_check(row, alive, blk.undo)
-                coll.replace(cur, row, blk.undo)
-                blk.ops.append(("p", name, rid, row))
-                written += 1
-                continue
+        cur = coll.rows.get(doc["id"]) if explicit else None
+        if cur is not None and stmt.verb == "insert" and alive(cur):
+            raise FenecError("exists", f"`{name}` already holds a document with id {doc['id']}")
+        row = rules.admit(coll, doc, doc["id"] if explicit else coll.next_id, env)
+        check_required(schema, row)
+        rules.unique_check(coll, row, alive, blk.undo)
+        if cur is not None:
+            coll.replace(cur, row, blk.undo)
         else:
-            rid = coll.next_id
-        row = {"id": rid}
-        for f in schema.fields:
-            if f in doc:
-                row[f] = doc[f]
-        _check_required(schema, row)
-        coll.unique_check(row, alive, blk.undo)
-        coll.insert(row, blk.undo)
-        blk.ops.append(("p", name, rid, row))
+            coll.insert(row, blk.undo)
+        blk.ops.append(("p", name, row["id"], row))
         written += 1
     if written:
         blk.writes += 1
@@ -454,10 +462,27 @@ def run_put(eng: Any, p: Prepared, env: Env, blk: Block) -> Any:
     return {"affected": written}
 
 
+def _holder(coll: Collection, doc: dict, uniques: list[str], alive: Callable[[dict], bool]) -> dict | None:
+    """The live row an `if absent` document meets: the one of its explicit id, or one holding
+    one of its @unique values."""
+    if "id" in doc:
+        cur = coll.rows.get(doc["id"])
+        if cur is not None and alive(cur):
+            return cur
+    for t in uniques:
+        v = V.read_target(doc, t)
+        if v is None:
+            continue
+        for other in coll.index(t).lookup(v):
+            if alive(coll.rows[other]):
+                return coll.rows[other]
+    return None
+
+
 # ---------------------------------------------------------------- schema statements
 
 
-def run_create(eng: Any, stmt: A.CreateCollection, blk: Block) -> Any:
+def run_create(eng: Engine, stmt: A.CreateCollection, blk: Block) -> Any:
     name = stmt.name
     if name in eng.collections:
         if stmt.if_not_exists:
@@ -487,7 +512,7 @@ def run_create(eng: Any, stmt: A.CreateCollection, blk: Block) -> Any:
     return {"message": f"collection `{name}` created"}
 
 
-def run_drop(eng: Any, stmt: A.DropCollection, blk: Block) -> Any:
+def run_drop(eng: Engine, stmt: A.DropCollection, blk: Block) -> Any:
     name = stmt.name
     coll = eng.collections.get(name)
     if coll is None:
@@ -502,7 +527,7 @@ def run_drop(eng: Any, stmt: A.DropCollection, blk: Block) -> Any:
     return {"message": f"collection `{name}` dropped"}
 
 
-def run_create_index(eng: Any, stmt: A.CreateIndex, blk: Block) -> Any:
+def run_create_index(eng: Engine, stmt: A.CreateIndex, blk: Block) -> Any:
     coll = eng.collections.get(stmt.collection)
     if coll is None:
         raise FenecError("notfound", f"no collection `{stmt.collection}`")

@@ -16,7 +16,7 @@ be held, which line it waits in, a cheap look, and the next moment the clock can
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .. import values as V
 from ..errors import FenecError
@@ -26,6 +26,9 @@ from ..ql.ast import mentions
 from .access import pick
 from .scoped import look as scoped_look
 from .scoped import rule_time_filter
+
+if TYPE_CHECKING:
+    from .engine import Engine
 
 FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
@@ -109,7 +112,7 @@ def _bind(e: Any, params: list) -> Any:
 class Hold:
     __slots__ = ("db", "held", "line_key", "collections", "_writes", "_terms", "_params", "scope")
 
-    def __init__(self, db: Any) -> None:
+    def __init__(self, db: Engine) -> None:
         self.db = db
         self.held = False
         self.line_key: Any = None
@@ -133,7 +136,7 @@ class Hold:
                     if scoped_look(db, text, stmt, params, self.scope, now):
                         return True
                     continue
-                p = db._prepare(text, 0, stmt)
+                p = db.prepared(text, stmt)
                 if pick(coll, p.query, Env(params, now), need_override=1):
                     return True
             return False
@@ -166,6 +169,7 @@ class Hold:
                 if coll is None or coll.schema.ttl_field is None:
                     continue
                 ttl = coll.schema.ttl_field
+                assert ttl.ttl_ms is not None  # a @ttl field always has its duration
                 m = _next_for(coll, ttl.name, ">", -ttl.ttl_ms, now)
                 if m is not None and (best is None or m < best):
                     best = m
@@ -210,7 +214,7 @@ def _as_ms(v: Any) -> int | float | None:
     return None
 
 
-def make_hold(db: Any, parsed: list[tuple[str, A.Statement, list]], scope: Any = None) -> Hold:
+def make_hold(db: Engine, parsed: list[tuple[str, A.Statement, list]], scope: Any = None) -> Hold:
     h = Hold(db)
     h.scope = scope
     keys: list[tuple[Any, ...]] = []  # with a scope, each also holds the token's line key

@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import values as V
 from ..errors import FenecError, Overflow
@@ -41,16 +41,21 @@ from ..policy.rules import Rule
 from ..ql import ast as A
 from ..ql.ast import mentions
 from .access import pick
+from .collection import Collection
 from .execute import (
     Block,
-    _apply_entries,
-    _check_required,
-    _documents,
+    PutRules,
+    apply_entries,
+    check_required,
     run_del,
     run_get,
+    run_put,
     unmet,
 )
 from .prepare import Prepared, prepare, render
+
+if TYPE_CHECKING:
+    from .engine import Engine
 
 Fn = Callable[[Any, Any], bool]
 SCHEMA_STATEMENTS = (A.CreateCollection, A.DropCollection, A.CreateIndex)
@@ -200,10 +205,10 @@ class Plan:
         self.any_fields: frozenset[str] | None = None  # every field some update rule may change
 
 
-def _plan(db: Any, text: str, stmt: A.Statement, scope: Scope) -> Plan:
+def plan_for(db: Engine, text: str, stmt: A.Statement, scope: Scope) -> Plan:
     g = scope.grants(stmt.collection)  # type: ignore[attr-defined]
     key = (text, ("scoped", g.key))
-    plan = db._prepared.get(key)
+    plan = db.plan(key)
     if plan is not None:
         return plan
     schemas = {n: c.schema for n, c in db.collections.items()}
@@ -291,9 +296,9 @@ def _unique_check(coll: Any, row: dict, alive: Callable, undo: list) -> None:
 # ---------------------------------------------------------------- running
 
 
-def run(db: Any, text: str, stmt: A.Statement, env: Env, blk: Block | None, scope: Scope) -> Any:
+def run(db: Engine, text: str, stmt: A.Statement, env: Env, blk: Block | None, scope: Scope) -> Any:
     """One authorized statement under the token's rules (`env.claims` set to its claims)."""
-    plan = _plan(db, text, stmt, scope)
+    plan = plan_for(db, text, stmt, scope)
     t = type(stmt)
     try:
         if t is A.Get:
@@ -303,14 +308,14 @@ def run(db: Any, text: str, stmt: A.Statement, env: Env, blk: Block | None, scop
             return run_del(db, plan.p, env, blk)
         if t is A.Set:
             return _run_set(db, plan, env, blk)
-        return _run_put(db, plan, env, blk, scope)
+        return run_put(db, plan.p, env, blk, TokenPut(plan))
     except FenecError as e:
         if e.row is not None and not _may_read(db, stmt, scope, e.row, env):
             raise withheld(e, stmt) from None
         raise
 
 
-def _may_read(db: Any, stmt: A.Statement, scope: Scope, row: dict, env: Env) -> bool:
+def _may_read(db: Engine, stmt: A.Statement, scope: Scope, row: dict, env: Env) -> bool:
     """Whether the token's read rules admit `row`. Asked only on the way out of an error, so
     the test is compiled here rather than kept with every plan; any doubt is a no."""
     name = stmt.collection  # type: ignore[attr-defined]
@@ -325,14 +330,14 @@ def withheld(e: FenecError, stmt: A.Statement) -> FenecError:
     """An error raised on a row the token may not read: its status, never its message, which
     may quote the row (`timestamp() could not read '4111 1111 1111 1111' as a time`). A set or
     del works its filter, order and values out on the rows its update or delete rules admit,
-    read or not; a get, and the read rules' own rows, never meet such a row (see _plan)."""
+    read or not; a get, and the read rules' own rows, never meet such a row (see plan_for)."""
     verb = {A.Get: "get", A.Set: "set", A.Del: "del"}.get(type(stmt), "put")
     coll = stmt.collection  # type: ignore[attr-defined]
     return FenecError(e.kind, f"`{verb} {coll}` failed on a row this token may not read; "
-                              "the reason is withheld, since it would show the row", status=e.status)
+                              "the reason is withheld, since it would show the row")
 
 
-def choose(db: Any, plan: Plan, env: Env, limit: int | None) -> tuple[list[dict], list[dict]]:
+def choose(db: Engine, plan: Plan, env: Env, limit: int | None) -> tuple[list[dict], list[dict]]:
     """The rows a scoped set writes, in its order, and their written forms (§4.4): each
     candidate is judged (403 for the whole statement), then, with `returning`, passed over when
     the token could not read it as written. Candidates are read in pages that double."""
@@ -354,7 +359,7 @@ def choose(db: Any, plan: Plan, env: Env, limit: int | None) -> tuple[list[dict]
             i += 1
             try:
                 vals = [f(old, env) if f is not None else c for f, c in zip(fns, fixed, strict=False)]
-                new = _apply_entries(schema, old, patch, vals)
+                new = apply_entries(schema, old, patch, vals)
             except Overflow as e:
                 if limit is None:
                     e.row = old
@@ -374,7 +379,7 @@ def choose(db: Any, plan: Plan, env: Env, limit: int | None) -> tuple[list[dict]
         cands = pick(coll, p.query, env, need_override=need)
 
 
-def _run_set(db: Any, plan: Plan, env: Env, blk: Block) -> Any:
+def _run_set(db: Engine, plan: Plan, env: Env, blk: Block) -> Any:
     p = plan.p
     coll = db.collection(p.coll)
     olds, news = choose(db, plan, env, p.query.limit)
@@ -385,11 +390,12 @@ def _run_set(db: Any, plan: Plan, env: Env, blk: Block) -> Any:
         alive = (lambda r: alive_fn(r, env)) if alive_fn else (lambda r: True)
         for old, new in zip(olds, news, strict=False):
             if coll.required:
-                _check_required(schema, new)
+                check_required(schema, new)
             _unique_check(coll, new, alive, blk.undo)
             coll.replace(old, new, blk.undo)
             blk.ops.append(("p", coll.name, new["id"], new))
         blk.writes += 1
+        blk.taken += len(olds)
     if p.require is not None and len(olds) != p.require:
         raise unmet("set", p.coll, len(olds), p.require)
     if p.cols is not None:
@@ -397,95 +403,49 @@ def _run_set(db: Any, plan: Plan, env: Env, blk: Block) -> Any:
     return {"affected": len(olds)}
 
 
-def _admit(plan: Plan, coll: Any, doc: dict, rid: int, env: Env) -> dict | None:
-    """The document as written under the first insert rule that admits it, with the fields
-    that rule pins filled in where the document leaves them out; None when none admits it."""
-    for ins in plan.inserts:
-        filled = dict(doc)
-        try:
-            for name, fn, ftype in ins.pins:
-                if name not in filled:
-                    filled[name] = V.coerce(fn(None, env), ftype)
-        except FenecError:
-            continue
-        except Exception:  # a pin reading a claim the token lacks
-            continue
-        row = {"id": rid}
-        for f in coll.schema.fields:
-            if f in filled:
-                row[f] = filled[f]
-        if ins.admits is None or ins.admits(row, env):
-            return row
-    return None
+class TokenPut(PutRules):
+    """A put under a token's rules (the module doc): `run_put` with the token's judgements."""
 
+    __slots__ = ("plan",)
 
-def _run_put(db: Any, plan: Plan, env: Env, blk: Block, scope: Scope) -> Any:
-    p = plan.p
-    stmt = p.stmt
-    assert isinstance(stmt, A.Put)
-    coll = db.collection(p.coll)
-    schema = coll.schema
-    docs = _documents(p, env)
-    if any("id" in d for d in docs):
-        raise _put_id()
-    blk.touch(coll)
-    alive_fn = p.alive
-    alive = (lambda r: alive_fn(r, env)) if alive_fn else (lambda r: True)
-    uniques = [t for t, (k, _, _) in coll.indexes.items() if k == "unique"]
-    written = 0
-    for doc in docs:
-        holder = None
-        if stmt.if_absent:
-            for t in uniques:
-                v = V.read_target(doc, t)
-                if v is None:
-                    continue
-                for other in coll.index(t).lookup(v):
-                    if alive(coll.rows[other]):
-                        holder = coll.rows[other]
-                        break
-                if holder is not None:
-                    break
-        if holder is not None:
-            if stmt.else_patch is None:
-                continue
-            upd_env = Env(env.params, env.now, env.claims, doc)
-            patch = p.else_patch
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+
+    def check(self, docs: list[dict]) -> None:
+        if any("id" in d for d in docs):
+            raise _put_id()
+
+    def admit(self, coll: Collection, doc: dict, rid: int, env: Env) -> dict:
+        """The document as written under the first insert rule that admits it, with the fields
+        that rule pins filled in where the document leaves them out; 403 when none admits it."""
+        for ins in self.plan.inserts:
+            filled = dict(doc)
             try:
-                new = _apply_entries(schema, holder, patch, [fn(holder, upd_env) for _, fn, _, _ in patch])
-            except FenecError as e:
-                e.row = holder  # the row that holds the value: maybe one the token may not read
-                raise
-            judge_update(plan, coll.name, holder, new, env)
-            _check_required(schema, new)
-            _unique_check(coll, new, alive, blk.undo)
-            coll.replace(holder, new, blk.undo)
-            blk.ops.append(("p", coll.name, new["id"], new))
-            written += 1
-            continue
-        row = _admit(plan, coll, doc, coll.next_id, env)
-        if row is None:
-            raise denied(f"the document is outside what this token may write to `{coll.name}`")
-        _check_required(schema, row)
-        _unique_check(coll, row, alive, blk.undo)
-        coll.insert(row, blk.undo)
-        blk.ops.append(("p", coll.name, row["id"], row))
-        written += 1
-    if written:
-        blk.writes += 1
-    if stmt.require is not None and written != stmt.require:
-        raise unmet(stmt.verb, p.coll, written, stmt.require)
-    return {"affected": written}
+                for name, fn, ftype in ins.pins:
+                    if name not in filled:
+                        filled[name] = V.coerce(fn(None, env), ftype)
+            except Exception:  # a refused value, or a pin reading a claim the token lacks
+                continue
+            row = super().admit(coll, filled, rid, env)
+            if ins.admits is None or ins.admits(row, env):
+                return row
+        raise denied(f"the document is outside what this token may write to `{coll.name}`")
+
+    def judge_update(self, coll: Collection, old: dict, new: dict, env: Env) -> None:
+        judge_update(self.plan, coll.name, old, new, env)
+
+    def unique_check(self, coll: Collection, row: dict, alive: Callable[[dict], bool], undo: list) -> None:
+        _unique_check(coll, row, alive, undo)
 
 
 # ---------------------------------------------------------------- held claims
 
 
-def look(db: Any, text: str, stmt: A.Statement, params: list, scope: Scope, now: Any) -> bool:
+def look(db: Engine, text: str, stmt: A.Statement, params: list, scope: Scope, now: Any) -> bool:
     """Under the read lock: would this scoped set/del take a row now? It reads only the rows
     the token could take; a rewrite its rules refuse, or an error, counts as taking (the run
     answers it: 403, or the error, withheld as `run` withholds it)."""
-    plan = _plan(db, text, stmt, scope)
+    plan = plan_for(db, text, stmt, scope)
     env = Env(params, now, scope.claims)
     coll = db.collections.get(plan.p.coll)
     if coll is None:

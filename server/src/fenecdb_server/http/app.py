@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import FenecError
 from . import collection, numbers
@@ -56,6 +56,9 @@ except ImportError:  # pragma: no cover - orjson is optional
     orjson = None  # type: ignore[assignment]
 
 import json
+
+if TYPE_CHECKING:
+    from ..database import Database
 
 log = logging.getLogger("fenec.http")
 
@@ -163,7 +166,7 @@ class Refusal(Exception):
 
 
 class App:
-    def __init__(self, db: Any, config: Config | None = None, *,
+    def __init__(self, db: Database, config: Config | None = None, *,
                  connections: Callable[[], int] = lambda: 0) -> None:
         self.db = db
         self.config = config or Config()
@@ -551,26 +554,16 @@ class App:
     async def run(self, work: Work, *, held: bool) -> tuple[Outcome, str]:
         """Run the work once: (outcome, metrics kind). For a held request a `require` miss is
         "took nothing" (http.md §8.3), not the end of the hold."""
-        rendered: list[tuple[int, bytes]] = []
-
-        def render(answers: list[Any]) -> tuple[int, bytes]:
-            # called by the engine under its write lock when a key is to be stored with the write
-            out = self.render(work.block, answers)
-            rendered.append(out)
-            return out
-
         # only a scoped token passes a scope: the server token runs as it always did
         scoped = {"scope": work.caller.scope} if work.caller.scoped else {}
         try:
             if self.pool is not None or work.large:
                 loop = asyncio.get_running_loop()
-                run = partial(self.db.execute, work.statements, block=work.block, idempotency=work.idem,
-                              render=render, **scoped)
+                run = partial(self.db.execute, work.statements, block=work.block, idempotency=work.idem, **scoped)
                 result = await loop.run_in_executor(self.large, partial(collection.deferred, run) if work.large
                                                     else run)
             else:
-                result = self.db.execute(work.statements, block=work.block, idempotency=work.idem, render=render,
-                                         **scoped)
+                result = self.db.execute(work.statements, block=work.block, idempotency=work.idem, **scoped)
         except FenecError as e:
             status, body = E.answer(e, batch=work.block)
             kind = "write" if e.kind in ("unmet", "exists", "conflict", "io") else "read"
@@ -581,10 +574,12 @@ class App:
             log.exception("internal fault")
             return Outcome(True, Answer(500, E.body(E.INTERNAL))), "read"
         kind = "write" if result.wrote else "read"
-        if result.replayed is not None:
-            status, body = result.replayed
+        stored = result.replayed
+        if stored is not None:
+            # the stored answers, rendered as the first answer was (an older file's key keeps the bytes)
+            status, body = stored.raw if stored.raw is not None else self.render(work.block, stored.answers or [])
             return Outcome(True, Answer(status, body, [(b"idempotent-replayed", b"true")])), kind
-        status, body = rendered[-1] if rendered else self.render(work.block, result.answers)
+        status, body = self.render(work.block, result.answers)
         headers = []
         if result.wrote or work.block:
             headers.append((b"fenec-seq", str(result.seq).encode()))
@@ -640,5 +635,5 @@ def _without_params(raw: bytes) -> str:
     return "\n".join(texts)[:1000]
 
 
-def create_app(db: Any, config: Config | None = None, **kw: Any) -> App:
+def create_app(db: Database, config: Config | None = None, **kw: Any) -> App:
     return App(db, config, **kw)

@@ -1,24 +1,19 @@
 """Every refusal the HTTP layer answers, declared in one place.
 
 The engine raises `FenecError` with a kind; this module is the only place a kind becomes an
-HTTP status and an `{"error": ...}` body (`http.md` §6). Refusals that belong to the wire
+HTTP answer, with the kind's status from the one table (`errors.STATUS`) and an `{"error": ...}`
+body (`http.md` §6). Refusals that belong to the wire
 itself (a chunked body, a header block over the ceiling, an unknown route, ...) are built
 here too, so every error string the server can write is in this file.
 
-    kind      status    kind      status
-    query     400       unmet     412
-    type      400       toolarge  413
-    auth      401       conflict  422
-    denied    403       io        500
-    notfound  404       (other)   500
-    exists    409
+    (the kinds' statuses: errors.py)
 """
 
 from __future__ import annotations
 
 import json
 
-from ..errors import STATUS, FenecError
+from ..errors import FenecError
 
 BODY_CEILING = 64 * 1024 * 1024
 HEAD_CEILING = 64 * 1024
@@ -38,14 +33,6 @@ NO_TOKEN = "invalid or missing token"
 INTERNAL = "internal fault"
 
 
-def status_of(error: FenecError) -> int:
-    """The status of an engine refusal: its kind's, unless the engine named another."""
-    status = error.status
-    if status is None:
-        status = STATUS.get(error.kind, 500)
-    return status
-
-
 def body(message: str, **extra: object) -> bytes:
     doc: dict[str, object] = {"error": message}
     doc.update(extra)
@@ -56,8 +43,8 @@ def answer(error: FenecError, *, batch: bool = False) -> tuple[int, bytes]:
     """(status, body) for an engine refusal; a `/batch` refusal that names a statement adds
     `completed` and `at` (http.md §4)."""
     if batch and error.at is not None:
-        return status_of(error), body(error.message, completed=0, at=error.at)
-    return status_of(error), body(error.message)
+        return error.status, body(error.message, completed=0, at=error.at)
+    return error.status, body(error.message)
 
 
 def too_large(size: int) -> bytes:

@@ -1,7 +1,8 @@
 """`Idempotency-Key` (http.md §9): the key's format, its namespace and the request hash.
 
-The store itself is the engine's: `Database.execute(idempotency=Idem(...))` decides a key under
-the write lock and writes it in the same record as the write it protects. This module only
+The store itself is the engine's (engine/idempotency.py): `execute(idempotency=Idem(...))` decides
+a key under the write lock and keeps the write's answers with it, in the same record; the HTTP
+layer renders them, the first time and on a replay alike, after the lock is let go. This module only
 turns a request into that `Idem`: the namespaced key, and a hash of what makes the request the
 same request (method, target with its query string, body; headers are not part of it).
 """
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+
+from ..engine.idempotency import Idem
 
 MAX_KEY_BYTES = 255
 DEFAULT_TTL_S = 86_400
@@ -67,9 +70,7 @@ def request_hash(method: str, target: bytes, body: bytes) -> bytes:
     return h.digest()
 
 
-def make_idem(key: str, digest: bytes, ttl_ms: int, *, keep_empty: bool = True) -> object:
+def make_idem(key: str, digest: bytes, ttl_ms: int, *, keep_empty: bool = True) -> Idem:
     """The engine's `Idem` for this request. `keep_empty=False` for a held claim: the key is
     kept only by the run that took rows (http.md §8.13)."""
-    from ..database import Idem
-
     return Idem(key, digest, ttl_ms, keep_empty)

@@ -19,7 +19,10 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..database import Database
 
 from .. import gc_policy
 
@@ -75,7 +78,7 @@ class Metrics:
         self.counts[kind][bisect.bisect_left(BUCKETS, seconds)] += 1
         self.sums[kind] += seconds
 
-    def render(self, db: Any, waits: Any, connections: Callable[[], int]) -> bytes:
+    def render(self, db: Database, waits: Any, connections: Callable[[], int]) -> bytes:
         out: list[str] = []
 
         def head(name: str, kind: str, text: str) -> None:
@@ -153,7 +156,7 @@ class Metrics:
 
     @staticmethod
     def _queues(out: list[str], head: Callable[[str, str, str], None], collections: dict[str, Any],
-                db: Any) -> None:
+                db: Database) -> None:
         """The queue gauges and counters: labelled {collection} for a collection without a
         `queue` field, {collection, queue} per value for one with (docs/metrics.md)."""
         def labels(name: str, value: str) -> str:
@@ -194,7 +197,7 @@ class Recent:
     def __init__(self) -> None:
         self.samples: deque[tuple[float, ...]] = deque(maxlen=RECENT_SAMPLES)
 
-    def sample(self, db: Any, waits: Any, at: float | None = None) -> None:
+    def sample(self, db: Database, waits: Any, at: float | None = None) -> None:
         totals = [0] * len(QUEUE_COUNTERS)
         tally = getattr(db, "tally", None)
         if tally is not None:

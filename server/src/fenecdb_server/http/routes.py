@@ -17,13 +17,14 @@ from fastapi.responses import Response
 from .openapi import document_bytes
 
 if TYPE_CHECKING:
+    from ..database import Database
     from .app import App
 
 JSON = "application/json; charset=utf-8"
 PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 
 
-def schemas(db: Any, scope: Any = None) -> list[dict[str, Any]]:
+def schemas(db: Database, scope: Any = None) -> list[dict[str, Any]]:
     """`GET /collections`: every collection's fields, as the engine describes them; under a
     scoped token only the collections it may read."""
     describe = getattr(db, "schemas", None) or getattr(db, "collections", None)

@@ -59,9 +59,12 @@ import threading
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..engine import bids as B
+
+if TYPE_CHECKING:
+    from ..database import Database
 
 LOOK_THROTTLE_S = 0.001
 # the coarsest event-loop clock we run on (uvloop's counts milliseconds): timers may fire when
@@ -158,7 +161,7 @@ class Bidding:
 class Waits:
     """The registry of held requests of one database, driven by the event loop."""
 
-    def __init__(self, db: Any, runner: Runner, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, db: Database, runner: Runner, loop: asyncio.AbstractEventLoop) -> None:
         self.db = db
         self.runner = runner
         self.loop = loop

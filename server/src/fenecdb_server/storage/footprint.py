@@ -65,7 +65,7 @@ class Footprint:
 
     def record(self, size: int, seq: int, ops: list, documents: Callable[[str], int]) -> None:
         """Account one write record of `size` payload bytes whose ops are in the log's JSON form
-        (`["p", coll, id, row]`, `["k", key, hash, status, body, at, ttl]`, ...);
+        (engine/records.py: `["p", coll, id, row]`, `["k", key, hash, at, ttl, answers]`, ...);
         `documents(name)` is the collection's row count (the window of its mean)."""
         rest = size - _RECORD_ENVELOPE - len(str(seq))
         rows: list[str] = []
@@ -75,7 +75,8 @@ class Footprint:
                 rows.append(op[1])
                 rest -= _P_OP_EXTRA + len(op[1])
             elif kind == "k":
-                key = len(op[1]) + len(op[4]) + _KEY_OP_FIXED
+                kept = op[5] if len(op) == 6 else op[4]  # the answers; an older file's body text
+                key = len(op[1]) + len(kept if type(kept) is str else str(kept)) + _KEY_OP_FIXED
                 self._key_bytes += key
                 self._keys += 1
                 rest -= key

@@ -287,7 +287,7 @@ class Log:
         """Under the engine's write lock: the position the snapshot being taken stands at."""
         with self._lock:
             if self._compacting:
-                raise FenecError("conflict", "a compaction is already running", status=409)
+                raise FenecError("busy", "a compaction is already running")
             if self._failure is not None:
                 raise StorageFailed(f"compaction refused after a storage error: {self._failure}")
             self._compacting = True

@@ -1,0 +1,236 @@
+"""The log's payload vocabulary: what a record and a snapshot say, encoded and replayed here only.
+
+`storage/log.py` frames and checksums payloads and knows nothing of what they say; this module
+is the other half. A write statement or block (with its Idempotency-Key) is one record; a
+compaction or a backup writes one snapshot. Both are UTF-8 JSON.
+
+Record: `{"s": S, "o": [op, ...]}`, S the change number once the record is applied (`Engine.seq`:
+each write statement of a block counts one; a record of only `k`/`K` ops counts one), and the ops
+in the order they were made. Each op is a JSON array, its code first:
+
+    op                                      written by                       replayed as
+    ["p", coll, id, row]                    put, insert, upsert, set         the row of that id replaced,
+                                            (execute.py, scoped.py)          or inserted
+    ["d", coll, id]                         del (execute.py), the TTL sweep  the row of that id deleted
+    ["c", coll, schema]                     create collection                the collection created
+    ["x", coll]                             drop collection                  the collection dropped
+    ["i", coll, target, kind, ttl_ms]       create index                     the index built
+    ["k", key, hash, at, ttl_ms, answers]   a keyed write (engine.py)        the key kept, with the answers
+    ["K", key]                              the sweep of expired keys        the key forgotten
+
+Fields:
+* `coll`: the collection's name. `id`: the row's id, a positive integer.
+* `row`: the row's fields but `id`, a field holding null left out (so absent and null read back
+  alike); a `timestamp` as epoch ms, `bytes` as lowercase hex, `geo` as `[lon, lat]`, a list of
+  bytes as a list of hex (`encode_row`); the schema types each value back (`decode_row`).
+* `schema`: `Schema.to_json()`: `{"name", "fields": [{"name", "type", "index", "required"}, ...],
+  "indexes": {path: kind}}` (a `@ttl` field carries `ttl_ms`).
+* `target`: a field name, or a dotted path into a json field (`payload.n`); `kind`: `sorted`,
+  `hash`, `unique`, `geo` or `ttl`; `ttl_ms`: the @ttl duration, null for other kinds.
+* `key`: the Idempotency-Key, already namespaced (http/idempotency.py); `hash`: the request's hash
+  in hex; `at`: epoch ms it was stored; `ttl_ms`: how long it is kept; `answers`: the engine's
+  answers, one per statement (a list of rows, or an object such as `{"affected": 1}`).
+  A file written before the answers were kept (up to commit 52ba4c8) holds
+  `["k", key, hash, status, body, at, ttl_ms]`: the HTTP status and body (its bytes decoded with
+  `surrogateescape`), replayed as they were (`Stored.raw`). The 7-element form is read, never
+  written.
+
+Snapshot: `{"s": S, "colls": [coll, ...], "idem": [key, ...], "idem_bytes": n}`, each coll
+`{"schema": schema, "next": next_id, "bytes": n, "rows": [[id, row], ...]}` (rows in id order,
+`bytes` the size of its `rows` array), each key `[key, hash, at, ttl_ms, answers]` (or, written up
+to 52ba4c8, `[key, hash, status, body, at, ttl_ms]`); `bytes` and `idem_bytes` calibrate the
+dead-bytes estimate (storage/footprint.py) and are absent in the oldest snapshots.
+
+Text: a lone surrogate (an in-process caller's text, a token's claim pinned into a row) is stored
+as it is and read back as it was: orjson, which encodes and reads the records, refuses one, and
+such a record is encoded by `json` with `surrogatepass` instead, and read back by `json.loads`
+(which decodes those bytes the same way). An op code other than these is refused as a corrupt record would be (op `n` was
+replayed once but never written by any version).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from ..errors import FenecError
+from ..plan.schema import FieldInfo, Schema
+from .collection import Collection
+from .execute import decode_row, encode_row
+from .idempotency import Stored
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+SNAPSHOT_CHUNK = 1000
+
+
+def dumps(value: Any) -> bytes:
+    """`value` as UTF-8 JSON: orjson's, or where it refuses (a lone surrogate) json's with
+    `surrogatepass`, which reads back the same."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return _slow_dumps(value).encode("utf-8", "surrogatepass")
+
+
+def _slow_dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def loads(payload: bytes) -> Any:
+    """A record or snapshot read back: orjson's reading, or json's where orjson refuses the bytes
+    (a lone surrogate, written with `surrogatepass`)."""
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return json.loads(payload)
+
+
+def encode(seq: int, ops: list, collections: dict[str, Collection]) -> tuple[bytes, list]:
+    """A block's record payload, and its ops as written (for the footprint, once appended)."""
+    out = []
+    for op in ops:
+        kind = op[0]
+        if kind == "p":
+            coll = collections.get(op[1])
+            out.append(["p", op[1], op[2], encode_row(coll.schema if coll is not None else None, op[3])])
+        elif kind == "k":
+            s: Stored = op[2]
+            out.append(["k", op[1], s.request_hash.hex(), s.at, s.ttl_ms, s.answers])
+        else:
+            out.append(list(op))
+    return dumps({"s": seq, "o": out}), out
+
+
+def _stored(h: str, at: int, ttl: int, answers: list) -> Stored:
+    return Stored(bytes.fromhex(h), answers, None, at, ttl)
+
+
+def _stored_v1(h: str, status: int, body: str, at: int, ttl: int) -> Stored:
+    return Stored(bytes.fromhex(h), None, (status, body.encode("utf-8", "surrogateescape")), at, ttl)
+
+
+def replay(eng: Engine, payload: bytes) -> tuple[int, list]:
+    """Apply one record to `eng` (opening a file: no lock, no listeners); answer its change
+    number and ops."""
+    rec = loads(payload)
+    for op in rec["o"]:
+        kind = op[0]
+        if kind == "p":
+            coll = eng.collections[op[1]]
+            row = decode_row(coll.schema, op[2], op[3])
+            old = coll.rows.get(op[2])
+            if old is None:
+                coll.insert(row, None)
+            else:
+                coll.replace(old, row, None)
+        elif kind == "d":
+            coll = eng.collections[op[1]]
+            old = coll.rows.get(op[2])
+            if old is not None:
+                coll.delete(old, None)
+        elif kind == "c":
+            eng.add_collection(Collection(Schema.from_json(op[2])))
+        elif kind == "x":
+            eng.remove_collection(op[1])
+        elif kind == "i":
+            coll = eng.collections[op[1]]
+            target, idx_kind, ttl = op[2], op[3], op[4]
+            if "." in target:
+                coll.schema.indexes[target] = idx_kind
+            else:
+                f = coll.schema.fields[target]
+                coll.schema.fields[target] = FieldInfo(f.name, f.type, f.required, idx_kind, ttl)
+            coll.build_index(target, idx_kind)
+            eng.schema_changed()
+        elif kind == "k":
+            eng.keys.put(op[1], _stored(*op[2:]) if len(op) == 6 else _stored_v1(*op[2:]))
+        elif kind == "K":
+            eng.keys.forget(op[1])
+        else:
+            raise FenecError("io", f"a record of change {rec['s']} holds an unknown op {kind!r}")
+    eng.seq = rec["s"]
+    return rec["s"], rec["o"]
+
+
+# ---------------------------------------------------------------- snapshots
+
+
+def snapshot_state(eng: Engine) -> dict:
+    """Under a lock: a consistent copy (rows are immutable, so a shallow one)."""
+    return {
+        "s": eng.seq,
+        "colls": [(c.schema.to_json(), c.next_id, dict(c.rows)) for c in eng.collections.values()],
+        "idem": list(eng.keys.items()),
+    }
+
+
+def _key_json(key: str, s: Stored) -> list:
+    if s.raw is not None:  # read from an older file: kept as it was
+        status, body = s.raw
+        return [key, s.request_hash.hex(), status, body.decode("utf-8", "surrogateescape"), s.at, s.ttl_ms]
+    return [key, s.request_hash.hex(), s.at, s.ttl_ms, s.answers]
+
+
+def encode_snapshot(state: dict) -> tuple[bytes, dict]:
+    """The snapshot payload, and the sizes it measured on the way (for `Footprint.calibrate`)."""
+    colls = []
+    sizes: dict[str, tuple[int, int]] = {}
+    for schema_json, next_id, rows in state["colls"]:
+        schema = Schema.from_json(schema_json)
+        rows_json = _rows_json(schema, rows)
+        nbytes = len(rows_json)
+        sizes[schema_json["name"]] = (nbytes, len(rows))
+        colls.append(b'{"schema":%b,"next":%d,"bytes":%d,"rows":%b}'
+                     % (dumps(schema_json), int(next_id), nbytes, rows_json))
+    idem_json = dumps([_key_json(k, s) for k, s in state["idem"]])
+    idem_bytes = len(idem_json)
+    payload = b'{"s":%d,"colls":[%b],"idem":%b,"idem_bytes":%d}' % (
+        int(state["s"]), b",".join(colls), idem_json, idem_bytes)
+    return payload, {"rows": sizes, "keys": (idem_bytes, len(state["idem"]))}
+
+
+def _rows_json(schema: Schema, rows: dict) -> bytes:
+    """A collection's rows as the snapshot's JSON array, encoded SNAPSHOT_CHUNK rows per call:
+    one encoder call holds the GIL for its whole run, so over a whole collection at once it kept
+    every other thread (the event loop, in the server) waiting for all of it; between chunks they
+    run. scripts/compaction_pause.py measures what a writer waits during a compaction."""
+    ids = sorted(rows)
+    parts = []
+    for at in range(0, len(ids), SNAPSHOT_CHUNK):
+        chunk = dumps([[rid, encode_row(schema, rows[rid])] for rid in ids[at:at + SNAPSHOT_CHUNK]])
+        parts.append(chunk[1:-1])
+    return b"[" + b",".join(parts) + b"]"
+
+
+def load_snapshot(eng: Engine, payload: bytes) -> tuple[dict[str, tuple[int, int]], tuple[int, int]]:
+    """Load a snapshot into an empty `eng`; answer the sizes it carries (rows per collection,
+    and the keys'), for `Footprint.calibrate`."""
+    snap = loads(payload)
+    sizes: dict[str, tuple[int, int]] = {}
+    for c in snap["colls"]:
+        coll = Collection(Schema.from_json(c["schema"]))
+        for rid, data in c["rows"]:
+            coll.insert(decode_row(coll.schema, rid, data), None)
+        coll.next_id = max(coll.next_id, c["next"])
+        eng.collections[coll.name] = coll
+        nbytes = c.get("bytes")
+        if nbytes is None:  # a snapshot written before the sizes were
+            nbytes = len(_slow_dumps(c["rows"]).encode("utf-8", "surrogatepass"))
+        sizes[coll.name] = (nbytes, len(c["rows"]))
+    for k in snap["idem"]:
+        eng.keys.put(k[0], _stored(*k[1:]) if len(k) == 5 else _stored_v1(*k[1:]))
+    idem_bytes = snap.get("idem_bytes")
+    if idem_bytes is None:
+        idem_bytes = len(_slow_dumps(snap["idem"]).encode("utf-8", "surrogatepass"))
+    eng.seq = snap["s"]
+    eng.schema_changed()
+    return sizes, (idem_bytes, len(snap["idem"]))
+
+
+def schema_bytes(coll: Collection) -> int:
+    return len(dumps(coll.schema.to_json()))
+
