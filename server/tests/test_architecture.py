@@ -25,6 +25,7 @@ RANK = {
     "policy": 2.5,  # access rules: parsed with ql, split with plan's helpers, enforced by engine/scoped
     "engine": 3,
     "storage": 4,
+    "held": 4.5,  # held claims: lines, looks, time wakes, bidding; over the engine, under database and http
     "database": 5,
     "http": 6,
     "cli": 7,

@@ -40,7 +40,7 @@ from .engine.execute import (
     run_put,
     run_set,
 )
-from .engine.holds import Hold, make_hold
+from .engine.holds import ReadyClaim, make_hold
 from .engine.prepare import Prepared, prepare
 from .engine.queues import Tally
 from .engine.queues import counts as queue_counts
@@ -50,6 +50,7 @@ from .engine.scoped import authorize as authorize_scoped
 from .engine.scoped import run as run_scoped
 from .engine.written import Written
 from .errors import FenecError
+from .held.in_process import InProcess
 from .plan.compile import Env
 from .plan.schema import FieldInfo, Schema
 from .ql import ast as A
@@ -113,6 +114,7 @@ class Database:
         self.seq = 0
         self._listeners: list[Callable[[frozenset[str], int], None]] = []
         self.written = Written()  # the ids each write put, once held claims bid (track_writes)
+        self._in_process: InProcess | None = None  # claims held by callers in process (`query(wait=)`)
         self._idem: dict[str, tuple[bytes, int, bytes, int, int]] = {}
         self._read_only = False
         self._closed = False
@@ -170,8 +172,26 @@ class Database:
         if callback in self._listeners:
             self._listeners.remove(callback)
 
-    def query(self, text: str, params: Any = None) -> Any:
+    def query(self, text: str, params: Any = None, *, wait: int = 0) -> Any:
+        """Run one statement and answer what `POST /query` answers.
+
+        `wait` (ms, at most 30 000) holds a claim as `Fenec-Wait` does over HTTP: a `set` or `del`
+        that takes no row (or misses its `require`) blocks the calling thread until a run takes
+        rows, which it answers, or until the deadline, which answers what the last run answered
+        (`[]`, or the `require` miss raised again). Claims held together wait in lines, first come
+        first served, and are woken by writes from any thread and by the clock (held/lines.py). A
+        `get` does not wait; a `put` or a schema statement with `wait` is refused (400)."""
+        if wait:
+            return self._held().query(text, params, wait)
         return self.execute([(text, params)], block=False).answers[0]
+
+    def _held(self) -> InProcess:
+        with self._parsed_mutex:
+            if self._in_process is None:
+                if self._closed:
+                    raise FenecError("io", "the database is closed", status=503)
+                self._in_process = InProcess(self)
+            return self._in_process
 
     def batch(self, statements: Iterable[tuple[str, Any]]) -> list:
         stmts = list(statements)
@@ -186,6 +206,8 @@ class Database:
         Raises the storage error when that last fsync fails."""
         if self._closed:
             return False
+        if self._in_process is not None:
+            self._in_process.close()  # held claims answered with their last answers first
         self._lock.acquire_write()
         try:
             self._closed = True
@@ -502,7 +524,9 @@ class Database:
 
     # ---------------------------------------------------------------- held claims
 
-    def prepare_hold(self, statements: list[tuple[str, Any]], scope: Any = None) -> Hold:
+    def prepare_hold(self, statements: list[tuple[str, Any]], scope: Any = None) -> ReadyClaim:
+        """The statements made ready to wait for rows (held/): raises what a held claim of them
+        is refused with (a `put`: 400 `writes otherwise`)."""
         parsed = self._statements(statements, block=len(statements) > 1)
         if scope is not None:
             self._authorize(parsed, len(statements) > 1, scope)
