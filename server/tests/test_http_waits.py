@@ -300,3 +300,16 @@ def test_a_write_inside_the_look_gap_wakes_the_line_even_when_its_timer_fires_ea
 
     with asyncio.Runner(loop_factory=EarlyTimers) as runner:
         runner.run(scenario())
+
+
+async def test_a_held_claim_is_run_again_in_a_worker_thread_when_threaded(fake: FakeDB) -> None:
+    """`--sync always` runs the engine in worker threads: a write announced from one hops onto the
+    loop, and the held run is a task awaiting its thread."""
+    app = App(fake, Config(version="t", threaded=True))
+    async with client(app) as c:
+        waiter = await one_held(app, c)
+        r = await c.post("/query", json={"query": "put", "params": [1]})
+        assert r.status_code == 200
+        got = await asyncio.wait_for(waiter, 30)
+        assert got.status_code == 200 and got.json() == [{"id": 1, "owner": "w"}]
+        assert app.waits is not None and app.waits.held == 0

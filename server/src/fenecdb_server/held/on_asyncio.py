@@ -1,13 +1,14 @@
 """The asyncio driver: held claims on an event loop (the HTTP server's).
 
 The lines' state is touched on the loop only: a write announced from another thread (a worker
-thread's `execute`) hops onto it with `call_soon_threadsafe`. A run is a task, since a runner may
-await a worker thread; the lines go on meanwhile. `settle` gives the loop three turns, which a
+thread's `execute`) hops onto it with `call_soon_threadsafe`. `settle` gives the loop three turns, which a
 client's close that already reached the socket needs to be seen (connection_lost, then the
-receive() watcher, then `Lines.forget`).
+receive() watcher, then `Lines.forget`). A run that awaits (a worker thread's) is a task; the lines
+go on meanwhile.
 
-The wake of one waiting claim by a write costs what it did before this package: the announcement's
-turn (the look, made at once), three settling turns, and one task for the run.
+The wake of one waiting claim by a write costs the announcement's turn (the look, made at once) and
+three settling turns; the run is made in the last of them, with no task, unless it goes to a worker
+thread (`--sync always`, a long statement). Before this package it also cost a task and its turn.
 """
 
 from __future__ import annotations
@@ -29,13 +30,12 @@ SETTLE_TURNS = 3
 
 
 class AsyncioDriver(Generic[A]):
-    def __init__(self, loop: asyncio.AbstractEventLoop, runner: Callable[[Waiter[A]], Awaitable[Outcome[A]]],
-                 fault: A) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop,
+                 runner: Callable[[Waiter[A]], Outcome[A] | Awaitable[Outcome[A]]], fault: A) -> None:
         self.loop = loop
         self.runner = runner
         self.fault = fault  # the answer of a run that raised (the runner answers its own errors)
         self._thread = threading.get_ident()
-        self._tasks: set[asyncio.Task[None]] = set()
 
     def time(self) -> float:
         return self.loop.time()
@@ -59,13 +59,24 @@ class AsyncioDriver(Generic[A]):
             fn()
 
     def run(self, waiter: Waiter[A], done: Callable[[Outcome[A]], None]) -> None:
-        task = self.loop.create_task(self._run(waiter, done))
-        self._tasks.add(task)  # a task nothing refers to may be collected mid-run
-        task.add_done_callback(self._tasks.discard)
-
-    async def _run(self, waiter: Waiter[A], done: Callable[[Outcome[A]], None]) -> None:
+        """A runner that answers at once (the claim ran on the loop) is handed on at once: the
+        wake of a waiting claim costs no task. One that answers an awaitable (a worker thread)
+        gets a task. No reference to it is kept: a done-callback to drop one would cost a turn,
+        and a task that awaits is referenced by what it awaits (the executor's future)."""
         try:
-            outcome = await self.runner(waiter)
+            got = self.runner(waiter)
+        except Exception:
+            log.exception("internal fault running a held claim")
+            done(Outcome(True, self.fault))
+            return
+        if isinstance(got, Outcome):
+            done(got)
+        else:
+            self.loop.create_task(self._await(got, done))
+
+    async def _await(self, got: Awaitable[Outcome[A]], done: Callable[[Outcome[A]], None]) -> None:
+        try:
+            outcome = await got
         except Exception:
             log.exception("internal fault running a held claim")
             outcome = Outcome(True, self.fault)

@@ -555,18 +555,44 @@ class App:
             self.waits.forget(waiter)
         return None
 
-    async def _run_held(self, waiter: Waiter[Answer]) -> Outcome[Answer]:
+    def _run_held(self, waiter: Waiter[Answer]) -> Outcome[Answer] | Awaitable[Outcome[Answer]]:
+        """Run a held request again: on the loop at once when it can (no task for the run), else
+        in a worker thread."""
         work = waiter.payload
         assert isinstance(work, Work)
         expired = self.auth.recheck(work.caller)
         if expired is not None:  # every run asks the token again (http.md §8.9): nothing runs
             return Outcome(True, Answer(401, E.body(expired), [(b"www-authenticate", b"Bearer")]))
+        if self.pool is None and not work.large:
+            return self.run_here(work, held=True)[0]
+        return self._run_held_off_loop(work)
+
+    async def _run_held_off_loop(self, work: Work) -> Outcome[Answer]:
         outcome, _kind = await self.run(work, held=True)
         return outcome
 
     async def run(self, work: Work, *, held: bool) -> tuple[Outcome[Answer], str]:
         """Run the work once: (outcome, metrics kind). For a held request a `require` miss is
         "took nothing" (http.md §8.3), not the end of the hold."""
+        if self.pool is None and not work.large:
+            return self.run_here(work, held=held)
+        execute, rendered = self._execution(work)
+        future = asyncio.get_running_loop().run_in_executor(
+            self.large, partial(collection.deferred, execute) if work.large else execute)
+        try:
+            await future
+        except Exception:
+            pass  # raised again, and answered, by `future.result` in _outcome
+        return self._outcome(work, held, future.result, rendered)
+
+    def run_here(self, work: Work, *, held: bool) -> tuple[Outcome[Answer], str]:
+        """`run` on the loop, with no await: a held request's run needs no task of its own."""
+        execute, rendered = self._execution(work)
+        return self._outcome(work, held, execute, rendered)
+
+    def _execution(self, work: Work) -> tuple[Callable[[], Any], list[tuple[int, bytes]]]:
+        """The work's call into the engine, and where its answer lands when the engine renders it
+        to store with an Idempotency-Key."""
         rendered: list[tuple[int, bytes]] = []
 
         def render(answers: list[Any]) -> tuple[int, bytes]:
@@ -577,16 +603,13 @@ class App:
 
         # only a scoped token passes a scope: the server token runs as it always did
         scoped = {"scope": work.caller.scope} if work.caller.scoped else {}
+        return partial(self.db.execute, work.statements, block=work.block, idempotency=work.idem, render=render,
+                       **scoped), rendered
+
+    def _outcome(self, work: Work, held: bool, execute: Callable[[], Any],
+                 rendered: list[tuple[int, bytes]]) -> tuple[Outcome[Answer], str]:
         try:
-            if self.pool is not None or work.large:
-                loop = asyncio.get_running_loop()
-                run = partial(self.db.execute, work.statements, block=work.block, idempotency=work.idem,
-                              render=render, **scoped)
-                result = await loop.run_in_executor(self.large, partial(collection.deferred, run) if work.large
-                                                    else run)
-            else:
-                result = self.db.execute(work.statements, block=work.block, idempotency=work.idem, render=render,
-                                         **scoped)
+            result = execute()
         except FenecError as e:
             status, body = E.answer(e, batch=work.block)
             kind = "write" if e.kind in ("unmet", "exists", "conflict", "io") else "read"
