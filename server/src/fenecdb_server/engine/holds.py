@@ -1,5 +1,7 @@
 """What a held claim needs from the engine (http.md §8.2, §8.4–§8.6): whether a request may
-be held, which line it waits in, a cheap look, and the next moment the clock can change it.
+be held, which line it waits in, a cheap look, and the next moment the clock can change it. A
+`ReadyClaim` answers them; held/ (the lines, their fairness, their timers) asks, under the read
+lock it takes through `Database.look`.
 
 * May be held: `set`/`del`, alone or in a batch beside `get`s. A put, insert or schema statement
   writes every time: 400 `writes otherwise`. A filter may read the clock only as a field or path
@@ -7,7 +9,7 @@ be held, which line it waits in, a cheap look, and the next moment the clock can
   side; any other `now()` is 400 `time only`, since nothing says when its answer would change.
 * Line key: per set/del, the collection, the filter and the order with every parameter they
   use bound to its value; what the statement writes or returns does not matter.
-* Look: the set/del's own filter and order as a read of one row, under the read lock.
+* Look (`would_take`): the set/del's own filter and order as a read of one row.
 * Next moment: for each `field OP now() + k`, the least `v - k` (`<=`, `>`) or `v - k + 1 ms`
   (`<`, `>=`) over the field's values ahead of the clock — one step of its @sorted index past the
   bound, or a scan without one — and the next @ttl expiry of the collection.
