@@ -128,3 +128,14 @@ def test_the_readme_in_process_examples_run() -> None:
     assert len(blocks) == 2
     for block in blocks:
         exec(compile(block.split("```")[0], str(README), "exec"), {})
+
+
+def test_a_closed_database_holds_nothing(db: Database) -> None:
+    assert db.query(CLAIM, ["w"], wait=1) == []  # the lines' thread started
+    db.close()
+    with pytest.raises(FenecError) as e:
+        db.query(CLAIM, ["w"], wait=30_000)
+    assert e.value.status == 503
+    waiting = db._in_process
+    assert waiting is not None and waiting.driver._thread is not None
+    assert not waiting.driver._thread.is_alive()  # close ended it

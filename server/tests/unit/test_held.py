@@ -15,7 +15,7 @@ import pytest
 from conftest import TestClock
 from fenecdb_server import Database, FenecError
 from fenecdb_server.held import Lines, Outcome, Waiter
-from fenecdb_server.held.port import Driver, Engine, Timer
+from fenecdb_server.held.port import Timer
 
 JOBS = "create collection jobs (run_at timestamp @sorted, owner text, n int)"
 CLAIM = "set jobs {owner: $1, run_at: now() + 30000} where run_at <= now() order run_at limit 1 returning id, owner"
@@ -168,12 +168,6 @@ class World:
 @pytest.fixture
 def w() -> World:
     return World()
-
-
-def test_the_database_is_an_engine_of_held_claims() -> None:
-    engine: Engine = Database()  # mypy checks the Protocol; at run time the names are there
-    driver: Driver[Said] = FakeDriver(TestClock(), Database())
-    assert callable(engine.look) and callable(driver.run)
 
 
 def test_a_put_wakes_the_waiter_with_one_look_and_one_run(w: World) -> None:

@@ -62,11 +62,17 @@ class ThreadDriver(Generic[A]):
 
     def soon(self, fn: Callable[[], None]) -> None:
         with self._cv:
-            self._ready.append(fn)
+            if self._stopped and (self._thread is None or not self._thread.is_alive()):
+                stopped = True  # the lines are shut: what comes now only answers, or drops, a caller
+            else:
+                stopped = False
+                self._ready.append(fn)
             if self._thread is None and not self._stopped:
                 self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
                 self._thread.start()
             self._cv.notify()
+        if stopped:
+            fn()
 
     def settle(self, fn: Callable[[], None]) -> None:
         self.soon(fn)  # in process nothing is on its way: a caller that leaves says so at once
