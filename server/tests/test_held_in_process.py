@@ -139,3 +139,25 @@ def test_a_closed_database_holds_nothing(db: Database) -> None:
     waiting = db._in_process
     assert waiting is not None and waiting.driver._thread is not None
     assert not waiting.driver._thread.is_alive()  # close ended it
+
+
+def test_the_threads_driver_runs_hops_then_due_timers_in_order_and_never_a_cancelled_one() -> None:
+    from fenecdb_server.held.on_threads import ThreadDriver
+
+    now = 0.0  # its clock stands still: only timers already due may fire
+    driver: ThreadDriver[None] = ThreadDriver(lambda w: None, None, clock=lambda: now)  # type: ignore[arg-type,return-value]
+    seen: list[str] = []
+    last = threading.Event()
+    driver.call_at(-2.0, lambda: seen.append("due 2 s ago"))
+    driver.call_at(-1.0, lambda: seen.append("cancelled")).cancel()
+    driver.call_at(1000.0, lambda: seen.append("not due"))
+    driver.soon(lambda: seen.append("hop"))  # starts its thread
+    def finally_due() -> None:
+        seen.append("due 0.5 s ago")
+        last.set()
+
+    driver.call_at(-0.5, finally_due)
+    assert last.wait(30)
+    driver.stop()
+    assert seen == ["hop", "due 2 s ago", "due 0.5 s ago"]
+    assert driver._thread is not None and not driver._thread.is_alive()

@@ -1,4 +1,4 @@
-"""holds: what a held claim may hold (http.md §8.2, fenecql.md §15), its line key, `look`, and
+"""holds: what a held claim may hold (http.md §8.2, fenecql.md §15), its line key, `would_take`, and
 `next_moment` for every comparison with shifts and for @ttl expiry."""
 
 from __future__ import annotations
