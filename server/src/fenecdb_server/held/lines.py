@@ -99,6 +99,8 @@ class Waiter(Generic[A]):
 
 
 class Line(Generic[A]):
+    """The waiters whose claims would take the same rows (rule 1), first come first served."""
+
     __slots__ = ("key", "claim", "queue", "collections", "pumping", "pending", "throttle_until",
                  "throttle_timer", "time_timer", "moment", "profile", "bidding", "seen", "extra")
 
