@@ -518,7 +518,10 @@ class App:
             elif work.idem is not None:
                 work.idem = replace(work.idem, keep_empty=False)
         seen = self.db.seq
-        outcome, kind = await self.run(work, held=claim is not None)
+        if self.pool is None and not work.large:  # on the loop, with no await: a claim's usual path
+            outcome, kind = self.run_here(work, held=claim is not None)
+        else:
+            outcome, kind = await self.run_off_loop(work, held=claim is not None)
         if claim is None or outcome.final or waits.closing:
             await self.send_answer(send, outcome.answer)
             self.account(started, kind, outcome.answer.status >= 400, req, raw)
@@ -568,14 +571,12 @@ class App:
         return self._run_held_off_loop(work)
 
     async def _run_held_off_loop(self, work: Work) -> Outcome[Answer]:
-        outcome, _kind = await self.run(work, held=True)
+        outcome, _kind = await self.run_off_loop(work, held=True)
         return outcome
 
-    async def run(self, work: Work, *, held: bool) -> tuple[Outcome[Answer], str]:
-        """Run the work once: (outcome, metrics kind). For a held request a `require` miss is
-        "took nothing" (http.md §8.3), not the end of the hold."""
-        if self.pool is None and not work.large:
-            return self.run_here(work, held=held)
+    async def run_off_loop(self, work: Work, *, held: bool) -> tuple[Outcome[Answer], str]:
+        """`run_here` in a worker thread: under --sync always (whose fsync the engine waits for
+        after its lock), or for a long statement not parsed yet (OFF_LOOP_TEXT)."""
         execute, rendered = self._execution(work)
         future = asyncio.get_running_loop().run_in_executor(
             self.large, partial(collection.deferred, execute) if work.large else execute)
@@ -586,7 +587,9 @@ class App:
         return self._outcome(work, held, future.result, rendered)
 
     def run_here(self, work: Work, *, held: bool) -> tuple[Outcome[Answer], str]:
-        """`run` on the loop, with no await: a held request's run needs no task of its own."""
+        """Run the work once, on the loop: (outcome, metrics kind). For a held request a `require`
+        miss is "took nothing" (http.md §8.3), not the end of the hold. No await: a held
+        request's run needs no task of its own."""
         execute, rendered = self._execution(work)
         return self._outcome(work, held, execute, rendered)
 
