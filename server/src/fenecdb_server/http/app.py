@@ -577,25 +577,14 @@ class App:
     async def run_off_loop(self, work: Work, *, held: bool) -> tuple[Outcome[Answer], str]:
         """`run_here` in a worker thread: under --sync always (whose fsync the engine waits for
         after its lock), or for a long statement not parsed yet (OFF_LOOP_TEXT)."""
-        execute, rendered = self._execution(work)
-        future = asyncio.get_running_loop().run_in_executor(
-            self.large, partial(collection.deferred, execute) if work.large else execute)
-        try:
-            await future
-        except Exception:
-            pass  # raised again, and answered, by `future.result` in _outcome
-        return self._outcome(work, held, future.result, rendered)
+        run = partial(self.run_here, work, held=held)
+        return await asyncio.get_running_loop().run_in_executor(
+            self.large, partial(collection.deferred, run) if work.large else run)
 
     def run_here(self, work: Work, *, held: bool) -> tuple[Outcome[Answer], str]:
-        """Run the work once, on the loop: (outcome, metrics kind). For a held request a `require`
-        miss is "took nothing" (http.md §8.3), not the end of the hold. No await: a held
-        request's run needs no task of its own."""
-        execute, rendered = self._execution(work)
-        return self._outcome(work, held, execute, rendered)
-
-    def _execution(self, work: Work) -> tuple[Callable[[], Any], list[tuple[int, bytes]]]:
-        """The work's call into the engine, and where its answer lands when the engine renders it
-        to store with an Idempotency-Key."""
+        """Run the work once, in this thread: (outcome, metrics kind). For a held request a
+        `require` miss is "took nothing" (http.md §8.3), not the end of the hold. On the loop it
+        never awaits, so a held request's run needs no task of its own."""
         rendered: list[tuple[int, bytes]] = []
 
         def render(answers: list[Any]) -> tuple[int, bytes]:
@@ -606,13 +595,9 @@ class App:
 
         # only a scoped token passes a scope: the server token runs as it always did
         scoped = {"scope": work.caller.scope} if work.caller.scoped else {}
-        return partial(self.db.execute, work.statements, block=work.block, idempotency=work.idem, render=render,
-                       **scoped), rendered
-
-    def _outcome(self, work: Work, held: bool, execute: Callable[[], Any],
-                 rendered: list[tuple[int, bytes]]) -> tuple[Outcome[Answer], str]:
         try:
-            result = execute()
+            result = self.db.execute(work.statements, block=work.block, idempotency=work.idem, render=render,
+                                     **scoped)
         except FenecError as e:
             status, body = E.answer(e, batch=work.block)
             kind = "write" if e.kind in ("unmet", "exists", "conflict", "io") else "read"
