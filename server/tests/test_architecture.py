@@ -1,4 +1,4 @@
-"""The server is one-way: ql -> plan -> engine -> storage -> database -> http (server README).
+"""The server is one-way: ql -> plan -> engine -> storage -> held -> database -> http (server README).
 
 A module may import only from its own layer or the layers before it; `errors` and `values`
 are the base every layer may use. The test reads every module's imports from its source, and
