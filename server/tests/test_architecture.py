@@ -1,4 +1,4 @@
-"""The server is one-way: ql -> plan -> engine -> storage -> database -> http (server README).
+"""The server is one-way: ql -> plan -> engine -> storage -> held -> database -> http (server README).
 
 A module may import only from its own layer or the layers before it; `errors` and `values`
 are the base every layer may use. The test reads every module's imports from its source, and
@@ -30,6 +30,7 @@ RANK = {
     "policy": 2.5,  # access rules: parsed with ql, split with plan's helpers, enforced by engine/scoped
     "engine": 3,
     "storage": 4,
+    "held": 4.5,  # held claims: lines, looks, time wakes, bidding; over the engine, under database and http
     "database": 5,
     "http": 6,
     "cli": 7,

@@ -1,4 +1,4 @@
-"""Held claims (waits.py) against a small fake engine, in process: the fairness contract's rules
+"""Held claims (held/, through the HTTP app) against a small fake engine, in process: the fairness contract's rules
 that need a controlled clock and exact counts of looks and runs."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class Hold:
         self.held = held
         self.collections = frozenset({"jobs"})
 
-    def look(self) -> bool:
+    def would_take(self) -> bool:
         self.db.looks += 1
         return any(j["run_at"] is not None and j["run_at"] <= self.db.now() for j in self.db.jobs.values())
 
@@ -29,6 +29,9 @@ class Hold:
         now = self.db.now()
         ahead = [j["run_at"] for j in self.db.jobs.values() if j["run_at"] is not None and j["run_at"] > now]
         return min(ahead) if ahead else None
+
+    def bid_profile(self) -> None:
+        return None
 
 
 class Result:
@@ -59,6 +62,15 @@ class FakeDB:
 
     def listen(self, cb: Any) -> None:
         self.listeners.append(cb)
+
+    def unlisten(self, cb: Any) -> None:
+        self.listeners.remove(cb)
+
+    def look(self, fn: Any) -> Any:
+        return fn()
+
+    def track_writes(self, on: bool = True) -> None:
+        pass
 
     def prepare_hold(self, statements: list[tuple[str, Any]]) -> Hold:
         texts = [t for t, _ in statements]
@@ -288,3 +300,16 @@ def test_a_write_inside_the_look_gap_wakes_the_line_even_when_its_timer_fires_ea
 
     with asyncio.Runner(loop_factory=EarlyTimers) as runner:
         runner.run(scenario())
+
+
+async def test_a_held_claim_is_run_again_in_a_worker_thread_when_threaded(fake: FakeDB) -> None:
+    """`--sync always` runs the engine in worker threads: a write announced from one hops onto the
+    loop, and the held run is a task awaiting its thread."""
+    app = App(fake, Config(version="t", threaded=True))
+    async with client(app) as c:
+        waiter = await one_held(app, c)
+        r = await c.post("/query", json={"query": "put", "params": [1]})
+        assert r.status_code == 200
+        got = await asyncio.wait_for(waiter, 30)
+        assert got.status_code == 200 and got.json() == [{"id": 1, "owner": "w"}]
+        assert app.waits is not None and app.waits.held == 0

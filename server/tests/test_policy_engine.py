@@ -420,14 +420,14 @@ def test_a_scoped_held_claim_looks_only_at_rows_the_token_could_take(db, clock):
     hm = db.prepare_hold(stmt, scope=mail)
     hi = db.prepare_hold(stmt, scope=image)
     hu = db.prepare_hold(stmt)
-    assert hm.held and not hm.look() and not hi.look()
+    assert hm.held and not db.look(hm.would_take) and not db.look(hi.would_take)
     enqueue(db, "image")
-    assert not hm.look() and hi.look() and hu.look()
+    assert not db.look(hm.would_take) and db.look(hi.would_take) and db.look(hu.would_take)
     enqueue(db, "mail", at=2000)
-    assert not hm.look()
-    assert hm.next_moment() == NOW + 2000
+    assert not db.look(hm.would_take)
+    assert db.look(hm.next_moment) == NOW + 2000
     clock.advance(2000)
-    assert hm.look()
+    assert db.look(hm.would_take)
     # the same text under two tokens is two lines; the same rules and claim values one
     again = db.prepare_hold(stmt, scope=policy.scope_for({"sub": "w2", "role": "worker", "queue": "mail"}))
     assert hm.line_key != hi.line_key and hm.line_key != hu.line_key and hm.line_key == again.line_key
@@ -441,9 +441,9 @@ def test_a_held_look_does_not_wake_for_rows_the_token_could_not_read_as_written(
     policy = Policy.parse("jobs read where owner = $jwt.sub\njobs update")
     s = policy.scope_for({"sub": "w"})
     claim = db.prepare_hold([("set jobs {owner: 'other'} order id limit 1 returning id", None)], scope=s)
-    assert not claim.look()
+    assert not db.look(claim.would_take)
     mine = db.prepare_hold([("set jobs {owner: 'w'} order id limit 1 returning id", None)], scope=s)
-    assert mine.look()
+    assert db.look(mine.would_take)
 
 
 # ---------------------------------------------------------------- errors never carry a row the token cannot read
@@ -518,7 +518,7 @@ def test_an_error_on_a_row_the_token_may_update_but_not_read_is_withheld(readme_
     hold = db.prepare_hold([(
         "set jobs {owner: 'w-7', run_at: now() + 30000, attempts: attempts + 1} "
         "where run_at <= now() and timestamp(payload.card) > 0 order run_at limit 1 returning id", None)], scope=w)
-    assert hold.look()
+    assert db.look(hold.would_take)
     # its own job: the error may show what the worker may read
     claim = CLAIM.replace("{}", "1")
     assert [r["id"] for r in run(db, w, claim, ["w-7"])] == [5]

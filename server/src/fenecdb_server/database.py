@@ -13,6 +13,7 @@ In memory when `path` is None: the same engine, and nothing is written anywhere.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -22,6 +23,7 @@ from .engine.engine import Engine, Result
 from .engine.idempotency import Idem
 from .engine.queues import stats as queue_stats
 from .errors import FenecError
+from .held.in_process import InProcess
 from .storage import Log
 from .storage.footprint import Footprint
 from .storage.format import file_header, record_header
@@ -60,6 +62,8 @@ class Database(Engine):
     def __init__(self, path: str | None = None, *, sync: str | int = 250,
                  clock: Callable[[], int] | None = None, files: Any = None) -> None:
         super().__init__(clock)
+        self._in_process: InProcess | None = None  # claims held by callers in process (`query(wait=)`)
+        self._in_process_mutex = threading.Lock()
         self.path = path
         self._log: Log | None = None
         self._footprint = Footprint()  # the dead-bytes estimate (storage/footprint.py)
@@ -75,8 +79,26 @@ class Database(Engine):
                 self._footprint.record(len(payload), seq, ops, self._documents)
             self.appender = _LogAppender(self._log, self._footprint, self._documents)
 
-    def query(self, text: str, params: Any = None) -> Any:
+    def query(self, text: str, params: Any = None, *, wait: int = 0) -> Any:
+        """Run one statement and answer what `POST /query` answers.
+
+        `wait` (ms, at most 30 000) holds a claim as `Fenec-Wait` does over HTTP: a `set` or `del`
+        that takes no row (or misses its `require`) blocks the calling thread until a run takes
+        rows, which it answers, or until the deadline, which answers what the last run answered
+        (`[]`, or the `require` miss raised again). Claims held together wait in lines, first come
+        first served, and are woken by writes from any thread and by the clock (held/lines.py). A
+        `get` does not wait; a `put` or a schema statement with `wait` is refused (400)."""
+        if wait:
+            return self._held().query(text, params, wait)
         return self.execute([(text, params)], block=False).answers[0]
+
+    def _held(self) -> InProcess:
+        with self._in_process_mutex:
+            if self._in_process is None:
+                if self.closed:
+                    raise FenecError("unavailable", "the database is closed")
+                self._in_process = InProcess(self)
+            return self._in_process
 
     def batch(self, statements: Iterable[tuple[str, Any]]) -> list:
         stmts = list(statements)
@@ -91,6 +113,8 @@ class Database(Engine):
         Raises the storage error when that last fsync fails."""
         if self.closed:
             return False
+        if self._in_process is not None:
+            self._in_process.close()  # held claims answered with their last answers first
         self.lock.acquire_write()
         try:
             self.closed = True

@@ -1,4 +1,4 @@
-"""holds: what a held claim may hold (http.md §8.2, fenecql.md §15), its line key, `look`, and
+"""holds: what a held claim may hold (http.md §8.2, fenecql.md §15), its line key, `would_take`, and
 `next_moment` for every comparison with shifts and for @ttl expiry."""
 
 from __future__ import annotations
@@ -92,21 +92,21 @@ def test_line_keys(db):
 
 def test_look(db, clock):
     h = db.prepare_hold([(CLAIM, ["w1"])])
-    assert h.look() is False
+    assert db.look(h.would_take) is False
     db.query("put jobs {run_at: now() + 5000}")
-    assert h.look() is False
+    assert db.look(h.would_take) is False
     clock.advance(5000)
-    assert h.look() is True
+    assert db.look(h.would_take) is True
     db.query("set jobs {owner: 'w9'}")
-    assert h.look() is False
+    assert db.look(h.would_take) is False
     h2 = db.prepare_hold([("del jobs where owner = $1", ["w9"])])
-    assert h2.look() is True
+    assert db.look(h2.would_take) is True
 
 
 def test_look_reports_true_when_the_collection_is_gone(db):
     h = db.prepare_hold([("del holds where k = 'a'", None)])
     db.query("drop collection holds")
-    assert h.look() is True  # run it, so it is answered its 404
+    assert db.look(h.would_take) is True  # run it, so it is answered its 404
 
 
 @pytest.mark.parametrize("op,want", [
@@ -115,7 +115,7 @@ def test_look_reports_true_when_the_collection_is_gone(db):
 def test_next_moment_each_operator(db, op, want):
     db.query("put jobs [{run_at: $1}, {run_at: $2}, {run_at: $3}]", [NOW - 100, NOW + 5000, NOW + 9000])
     h = db.prepare_hold([(f"del jobs where run_at {op} now()", None)])
-    assert h.next_moment() == want
+    assert db.look(h.next_moment) == want
 
 
 @pytest.mark.parametrize("where,params,want", [
@@ -133,29 +133,29 @@ def test_next_moment_with_shifts(db, where, params, want):
     db.query("put jobs [{run_at: $1, plain: $1, meta: {at: $3}}, {run_at: $2, plain: $2, meta: {at: $4}}]",
              [NOW - 100, NOW + 5000, NOW - 100, NOW + 5000])
     h = db.prepare_hold([(f"del jobs where {where}", params)])
-    assert h.next_moment() == want
+    assert db.look(h.next_moment) == want
 
 
 def test_next_moment_none_when_nothing_ahead(db):
     db.query("put jobs {run_at: $1}", [NOW - 5])
-    assert db.prepare_hold([("del jobs where run_at <= now()", None)]).next_moment() is None
-    assert db.prepare_hold([("del jobs where n = 1", None)]).next_moment() is None
+    assert db.look(db.prepare_hold([("del jobs where run_at <= now()", None)]).next_moment) is None
+    assert db.look(db.prepare_hold([("del jobs where n = 1", None)]).next_moment) is None
 
 
 def test_next_moment_ttl_expiry(db, clock):
     db.query("put holds [{k: 'a', seen: now()}, {k: 'b', seen: now() + 3000}]")
     h = db.prepare_hold([("del holds where k = 'zz'", None)])
-    assert h.next_moment() == NOW + 10_000  # row a expires then: answers may change
+    assert db.look(h.next_moment) == NOW + 10_000  # row a expires then: answers may change
     clock.advance(10_000)
-    assert h.next_moment() == NOW + 13_000
+    assert db.look(h.next_moment) == NOW + 13_000
 
 
 def test_next_moment_moves_with_the_clock(db, clock):
     db.query("put jobs [{run_at: $1}, {run_at: $2}]", [NOW + 1000, NOW + 2000])
     h = db.prepare_hold([(CLAIM, ["w"])])
-    assert h.next_moment() == NOW + 1000
+    assert db.look(h.next_moment) == NOW + 1000
     clock.advance(1000)
-    assert h.look() is True and h.next_moment() == NOW + 2000
+    assert db.look(h.would_take) is True and db.look(h.next_moment) == NOW + 2000
 
 
 def test_patch_may_read_the_clock_freely(db):
@@ -181,7 +181,7 @@ def test_next_moment_reads_text_as_time_and_floats_at_whole_ms(db, clock):
     for where, ahead in [("s <= now()", 5000), ("u <= now()", 7000), ("meta.at <= now()", 4),
                          ("f <= now()", 3), ("f < now()", 3), ("f <= now() - 1", 4), ("now() - 1000 > s", 6001)]:
         h = db.prepare_hold([(f"del tx where {where}", None)])
-        assert h.look() is False and h.next_moment() == NOW + ahead, where
+        assert db.look(h.would_take) is False and db.look(h.next_moment) == NOW + ahead, where
     clock.advance(5000)
     h = db.prepare_hold([("del tx where s <= now()", None)])
-    assert h.look() is True and h.next_moment() is None
+    assert db.look(h.would_take) is True and db.look(h.next_moment) is None

@@ -10,12 +10,14 @@ would take. This module makes those looks:
   (`home`), whether its order is its own (`own`), and whether it may look among the rows written
   since it last looked instead of reading the collection (`incremental`: one `set`/`del`; reads
   beside it in a batch do not change what it takes).
-* `look_all(db, asks)`: one pass, under one read lock, over many lines. Each line examines the
+* `look_all(asks)`: one pass, under one read lock (its caller's), over many lines. Each line examines the
   ids written since the change it last looked at (`Database.written_since`, shared by the lines
   that last looked at the same change) plus the rows it matched last time and did not get, runs
   its filter on just those rows and ranks the matches by its order; a line that cannot look
   that way (no history that old, a look due to the clock) reads the collection as its claim
   would (`pick`, one row). The cost is what was written, not what each claim would read.
+
+Who bids, when, and who wins is the held package's (`held/bidding.py`); this module only reads rows.
 
 Ranks compare key by key in FenecQL's total order (a `desc` key reversed); among one line's
 rows, equal ranks go to the lowest id, as the claim's own run orders them.
@@ -35,6 +37,7 @@ from .access import pick
 
 if TYPE_CHECKING:
     from .engine import Engine
+    from .holds import ReadyClaim
 
 
 @total_ordering
@@ -68,10 +71,12 @@ def _own_key(e: A.Expr) -> bool:
 class Profile:
     """What a held line needs in order to bid."""
 
-    __slots__ = ("home", "own", "incremental", "text", "stmt", "params", "scope", "filter_key", "filter_id")
+    __slots__ = ("db", "home", "own", "incremental", "text", "stmt", "params", "scope", "filter_key",
+                 "filter_id")
 
-    def __init__(self, home: str, own: bool, incremental: bool, text: str, stmt: Any, params: list,
+    def __init__(self, db: Engine, home: str, own: bool, incremental: bool, text: str, stmt: Any, params: list,
                  scope: Any) -> None:
+        self.db = db  # the engine whose rows it ranks
         self.home = home
         self.own = own
         self.incremental = incremental
@@ -85,15 +90,15 @@ class Profile:
         self.filter_id: int | None = None
 
 
-def profile(hold: Any) -> Profile | None:
-    """The bidding profile of an engine `Hold`, or None for one this module cannot read."""
+def profile(hold: ReadyClaim) -> Profile | None:
+    """The bidding profile of a `ReadyClaim` (holds.py), or None for one this module cannot read."""
     writes = getattr(hold, "_writes", None)
     if not writes:
         return None
     text, stmt, params = writes[0]
     single = len(writes) == 1
     own = single and any(_own_key(k.expr) for k in stmt.order)
-    prof = Profile(stmt.collection, own, single, text, stmt, params, getattr(hold, "scope", None))
+    prof = Profile(hold.db, stmt.collection, own, single, text, stmt, params, getattr(hold, "scope", None))
     key = getattr(hold, "line_key", None)
     if single and type(key) is tuple and len(key) == 1 and type(key[0]) is tuple:
         k = key[0]
@@ -135,29 +140,30 @@ class Ask:
         self.extra = extra
 
 
-def look_all(db: Engine, asks: list[Ask]) -> tuple[int, list[Look]]:
-    """One pass under one read lock: each line's look. Returns the change the pass saw."""
-
-    def inner() -> tuple[int, list[Look]]:
-        now = V.Ts(db.now())
-        since: dict[tuple[str, int], set[int] | None] = {}
-        verdicts: dict[tuple[int, int], bool] = {}
-        out = []
-        for ask in asks:
-            prof = ask.profile
-            ids: set[int] | None = None
-            if ask.seen is not None and prof.incremental:
-                key = (prof.home, ask.seen)
-                if key in since:
-                    ids = since[key]
-                else:
-                    ids = since[key] = db.written_since(prof.home, ask.seen)
-            try:
-                out.append(_look(db, prof, ids, ask.extra, now, verdicts))
-            except Exception:
-                out.append(Look(failed=True))
-        return db.seq, out
-    return db.look(inner)
+def look_all(asks: list[Ask]) -> tuple[int, list[Look]]:
+    """One pass, under the read lock its caller holds, of lines of one engine: each line's look.
+    Returns the change the pass saw."""
+    if not asks:
+        return 0, []
+    db = asks[0].profile.db
+    now = V.Ts(db.now())
+    since: dict[tuple[str, int], set[int] | None] = {}
+    verdicts: dict[tuple[int, int], bool] = {}
+    out = []
+    for ask in asks:
+        prof = ask.profile
+        ids: set[int] | None = None
+        if ask.seen is not None and prof.incremental:
+            key = (prof.home, ask.seen)
+            if key in since:
+                ids = since[key]
+            else:
+                ids = since[key] = db.written_since(prof.home, ask.seen)
+        try:
+            out.append(_look(db, prof, ids, ask.extra, now, verdicts))
+        except Exception:
+            out.append(Look(failed=True))
+    return db.seq, out
 
 
 def _look(db: Engine, prof: Profile, ids: set[int] | None, extra: set[int], now: V.Ts,

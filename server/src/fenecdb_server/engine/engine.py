@@ -46,7 +46,7 @@ from .execute import (
     run_put,
     run_set,
 )
-from .holds import Hold, make_hold
+from .holds import ReadyClaim, make_hold
 from .idempotency import Idem, Keys, Stored
 from .prepare import Prepared, prepare
 from .queues import Tally
@@ -493,7 +493,7 @@ class Engine:
 
     # ---------------------------------------------------------------- held claims
 
-    def prepare_hold(self, statements: list[tuple[str, Any]], scope: Scope | None = None) -> Hold:
+    def prepare_hold(self, statements: list[tuple[str, Any]], scope: Scope | None = None) -> ReadyClaim:
         parsed = self._statements(statements, block=len(statements) > 1)
         if scope is not None:
             self._authorize(parsed, len(statements) > 1, scope)

@@ -1,5 +1,7 @@
 """What a held claim needs from the engine (http.md §8.2, §8.4–§8.6): whether a request may
-be held, which line it waits in, a cheap look, and the next moment the clock can change it.
+be held, which line it waits in, a cheap look, and the next moment the clock can change it. A
+`ReadyClaim` answers them; held/ (the lines, their fairness, their timers) asks, under the read
+lock it takes through `Database.look`.
 
 * May be held: `set`/`del`, alone or in a batch beside `get`s. A put, insert or schema statement
   writes every time: 400 `writes otherwise`. A filter may read the clock only as a field or path
@@ -7,7 +9,7 @@ be held, which line it waits in, a cheap look, and the next moment the clock can
   side; any other `now()` is 400 `time only`, since nothing says when its answer would change.
 * Line key: per set/del, the collection, the filter and the order with every parameter they
   use bound to its value; what the statement writes or returns does not matter.
-* Look: the set/del's own filter and order as a read of one row, under the read lock.
+* Look (`would_take`): the set/del's own filter and order as a read of one row.
 * Next moment: for each `field OP now() + k`, the least `v - k` (`<=`, `>`) or `v - k + 1 ms`
   (`<`, `>=`) over the field's values ahead of the clock — one step of its @sorted index past the
   bound, or a scan without one — and the next @ttl expiry of the collection.
@@ -24,6 +26,7 @@ from ..plan.compile import Ctx, Env, compile_expr
 from ..ql import ast as A
 from ..ql.ast import mentions
 from .access import pick
+from .bids import Profile, profile
 from .scoped import look as scoped_look
 from .scoped import rule_time_filter
 
@@ -109,7 +112,10 @@ def _bind(e: Any, params: list) -> Any:
     return e
 
 
-class Hold:
+class ReadyClaim:
+    """A claim's statements ready to wait (`Database.prepare_hold`): whether it may be held, its
+    line, and the engine's two answers about it, each read under the read lock its caller holds."""
+
     __slots__ = ("db", "held", "line_key", "collections", "_writes", "_terms", "_params", "scope")
 
     def __init__(self, db: Engine) -> None:
@@ -122,59 +128,55 @@ class Hold:
         self._params: list = []
         self.scope: Any = None  # a token's scope: the look reads only what it could take
 
-    def look(self) -> bool:
-        """Under the read lock: would some set/del of the request take a row now?"""
+    def would_take(self) -> bool:
+        """Under the read lock the caller holds: would some set/del of the claim take a row now?"""
         db = self.db
-
-        def inner() -> bool:
-            now = V.Ts(db.now())
-            for text, stmt, params in self._writes:
-                coll = db.collections.get(stmt.collection)
-                if coll is None:
-                    return True  # run it, so the request is answered its 404
-                if self.scope is not None:
-                    if scoped_look(db, text, stmt, params, self.scope, now):
-                        return True
-                    continue
-                p = db.prepared(text, stmt)
-                if pick(coll, p.query, Env(params, now), need_override=1):
+        now = V.Ts(db.now())
+        for text, stmt, params in self._writes:
+            coll = db.collections.get(stmt.collection)
+            if coll is None:
+                return True  # run it, so the claim is answered its 404
+            if self.scope is not None:
+                if scoped_look(db, text, stmt, params, self.scope, now):
                     return True
-            return False
-        return db.look(inner)
+                continue
+            p = db.prepared(text, stmt)
+            if pick(coll, p.query, Env(params, now), need_override=1):
+                return True
+        return False
 
     def next_moment(self) -> int | None:
+        """Under the read lock the caller holds: the least moment after now at which the clock
+        alone may give the claim a row (module docstring), or None."""
         db = self.db
+        now = db.now()
+        env = Env([], V.Ts(now))
+        best: int | None = None
+        for coll_name, term, params in self._terms:
+            coll = db.collections.get(coll_name)
+            if coll is None:
+                continue
+            env.params = params
+            k = term.shift(None, env) if term.shift is not None else 0
+            if type(k) is not int:
+                continue
+            m = _next_for(coll, term.target, term.op, k, now)
+            if m is not None and (best is None or m < best):
+                best = m
+        for coll_name in self.collections:
+            coll = db.collections.get(coll_name)
+            if coll is None or coll.schema.ttl_field is None:
+                continue
+            ttl = coll.schema.ttl_field
+            assert ttl.ttl_ms is not None  # a @ttl field always has its duration
+            m = _next_for(coll, ttl.name, ">", -ttl.ttl_ms, now)
+            if m is not None and (best is None or m < best):
+                best = m
+        return best
 
-        def inner() -> int | None:
-            now = db.now()
-            env = Env([], V.Ts(now))
-            best: int | None = None
-            seen_ttl: set[str] = set()
-            for coll_name, term, params in self._terms:
-                coll = db.collections.get(coll_name)
-                if coll is None:
-                    continue
-                env.params = params
-                k = term.shift(None, env) if term.shift is not None else 0
-                if type(k) is not int:
-                    continue
-                m = _next_for(coll, term.target, term.op, k, now)
-                if m is not None and (best is None or m < best):
-                    best = m
-            for coll_name in self.collections:
-                if coll_name in seen_ttl:
-                    continue
-                seen_ttl.add(coll_name)
-                coll = db.collections.get(coll_name)
-                if coll is None or coll.schema.ttl_field is None:
-                    continue
-                ttl = coll.schema.ttl_field
-                assert ttl.ttl_ms is not None  # a @ttl field always has its duration
-                m = _next_for(coll, ttl.name, ">", -ttl.ttl_ms, now)
-                if m is not None and (best is None or m < best):
-                    best = m
-            return best
-        return db.look(inner)
+    def bid_profile(self) -> Profile | None:
+        """What the claim's line bids with (bids.py)."""
+        return profile(self)
 
 
 def _next_for(coll: Any, target: str, op: str, k: int, now: int) -> int | None:
@@ -214,8 +216,8 @@ def _as_ms(v: Any) -> int | float | None:
     return None
 
 
-def make_hold(db: Engine, parsed: list[tuple[str, A.Statement, list]], scope: Any = None) -> Hold:
-    h = Hold(db)
+def make_hold(db: Engine, parsed: list[tuple[str, A.Statement, list]], scope: Any = None) -> ReadyClaim:
+    h = ReadyClaim(db)
     h.scope = scope
     keys: list[tuple[Any, ...]] = []  # with a scope, each also holds the token's line key
     colls: set[str] = set()

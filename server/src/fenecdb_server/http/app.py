@@ -28,11 +28,13 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FenecError
+from ..held import Lines, Outcome, Waiter
+from ..held.on_asyncio import AsyncioDriver, park
 from . import collection, numbers
 from . import errors as E
 from .auth import OPEN, Auth, AuthDelay, AuthRefused, Caller
@@ -48,7 +50,6 @@ from .idempotency import (
 )
 from .limits import BODY_CEILING, METHODS, parse_length, parse_wait
 from .metrics import Metrics, Recent
-from .waits import Answer, Held, Outcome, Waits
 
 try:  # measured: see dumps() below
     import orjson
@@ -97,6 +98,18 @@ if orjson is not None:
             return _dumps_json(value)
 else:  # pragma: no cover
     dumps = _dumps_json
+
+
+@dataclass(slots=True)
+class Answer:
+    """A whole HTTP answer: status, body and the extra headers it carries."""
+
+    status: int
+    body: bytes
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+
+FAULT = Answer(500, b'{"error":"internal fault"}')  # a held run that raised
 
 
 class Config:
@@ -176,7 +189,7 @@ class App:
         self._sampler: asyncio.Task[None] | None = None
         self.auth = self.config.auth
         self.delay = AuthDelay(self.config.auth_delay_ms)
-        self.waits: Waits | None = None
+        self.waits: Lines[Answer] | None = None  # held claims (held/), once the loop runs
         self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fenec-exec") if self.config.threaded else None
         # large requests (OFF_LOOP_*): two threads, as the GIL lets only one of them run at a time
         self.large = self.pool or ThreadPoolExecutor(max_workers=2, thread_name_prefix="fenec-large")
@@ -222,9 +235,10 @@ class App:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    def start(self) -> Waits:
+    def start(self) -> Lines[Answer]:
         if self.waits is None:
-            self.waits = Waits(self.db, self._run_held, asyncio.get_running_loop())
+            driver = AsyncioDriver(asyncio.get_running_loop(), self._run_held, FAULT)
+            self.waits = Lines(self.db, driver)
             self._sampler = asyncio.get_running_loop().create_task(self._sample())
         return self.waits
 
@@ -480,18 +494,18 @@ class App:
 
     async def serve(self, work: Work, receive: Receive, send: Send, started: float,
                     req: Request, raw: bytes) -> None:
-        hold = None
+        claim = None
         waits = self.waits or self.start()
         if work.wait > 0 and not waits.closing:
             # a scoped token's claim is held and woken under its scope (http.md §8.9)
             scoped = {"scope": work.caller.scope} if work.caller.scoped else {}
             try:
                 if work.large:
-                    hold = await asyncio.get_running_loop().run_in_executor(
+                    claim = await asyncio.get_running_loop().run_in_executor(
                         self.large, partial(collection.deferred, partial(self.db.prepare_hold, work.statements,
                                                                          **scoped)))
                 else:
-                    hold = self.db.prepare_hold(work.statements, **scoped)
+                    claim = self.db.prepare_hold(work.statements, **scoped)
             except FenecError as e:
                 status, body = E.answer(e, batch=work.block)
                 await self.respond(send, status, body, (), api=True)
@@ -502,18 +516,21 @@ class App:
                 await self.respond(send, 500, E.body(E.INTERNAL), (), api=True)
                 self.account(started, "read", True, req, raw)
                 return
-            if not hold.held:
-                hold = None
+            if not claim.held:
+                claim = None
             elif work.idem is not None:
                 work.idem = replace(work.idem, keep_empty=False)
         seen = self.db.seq
-        outcome, kind = await self.run(work, held=hold is not None)
-        if hold is None or outcome.final or waits.closing:
+        if self.pool is None and not work.large:  # on the loop, with no await: a claim's usual path
+            outcome, kind = self.run_here(work, held=claim is not None)
+        else:
+            outcome, kind = await self.run_off_loop(work, held=claim is not None)
+        if claim is None or outcome.final or waits.closing:
             await self.send_answer(send, outcome.answer)
             self.account(started, kind, outcome.answer.status >= 400, req, raw)
             return
-        held = waits.hold(hold, work, outcome.answer, work.wait, seen)
-        answer = await self.await_held(held, receive)
+        waiter, future = park(waits, claim, work, outcome.answer, work.wait, seen)
+        answer = await self.await_held(waiter, future, receive)
         if answer is not None:
             if answer.status == 401:  # its token expired while it waited: a refusal like any
                 delay = self.delay.refused(req.peer)
@@ -522,7 +539,8 @@ class App:
             await self.send_answer(send, answer)
             self.account(started, "write", answer.status >= 400, req, raw)
 
-    async def await_held(self, held: Held, receive: Receive) -> Answer | None:
+    async def await_held(self, waiter: Waiter[Answer], future: asyncio.Future[Answer],
+                         receive: Receive) -> Answer | None:
         """Wait for the held request's answer, watching the connection (§8.10)."""
 
         async def watch() -> None:
@@ -533,37 +551,47 @@ class App:
 
         watcher = asyncio.ensure_future(watch())
         try:
-            await asyncio.wait((held.future, watcher), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((future, watcher), return_when=asyncio.FIRST_COMPLETED)
         finally:
             if not watcher.done():
                 watcher.cancel()
-        if held.future.done() and not held.future.cancelled():
-            return held.future.result()
+        if future.done() and not future.cancelled():
+            return future.result()
         if self.waits is not None:
-            self.waits.forget(held)
+            self.waits.forget(waiter)
         return None
 
-    async def _run_held(self, held: Held) -> Outcome:
-        work = held.payload
+    def _run_held(self, waiter: Waiter[Answer]) -> Outcome[Answer] | Awaitable[Outcome[Answer]]:
+        """Run a held request again: on the loop at once when it can (no task for the run), else
+        in a worker thread."""
+        work = waiter.payload
+        assert isinstance(work, Work)
         expired = self.auth.recheck(work.caller)
         if expired is not None:  # every run asks the token again (http.md §8.9): nothing runs
             return Outcome(True, Answer(401, E.body(expired), [(b"www-authenticate", b"Bearer")]))
-        outcome, _kind = await self.run(work, held=True)
+        if self.pool is None and not work.large:
+            return self.run_here(work, held=True)[0]
+        return self._run_held_off_loop(work)
+
+    async def _run_held_off_loop(self, work: Work) -> Outcome[Answer]:
+        outcome, _kind = await self.run_off_loop(work, held=True)
         return outcome
 
-    async def run(self, work: Work, *, held: bool) -> tuple[Outcome, str]:
-        """Run the work once: (outcome, metrics kind). For a held request a `require` miss is
-        "took nothing" (http.md §8.3), not the end of the hold."""
+    async def run_off_loop(self, work: Work, *, held: bool) -> tuple[Outcome[Answer], str]:
+        """`run_here` in a worker thread: under --sync always (whose fsync the engine waits for
+        after its lock), or for a long statement not parsed yet (OFF_LOOP_TEXT)."""
+        run = partial(self.run_here, work, held=held)
+        return await asyncio.get_running_loop().run_in_executor(
+            self.large, partial(collection.deferred, run) if work.large else run)
+
+    def run_here(self, work: Work, *, held: bool) -> tuple[Outcome[Answer], str]:
+        """Run the work once, in this thread: (outcome, metrics kind). For a held request a
+        `require` miss is "took nothing" (http.md §8.3), not the end of the hold. On the loop it
+        never awaits, so a held request's run needs no task of its own."""
         # only a scoped token passes a scope: the server token runs as it always did
         scoped = {"scope": work.caller.scope} if work.caller.scoped else {}
         try:
-            if self.pool is not None or work.large:
-                loop = asyncio.get_running_loop()
-                run = partial(self.db.execute, work.statements, block=work.block, idempotency=work.idem, **scoped)
-                result = await loop.run_in_executor(self.large, partial(collection.deferred, run) if work.large
-                                                    else run)
-            else:
-                result = self.db.execute(work.statements, block=work.block, idempotency=work.idem, **scoped)
+            result = self.db.execute(work.statements, block=work.block, idempotency=work.idem, **scoped)
         except FenecError as e:
             status, body = E.answer(e, batch=work.block)
             kind = "write" if e.kind in ("unmet", "exists", "conflict", "io") else "read"

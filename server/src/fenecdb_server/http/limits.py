@@ -5,9 +5,9 @@ Limits refuse; they never truncate.
 
 from __future__ import annotations
 
+from ..held import MAX_WAIT_MS
 from .errors import BODY_CEILING, HEAD_CEILING  # noqa: F401 (re-exported: one definition)
 
-MAX_WAIT_MS = 30_000
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 

@@ -1,0 +1,421 @@
+"""Held claims: the waiting lines, and the fairness contract they keep (http.md §8).
+
+A claim sent to wait (`Fenec-Wait: <ms>` over HTTP, `Database.query(..., wait=ms)` in process)
+is run once at once. If it took nothing it is handed to these lines, which keep it waiting and
+run it again at the first moment it could take something, or answer it at its deadline with
+what its last run answered. The state here is plain Python: a `Driver` (port.py) gives it a
+clock, timers and runs, and the engine answers through `EnginePort` and `Claim`.
+
+The fairness contract
+---------------------
+1. Lines. Held claims whose `set`/`del` statements would pick the same rows (the claim's
+   `line_key`: same collection, same filter with its parameters bound, same order) wait in one
+   line. A line is first-come first-served: its head is the claim held longest.
+2. A committed write wakes only the lines that read a collection it touched. A woken line
+   spends one *look* (`claim.would_take()`, a one-row read under the shared read lock); only
+   when the look finds a row does its head *run* (the real request, under the write lock). A
+   write therefore costs a line one cheap read, never one write per waiting worker.
+3. A look that found nothing stands for the whole line, and the line does not look again for
+   1 ms because of writes: writes inside that gap are remembered and answered by one look at
+   its end, read on the driver's clock to its grain (uvloop's counts whole milliseconds).
+   The throttle never delays a look due to the clock or to a hand-off.
+4. Hand-off. A head whose run took something is answered and leaves; the next claim of the
+   line looks at once, because more rows may be ready: a burst of jobs is drained by the
+   waiting workers in arrival order, the oldest job to the longest-waiting worker.
+5. A run that took nothing after all (another line was faster, a `require` was not met) keeps
+   the claim its place; the line waits again from the state that run saw.
+6. Time (time_wakes.py). No write announces that a delayed job came due or that a lease
+   lapsed, so each line sleeps until `claim.next_moment()`, looks, and runs only if a row is
+   there. A wake that comes early goes back to sleep: a delayed job is never taken before its
+   time. With nothing written and nothing due, a held claim costs no CPU: no timer, no task.
+7. Across lines. One wake pass visits every affected line in ascending `Line.rank()`, the
+   head's arrival, so on a row several lines could take, the claim held longest across lines
+   runs first (§8.7 rules 1 and 2).
+7b. Bidding (bidding.py, §8.7 rule 3): a claim whose order is its own bids for a row against
+   the other lines picking from its collection; the best rank wins, a tie goes to the head held
+   longest.
+8. A client gone. Before its head runs, a line lets what is on its way land (`Driver.settle`)
+   and drops the heads whose client left without running them; the turn passes at once to the
+   next, which takes the row. A claim whose client leaves while nothing is ready is simply
+   forgotten.
+9. A run in flight is never abandoned: a deadline or a shutdown that falls during it is
+   answered with that run's answer, so a row taken is always delivered (a lease to no one is a
+   bug).
+10. Shutdown. From then on nothing is held: every held claim is answered at once with what its
+   last run answered, and new claims are run once.
+
+A look that raises counts as finding a row: the head runs, and its run answers the error.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+from .bidding import Auctions
+from .looks import CLOCK_GRAIN_S, LOOK_THROTTLE_S, would_take
+from .port import Claim, Driver, EnginePort, Timer
+from .time_wakes import TimeWakes
+
+if TYPE_CHECKING:
+    from ..engine.bids import Profile
+    from .bidding import Bidding
+
+A = TypeVar("A")
+
+MAX_WAIT_MS = 30_000
+
+
+@dataclass(slots=True)
+class Outcome(Generic[A]):
+    """What one run of a held claim gave. `final` ends the wait (rows taken, an error other
+    than a `require` miss, a replayed answer); otherwise `answer` is what a deadline answers."""
+
+    final: bool
+    answer: A
+
+
+_arrivals = itertools.count()
+
+
+class Waiter(Generic[A]):
+    """One held claim: what its runner needs (`payload`), its last answer, and who is told."""
+
+    __slots__ = ("payload", "last", "on_answer", "arrival", "line", "gone", "running", "done", "timer")
+
+    def __init__(self, payload: object, last: A, on_answer: Callable[[A], None]) -> None:
+        self.payload = payload  # the adapter's own: the request's statements, token, ...
+        self.last = last
+        self.on_answer = on_answer  # told once, with the answer; never when forgotten
+        self.arrival = next(_arrivals)
+        self.line: Line[A] | None = None
+        self.gone = False
+        self.running = False
+        self.done = False
+        self.timer: Timer | None = None
+
+
+class Line(Generic[A]):
+    """The waiters whose claims would take the same rows (rule 1), first come first served."""
+
+    __slots__ = ("key", "claim", "queue", "collections", "pumping", "pending", "throttle_until",
+                 "throttle_timer", "time_timer", "moment", "profile", "bidding", "seen", "extra")
+
+    def __init__(self, key: Hashable, claim: Claim) -> None:
+        self.key = key
+        self.claim = claim
+        self.queue: deque[Waiter[A]] = deque()
+        self.collections: frozenset[str] = claim.collections
+        self.pumping = False  # looking or running: a wake meanwhile only sets `pending`
+        self.pending = False  # a write came while the line was busy or throttled
+        self.throttle_until = 0.0
+        self.throttle_timer: Timer | None = None
+        self.time_timer: Timer | None = None
+        self.moment: int | None = None
+        # bidding (rule 7b): what the line bids with, the change it last looked at (None: look
+        # at the whole collection) and the rows it matched then and did not get
+        self.profile: Profile | None = claim.bid_profile()
+        self.bidding: Bidding[A] | None = None
+        self.seen: int | None = None
+        self.extra: set[int] = set()
+
+    def rank(self) -> int:
+        """The key a wake pass orders lines by (fairness rule 7): its head's arrival."""
+        return self.queue[0].arrival
+
+
+class Lines(Generic[A]):
+    """The held claims of one engine, driven by one `Driver`."""
+
+    def __init__(self, engine: EnginePort, driver: Driver[A]) -> None:
+        self.engine = engine
+        self.driver = driver
+        self.lines: dict[Hashable, Line[A]] = {}
+        self.by_collection: dict[str, set[Line[A]]] = {}
+        self.closing = False
+        self.held = 0
+        self.looks = 0
+        self.runs = 0
+        self.taken = 0
+        self.wakeups = 0
+        self.auctions: Auctions[A] = Auctions(self)
+        self.time: TimeWakes[A] = TimeWakes(self)
+        engine.listen(self._announce)
+
+    # -- the write announcement (the writer's thread, under its write lock: keep it cheap) --
+
+    def _announce(self, collections: frozenset[str], seq: int) -> None:
+        by = self.by_collection
+        if not by:
+            return
+        for name in collections:
+            if name in by:
+                break
+        else:
+            return
+        self.driver.soon(lambda: self._wake(collections))
+
+    def _wake(self, collections: frozenset[str]) -> None:
+        affected: set[Line[A]] = set()
+        for name in collections:
+            lines = self.by_collection.get(name)
+            if lines:
+                affected |= lines
+        if not affected:
+            return
+        now = self.driver.time()
+        poked: list[Bidding[A]] = []
+        if self.auctions.biddings:
+            # bidding lines look together, in one pass of their collection's bidding (rule 7b)
+            rest: set[Line[A]] = set()
+            for line in affected:
+                b = line.bidding
+                if b is None:
+                    rest.add(line)
+                elif line.queue:
+                    self.wakeups += 1
+                    if b not in poked:
+                        poked.append(b)
+                        b.stalled.clear()
+            affected = rest
+        # a line behind an older head that is still in its look gap waits for it (rule 7)
+        behind = 0.0
+        for line in sorted((ln for ln in affected if ln.queue), key=Line.rank):
+            self.wakeups += 1
+            if line.pumping:
+                line.pending = True
+            elif now < line.throttle_until or now < behind:
+                line.pending = True
+                until = max(line.throttle_until, behind)
+                behind = until
+                if line.throttle_timer is None:
+                    line.throttle_timer = self._at(until, self._throttle_end, line)
+            else:
+                self.start(line)
+        for b in poked:
+            self.auctions.poke(b)
+
+    def _at(self, when: float, fn: Callable[[Line[A]], None], line: Line[A]) -> Timer:
+        return self.driver.call_at(when, lambda: fn(line))
+
+    def _throttle_end(self, line: Line[A]) -> None:
+        line.throttle_timer = None
+        if not (line.pending and line.queue and not line.pumping):
+            return
+        # Fairness across lines (rule 7) holds through the throttle too: a line whose head is
+        # older but whose gap ends a little later goes first, so this one waits for it.
+        # The line whose timer fired is due whatever the clock reads: uvloop's clock counts whole
+        # milliseconds, so at the timer `now` can be 15187.13 against a gap that ends at
+        # 15187.130000000001, and a strict comparison here once left a worker asleep beside a
+        # ready job until its deadline. The other lines get the clock's grain as slack.
+        due_by = self.driver.time() + CLOCK_GRAIN_S
+        ready = [ln for ln in self.lines.values() if ln.pending and ln.queue and not ln.pumping]
+        rank = line.rank()
+        later = max((ln.throttle_until for ln in ready if ln.rank() < rank), default=0.0)
+        if later > due_by:
+            line.throttle_timer = self._at(later, self._throttle_end, line)
+            return
+        for ln in sorted((ln for ln in ready if ln is line or ln.throttle_until <= due_by), key=Line.rank):
+            if ln.throttle_timer is not None:
+                ln.throttle_timer.cancel()
+                ln.throttle_timer = None
+            if ln.pending and ln.queue and not ln.pumping:  # an earlier start may have run it
+                self.start(ln)
+
+    # -- holding --
+
+    def hold(self, claim: Claim, waiter: Waiter[A], wait_ms: int, seen_seq: int) -> None:
+        """Hold a claim whose first run (at change `seen_seq`) took nothing and answered
+        `waiter.last`. The waiter is told its answer by a run that took something, or at its
+        deadline (at once when shutting down)."""
+        if self.closing:
+            waiter.done = True
+            waiter.on_answer(waiter.last)
+            return
+        key = claim.line_key
+        line = self.lines.get(key)
+        fresh = line is None
+        if line is None:
+            line = Line(key, claim)
+            line.seen = seen_seq
+            self.lines[key] = line
+            for name in line.collections:
+                self.by_collection.setdefault(name, set()).add(line)
+            self.auctions.attach(line)
+        elif line.seen is not None and seen_seq < line.seen:
+            line.seen = seen_seq
+        line.queue.append(waiter)
+        waiter.line = line
+        self.held += 1
+        wait_s = min(wait_ms, MAX_WAIT_MS) / 1000
+        waiter.timer = self.driver.call_at(self.driver.time() + wait_s, lambda: self._deadline(waiter))
+        if self.engine.seq != seen_seq:
+            # a write landed between the first run and now: look at once
+            if not line.pumping:
+                self.start(line)
+            else:
+                line.pending = True
+        elif fresh:
+            self.time.schedule(line)
+
+    def forget(self, waiter: Waiter[A]) -> None:
+        """The client went away (fairness rule 8): drop the claim unless it is running."""
+        waiter.gone = True
+        if not waiter.running and not waiter.done:
+            self._remove(waiter)
+            waiter.done = True
+
+    def _deadline(self, waiter: Waiter[A]) -> None:
+        waiter.timer = None
+        if waiter.done:
+            return
+        if waiter.running:  # rule 9: the run in flight answers it (see _ran)
+            return
+        self.finish(waiter, waiter.last)
+
+    def finish(self, waiter: Waiter[A], answer: A) -> None:
+        if waiter.done:
+            return
+        waiter.done = True
+        self._remove(waiter)
+        if waiter.timer is not None:
+            waiter.timer.cancel()
+            waiter.timer = None
+        waiter.on_answer(answer)
+
+    def _remove(self, waiter: Waiter[A]) -> None:
+        line = waiter.line
+        if line is None:
+            return
+        waiter.line = None
+        self.held -= 1
+        try:
+            line.queue.remove(waiter)
+        except ValueError:
+            pass
+        if not line.queue and not line.pumping:
+            self.drop_line(line)
+
+    def drop_line(self, line: Line[A]) -> None:
+        if line.bidding is not None:
+            self.auctions.detach(line)
+        if self.lines.get(line.key) is line:
+            del self.lines[line.key]
+        for name in line.collections:
+            lines = self.by_collection.get(name)
+            if lines is not None:
+                lines.discard(line)
+                if not lines:
+                    del self.by_collection[name]
+        for timer in (line.time_timer, line.throttle_timer):
+            if timer is not None:
+                timer.cancel()
+        line.time_timer = line.throttle_timer = None
+
+    # -- the pump: look, run the head, hand off --
+
+    def start(self, line: Line[A]) -> None:
+        """Wake a line now: look, and run its head if a row is there."""
+        if line.bidding is not None:
+            line.pending = False
+            self.auctions.poke(line.bidding, timed=True)
+            return
+        line.pumping = True
+        line.pending = False
+        if line.throttle_timer is not None:
+            line.throttle_timer.cancel()
+            line.throttle_timer = None
+        self._pump(line)
+
+    def look(self, line: Line[A]) -> bool:
+        """One look for the whole line (rule 2); an error counts as a row (its run answers it)."""
+        self.looks += 1
+        return would_take(self.engine, line.claim)
+
+    def _pump(self, line: Line[A]) -> None:
+        if not line.queue or self.closing:
+            self._pump_end(line)
+            return
+        line.pending = False
+        if not self.look(line):
+            line.throttle_until = self.driver.time() + LOOK_THROTTLE_S
+            self.time.schedule(line)
+            self._pump_end(line)
+            return
+        # a row is there: the head runs, once what is on its way has landed (rule 8)
+        self.driver.settle(lambda: self.run_head(line, self._pumped))
+
+    def _pumped(self, line: Line[A], ran: bool | None) -> None:
+        if ran:
+            self._pump(line)  # hand-off: the next looks at once (rule 4)
+            return
+        if ran is False:
+            self.time.schedule(line)  # rule 5: wait again from what the run saw
+        self._pump_end(line)
+
+    def _pump_end(self, line: Line[A]) -> None:
+        line.pumping = False
+        if not line.queue:
+            self.drop_line(line)
+        elif line.pending and not self.closing:
+            # writes came while the line ran: one look for all of them, throttled
+            if self.driver.time() < line.throttle_until:
+                if line.throttle_timer is None:
+                    line.throttle_timer = self._at(line.throttle_until, self._throttle_end, line)
+            else:
+                self.start(line)
+
+    def run_head(self, line: Line[A], then: Callable[[Line[A], bool | None], None]) -> None:
+        """Run the line's head, skipping clients that left (rule 8), then `then(line, ran)`:
+        True, it was answered (it took, or its deadline or client fell during the run) and the
+        next looks at once; False, it took nothing and keeps its place (rule 5); None, no one
+        was left to run."""
+        while line.queue and line.queue[0].gone:
+            gone = line.queue[0]
+            self._remove(gone)
+            gone.done = True
+        if not line.queue:
+            then(line, None)
+            return
+        head = line.queue[0]
+        head.running = True
+        self.runs += 1
+        self.driver.run(head, lambda outcome: then(line, self._ran(head, outcome)))
+
+    def _ran(self, head: Waiter[A], outcome: Outcome[A]) -> bool:
+        head.running = False
+        if outcome.final:
+            self.taken += 1
+            self.finish(head, outcome.answer)
+            return True
+        head.last = outcome.answer
+        if head.timer is None or head.gone or self.closing:
+            # its deadline fell during the run, or its client left: answer what it found
+            self.finish(head, outcome.answer)
+            return True
+        return False
+
+    # -- shutdown (rule 10) --
+
+    def shutdown(self) -> int:
+        """Answer every held claim with its last answer; hold nothing from now on. Returns how
+        many were answered."""
+        self.closing = True
+        count = 0
+        for line in list(self.lines.values()):
+            for waiter in list(line.queue):
+                if not waiter.running:
+                    self.finish(waiter, waiter.last)
+                    count += 1
+            if not line.queue and not line.pumping:
+                self.drop_line(line)
+        return count
+
+    def close(self) -> int:
+        """Shut down and stop listening to the engine."""
+        count = self.shutdown()
+        self.engine.unlisten(self._announce)
+        return count

@@ -1,0 +1,98 @@
+"""The asyncio driver: held claims on an event loop (the HTTP server's).
+
+The lines' state is touched on the loop only: a write announced from another thread (a worker
+thread's `execute`) hops onto it with `call_soon_threadsafe`. `settle` gives the loop three turns, which a
+client's close that already reached the socket needs to be seen (connection_lost, then the
+receive() watcher, then `Lines.forget`). A run that awaits (a worker thread's) is a task; the lines
+go on meanwhile.
+
+The wake of one waiting claim by a write costs the announcement's turn (the look, made at once) and
+three settling turns; the run is made in the last of them, with no task, unless it goes to a worker
+thread (`--sync always`, a long statement). Before this package it also cost a task and its turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
+
+from .lines import Lines, Outcome, Waiter
+from .port import Claim, Timer
+
+A = TypeVar("A")
+
+log = logging.getLogger("fenec.held")
+
+SETTLE_TURNS = 3
+
+
+class AsyncioDriver(Generic[A]):
+    def __init__(self, loop: asyncio.AbstractEventLoop,
+                 runner: Callable[[Waiter[A]], Outcome[A] | Awaitable[Outcome[A]]], fault: A) -> None:
+        self.loop = loop
+        self.runner = runner
+        self.fault = fault  # the answer of a run that raised (the runner answers its own errors)
+        self._thread = threading.get_ident()
+
+    def time(self) -> float:
+        return self.loop.time()
+
+    def call_at(self, when: float, fn: Callable[[], None]) -> Timer:
+        return self.loop.call_at(when, fn)
+
+    def soon(self, fn: Callable[[], None]) -> None:
+        if threading.get_ident() == self._thread:
+            self.loop.call_soon(fn)
+        else:
+            self.loop.call_soon_threadsafe(fn)
+
+    def settle(self, fn: Callable[[], None]) -> None:
+        self.loop.call_soon(self._turn, SETTLE_TURNS - 1, fn)
+
+    def _turn(self, left: int, fn: Callable[[], None]) -> None:
+        if left:
+            self.loop.call_soon(self._turn, left - 1, fn)
+        else:
+            fn()
+
+    def run(self, waiter: Waiter[A], done: Callable[[Outcome[A]], None]) -> None:
+        """A runner that answers at once (the claim ran on the loop) is handed on at once: the
+        wake of a waiting claim costs no task. One that answers an awaitable (a worker thread)
+        gets a task. No reference to it is kept: a done-callback to drop one would cost a turn,
+        and a task that awaits is referenced by what it awaits (the executor's future)."""
+        try:
+            got = self.runner(waiter)
+        except Exception:
+            log.exception("internal fault running a held claim")
+            done(Outcome(True, self.fault))
+            return
+        if isinstance(got, Outcome):
+            done(got)
+        else:
+            self.loop.create_task(self._await(got, done))
+
+    async def _await(self, got: Awaitable[Outcome[A]], done: Callable[[Outcome[A]], None]) -> None:
+        try:
+            outcome = await got
+        except Exception:
+            log.exception("internal fault running a held claim")
+            outcome = Outcome(True, self.fault)
+        done(outcome)
+
+
+def park(lines: Lines[A], claim: Claim, payload: object, last: A, wait_ms: int,
+         seen_seq: int) -> tuple[Waiter[A], asyncio.Future[A]]:
+    """Hold a claim whose first run took nothing (see `Lines.hold`); the future is its answer.
+    On the loop only."""
+    future: asyncio.Future[A] = asyncio.get_running_loop().create_future()
+
+    def answer(a: A) -> None:
+        if not future.done():
+            future.set_result(a)
+
+    waiter = Waiter(payload, last, answer)
+    lines.hold(claim, waiter, wait_ms, seen_seq)
+    return waiter, future
