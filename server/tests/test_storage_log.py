@@ -100,7 +100,9 @@ def test_every_cut_opens_to_the_records_before_it_and_truncates_there(tmp_path, 
         boundary = starts[kept] if cut >= FILE_HEADER_SIZE else FILE_HEADER_SIZE
         assert reopen(path) == (None, records[:kept]), cut
         assert os.path.getsize(path) == boundary, cut
-        if FILE_HEADER_SIZE < cut != boundary:
+        if FILE_HEADER_SIZE < cut != boundary and any(data[boundary:cut]):
+            # (an empty record's header starts with 8 zero bytes: cut inside them, what is
+            # left reads as preallocated zeros, the log's end, and no torn tail is logged)
             assert "torn tail" in caplog.text and f"offset {boundary}" in caplog.text
         # and appending after the cut lands right at the boundary
         lg = Log(path, sync="off")

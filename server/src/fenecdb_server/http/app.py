@@ -33,10 +33,12 @@ from functools import partial
 from typing import Any
 
 from ..errors import FenecError
+from ..storage.log import Deferred
 from . import collection, numbers
 from . import errors as E
 from .auth import OPEN, Auth, AuthDelay, AuthRefused, Caller
 from .dashboard import PATHS as DASHBOARD
+from .durable import TurnSync
 from .idempotency import (
     DEFAULT_TTL_S,
     IDEM_NO_SUB,
@@ -101,7 +103,7 @@ class Config:
 
     def __init__(self, *, version: str = "0.0.0", token: str | None = None, cors: str | None = None,
                  idempotency_ttl_s: int = DEFAULT_TTL_S, slow_ms: float | None = None,
-                 threaded: bool = False, auth: Auth | None = None, auth_delay_ms: int = 100,
+                 sync_always: bool = False, auth: Auth | None = None, auth_delay_ms: int = 100,
                  max_statement_bytes: int = MAX_STATEMENT_BYTES) -> None:
         self.version = version
         # the tokens accepted (auth.py); `token` alone is a server token and nothing else
@@ -110,11 +112,11 @@ class Config:
         self.cors = cors
         self.idempotency_ttl_ms = idempotency_ttl_s * 1000
         self.slow_ms = slow_ms
-        # Run db.execute in a worker thread only for a file-backed database under --sync always,
-        # whose fsync the engine waits for after releasing its lock: the loop stays free while
-        # the disk works. Otherwise on the loop: a one-row get costs 6 us there against 120 us
-        # with a thread hop (measured, bench/http_bench.py).
-        self.threaded = threaded
+        # A file-backed database under --sync always: writes run on the loop like every request,
+        # their answers parked until their turn's one fdatasync (durable.py). (A worker thread
+        # per write cost a one-row get 120 us against 6 us on the loop, bench/http_bench.py,
+        # and 33 futex calls a write with 8 writers, bench/durable_syscalls.py.)
+        self.sync_always = sync_always
         # the statement text of one request (`/batch`: its distinct texts together); 0 = no ceiling
         self.max_statement_bytes = max_statement_bytes
 
@@ -174,9 +176,9 @@ class App:
         self.auth = self.config.auth
         self.delay = AuthDelay(self.config.auth_delay_ms)
         self.waits: Waits | None = None
-        self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fenec-exec") if self.config.threaded else None
+        self.turns: TurnSync | None = None  # --sync always: set at start, on the loop
         # large requests (OFF_LOOP_*): two threads, as the GIL lets only one of them run at a time
-        self.large = self.pool or ThreadPoolExecutor(max_workers=2, thread_name_prefix="fenec-large")
+        self.large = ThreadPoolExecutor(max_workers=2, thread_name_prefix="fenec-large")
         self.version_header = (b"x-fenecdb-version", self.config.version.encode())
         self.cors_headers: list[tuple[bytes, bytes]] = []
         if self.config.cors:
@@ -221,6 +223,9 @@ class App:
 
     def start(self) -> Waits:
         if self.waits is None:
+            log_ = getattr(self.db, "log", None)
+            if self.config.sync_always and log_ is not None:
+                self.turns = TurnSync(log_, asyncio.get_running_loop())
             self.waits = Waits(self.db, self._run_held, asyncio.get_running_loop())
             self._sampler = asyncio.get_running_loop().create_task(self._sample())
         return self.waits
@@ -561,25 +566,38 @@ class App:
 
         # only a scoped token passes a scope: the server token runs as it always did
         scoped = {"scope": work.caller.scope} if work.caller.scoped else {}
+        owed: Deferred | None = None  # --sync always: the write's ticket, durable before the answer
         try:
-            if self.pool is not None or work.large:
-                loop = asyncio.get_running_loop()
+            if work.large:  # in a worker thread, which waits for its own fsync (group commit)
                 run = partial(self.db.execute, work.statements, block=work.block, idempotency=work.idem,
                               render=render, **scoped)
-                result = await loop.run_in_executor(self.large, partial(collection.deferred, run) if work.large
-                                                    else run)
+                result = await asyncio.get_running_loop().run_in_executor(
+                    self.large, partial(collection.deferred, run))
+            elif self.turns is not None:
+                with self.turns.log.deferred() as owed:
+                    result = self.db.execute(work.statements, block=work.block, idempotency=work.idem,
+                                             render=render, **scoped)
             else:
                 result = self.db.execute(work.statements, block=work.block, idempotency=work.idem, render=render,
                                          **scoped)
         except FenecError as e:
             status, body = E.answer(e, batch=work.block)
             kind = "write" if e.kind in ("unmet", "exists", "conflict", "io") else "read"
-            return Outcome(not (held and e.kind == "unmet"), Answer(status, body)), kind
+            return await self._durable(owed, work, (Outcome(not (held and e.kind == "unmet"), Answer(status, body)),
+                                                   kind))
         except RecursionError:
-            return Outcome(True, Answer(400, E.body("expression too deep"))), "read"
+            return await self._durable(owed, work, (Outcome(True, Answer(400, E.body("expression too deep"))), "read"))
         except Exception:
             log.exception("internal fault")
-            return Outcome(True, Answer(500, E.body(E.INTERNAL))), "read"
+            return await self._durable(owed, work, (Outcome(True, Answer(500, E.body(E.INTERNAL))), "read"))
+        if owed is not None and result.replayed is not None:
+            # a replay answers for a write that may still be waiting for its fdatasync
+            owed.ticket = self.turns.log.appended if self.turns is not None else 0
+        if owed is not None and owed.ticket:
+            return await self._durable(owed, work, self._outcome(work, result, rendered, held))
+        return self._outcome(work, result, rendered, held)
+
+    def _outcome(self, work: Work, result: Any, rendered: list[tuple[int, bytes]], held: bool) -> tuple[Outcome, str]:
         kind = "write" if result.wrote else "read"
         if result.replayed is not None:
             status, body = result.replayed
@@ -590,6 +608,17 @@ class App:
             headers.append((b"fenec-seq", str(result.seq).encode()))
         took = result.taken > 0
         return Outcome(took or not held, Answer(status, body, headers)), kind
+
+    async def _durable(self, owed: Deferred | None, work: Work, out: tuple[Outcome, str]) -> tuple[Outcome, str]:
+        """`out` once the record the request appended (if any) is durable: its loop turn's
+        fdatasync (durable.py); the log's 500 if that fdatasync fails."""
+        if owed is not None and owed.ticket and self.turns is not None:
+            try:
+                await self.turns.durable(owed.ticket)
+            except FenecError as e:
+                status, body = E.answer(e, batch=work.block)
+                return Outcome(True, Answer(status, body)), "write"
+        return out
 
     @staticmethod
     def render(block: bool, answers: list[Any]) -> tuple[int, bytes]:

@@ -81,6 +81,11 @@ from .sync import Policy, Syncer, parse_policy
 log = logging.getLogger("fenecdb.storage")
 
 _READ_CHUNK = 1 << 24
+# The file grows in steps of this many bytes, reserved ahead of the appends (posix_fallocate):
+# an append then neither grows the file nor makes its fdatasync write the inode. Measured here
+# (ext4 on a virtual disk, 120-byte records): fdatasync after an append that grew the file
+# 220 us, into a preallocated region 140-170 us.
+PREALLOCATE = 4 << 20
 
 
 def _why(error: BaseException) -> str:
@@ -99,13 +104,17 @@ def _unknown(why: str) -> str:
 class Log:
     """One data file. `append` is called under the engine's write lock; everything else not."""
 
-    def __init__(self, path: str | os.PathLike[str], *, sync: object = 250, files: OsFiles | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, sync: object = 250, files: OsFiles | None = None,
+                 preallocate: int = PREALLOCATE) -> None:
         self.path = os.fspath(path)
         self.side_path = self.path + ".compact"
         self.policy: Policy = parse_policy(sync)
         self.files = files if files is not None else OsFiles()
         self._fd = -1
-        self._end = 0  # bytes in the file: the next record goes here
+        self._end = 0  # bytes of records in the file: the next record goes here
+        self._allocated = 0  # the file's size: `_end` plus the preallocated zeros after it
+        self.preallocate = preallocate  # 0: none (also once the OS refused to)
+        self._local = threading.local()  # `.slot`: a `Deferred` collecting this thread's tickets
         self._snapshot_end = 0
         self._records = 0  # write records in the file after its snapshot
         self._lock = threading.Lock()  # the log's own lock: appends vs. compaction's swap
@@ -145,18 +154,20 @@ class Log:
                 if created or size:
                     files.fsync_dir(self.path)
                 found.end = found.snapshot_end = FILE_HEADER_SIZE
-            elif found.end < size:
+            elif found.torn is not None:
                 files.truncate(fd, found.end)
                 files.fsync(fd)
                 log.warning(
                     "%s: cut a torn tail of %d bytes at offset %d (%s): a record cut short by a crash",
                     self.path, size - found.end, found.end, found.torn,
                 )
+                size = found.end
         except BaseException:
             files.close(fd)
             raise
         self._fd = fd
         self._end = found.end
+        self._allocated = max(size, found.end)  # zeros after the end: preallocated, kept
         self._snapshot_end = found.snapshot_end
         self._records = len(found.records)
         if isinstance(self.policy, int):
@@ -186,6 +197,8 @@ class Log:
                 raise StorageFailed("writes are refused: the data file is closed")
             want = len(head) + len(payload)
             offset = self._end
+            if offset + want > self._allocated and self.preallocate:
+                self._grow(offset + want)
             try:
                 done = self.files.writev(self._fd, [head, payload], offset)
                 while done < want:  # a short write: finish it, or fail on the next call
@@ -197,9 +210,26 @@ class Log:
             except OSError as error:
                 raise self._fail(f"could not write the log: {_why(error)}") from error
             self._end = offset + want
+            if self._end > self._allocated:
+                self._allocated = self._end
             self._records += 1
             self._appended += 1
             return self._appended
+
+    def _grow(self, need: int) -> None:
+        """Under `_lock`: reserve the file up to `need` and a step beyond. If the OS cannot
+        (no support, or a full disk), go on without: the write itself then grows the file,
+        and fails, as it always did, if the disk is full."""
+        step = self.preallocate
+        target = (need // step + 1) * step
+        try:
+            self.files.allocate(self._fd, self._allocated, target - self._allocated)
+        except OSError as error:
+            self.preallocate = 0
+            log.warning("%s: not preallocating the file any more (%s): each append grows it",
+                        self.path, _why(error))
+            return
+        self._allocated = target
 
     def _fail(self, why: str, outcome: str = "this write was not applied") -> StorageFailed:
         with self._cond:
@@ -221,14 +251,37 @@ class Log:
         return self._failure
 
     @property
+    def appended(self) -> int:
+        """The ticket of the last record appended (0: none since open)."""
+        return self._appended
+
+    @property
     def dirty(self) -> bool:
         """Some appended record is not yet covered by an fsync."""
         return self._appended > self._durable
 
     def wait_durable(self, ticket: int) -> None:
-        """Return once `ticket` is as durable as the policy promises (see `sync.py`)."""
+        """Return once `ticket` is as durable as the policy promises (see `sync.py`); inside
+        `deferred()` on this thread, note the ticket for the caller to make durable instead."""
         if self.policy != "always":
             return
+        slot = getattr(self._local, "slot", None)
+        if slot is not None:
+            if ticket > slot.ticket:
+                slot.ticket = ticket
+            return
+        self._sync_upto(ticket)
+
+    def deferred(self) -> Deferred:
+        """A scope on the calling thread in which `wait_durable` does not wait but notes the
+        ticket (`.ticket`, 0 if none): the caller then owes `sync_upto(ticket)` before it
+        says the write happened. The server's loop uses it to share one fdatasync among
+        every write of its turn (`http/durable.py`, the table in `sync.py`)."""
+        return Deferred(self._local)
+
+    def sync_upto(self, ticket: int) -> None:
+        """Make every record up to `ticket` durable (group commit, as `wait_durable` does under
+        `always`, whatever the policy). Raises StorageFailed."""
         self._sync_upto(ticket)
 
     def _sync_upto(self, ticket: int) -> None:
@@ -250,7 +303,7 @@ class Log:
         self._cond.release()
         error: OSError | None = None
         try:
-            self.files.fsync(fd)
+            self.files.datasync(fd)  # only data changed, or the size, which fdatasync covers
         except OSError as e:
             error = e
         finally:
@@ -340,23 +393,59 @@ class Log:
                 if dirty and self._failure is None:
                     with self._cond:
                         self._lead_sync()
+                if self._failure is None and self._allocated > self._end:
+                    self._trim()
             finally:
                 self.files.close(self._fd)
                 self._fd = -1
             return dirty
 
+    def _trim(self) -> None:
+        """At a clean close, give back the preallocated zeros: a closed file is its records
+        alone, so a copy of it (or an older server opening it) carries no megabytes of zeros;
+        the next open preallocates again, one call. Not synced: if the cut does not survive a
+        power loss, the zeros read as the end of the log all the same."""
+        try:
+            self.files.truncate(self._fd, self._end)
+            self._allocated = self._end
+        except OSError as error:
+            log.warning("%s: could not trim the preallocated tail (%s); it reads as the log's end",
+                        self.path, _why(error))
+
     def __repr__(self) -> str:
         return f"Log({self.path!r}, sync={self.policy!r}, bytes={self._end})"
 
     # compaction.py reads and swaps these under `_lock` and `_cond`
-    def _swap(self, fd: int, end: int, snapshot_end: int, records: int) -> None:
+    def _swap(self, fd: int, end: int, snapshot_end: int, records: int, allocated: int) -> None:
         old = self._fd
         self._fd = fd
         self._end = end
+        self._allocated = max(allocated, end)
         self._snapshot_end = snapshot_end
         self._records = records
         self._durable = self._appended  # the new file was fsynced holding every record
         self.files.close(old)
 
 
-__all__ = ["Log", "CorruptLog", "StorageFailed"]
+class Deferred:
+    """`Log.deferred()`: while entered, the thread's `wait_durable` calls note their ticket here."""
+
+    __slots__ = ("ticket", "_local", "_outer")
+
+    def __init__(self, local: threading.local) -> None:
+        self.ticket = 0
+        self._local = local
+        self._outer: Deferred | None = None
+
+    def __enter__(self) -> Deferred:
+        self._outer = getattr(self._local, "slot", None)
+        self._local.slot = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._local.slot = self._outer
+        if self._outer is not None and self.ticket > self._outer.ticket:
+            self._outer.ticket = self.ticket
+
+
+__all__ = ["Log", "CorruptLog", "StorageFailed", "Deferred"]

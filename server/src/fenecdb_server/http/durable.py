@@ -1,0 +1,81 @@
+"""Under `--sync always`: one fdatasync per loop turn, shared by every write of that turn.
+
+Redis's pattern for `appendfsync always`: a write runs on the loop as any request does (the
+engine appends its record to the OS file at once, `storage/log.py`), but its answer is parked;
+the first write of a turn schedules a flush with `call_soon`, which runs after every callback
+already ready, i.e. once this turn's requests have all run; the flush makes every record
+appended so far durable with one `Log.sync_upto` (group commit's fdatasync) and then releases
+every parked answer. Requests that arrive while the fdatasync runs wait in the kernel's socket
+buffers and make up the next turn's batch, so the busier the server, the more writes share one
+fdatasync.
+
+    turn T     request a: execute, append record 41, park     (flush scheduled)
+               request b: execute, append record 42, park
+    turn T+1   flush: fdatasync (covers 41 and 42), release a and b
+    turn T+2   a and b send their answers
+
+The `Log.deferred()` scope is what keeps `Database.execute` from waiting itself: inside it, on
+the loop thread, `wait_durable` notes the record's ticket instead of blocking, and `run` here
+owes that ticket a flush before it answers. A write that runs off the loop (a large request in
+a worker thread, the sweeper, a compaction) waits in its own thread by group commit, as the
+in-process `Database` always does.
+
+Why not a thread: measured over HTTP with 8 client processes (bench/durable_syscalls.py, strace
+counts), the former hand-off of every write to a 4-thread pool cost 33 futex calls a write and
+three `write`s (one to wake the loop), and only 1.24 writes shared an fsync: the threads fought
+over the GIL while the server was CPU-bound. A flush on the loop costs no futex and no wake-up;
+the loop does sit idle during the fdatasync (about 0.15 ms on this machine's virtual disk, near
+one request's CPU), which a single syncer thread could overlap, at the price of a hand-off and
+a GIL round trip per batch. On a disk whose flush takes milliseconds the thread would win; here
+it does not (bench/README.md).
+
+A failed fdatasync fails every write parked on it with the log's "outcome unknown" 500, and the
+log refuses every later write (`Log._lead_sync`), as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ..storage import StorageFailed
+
+
+class TurnSync:
+    """The parked answers of one loop turn's writes and the flush that releases them."""
+
+    __slots__ = ("log", "_loop", "_parked", "_upto", "flushes")
+
+    def __init__(self, log: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self.log = log  # a storage.Log under --sync always
+        self._loop = loop
+        self._parked: list[asyncio.Future[None]] = []
+        self._upto = 0  # the highest ticket parked since the last flush
+        self.flushes = 0  # flushes run (each one fdatasync at most): tests count them
+
+    def durable(self, ticket: int) -> asyncio.Future[None]:
+        """A future done once `ticket` is durable (or failed with StorageFailed)."""
+        future = self._loop.create_future()
+        if not self._parked:
+            self._loop.call_soon(self._flush)
+        self._parked.append(future)
+        if ticket > self._upto:
+            self._upto = ticket
+        return future
+
+    def _flush(self) -> None:
+        parked, self._parked = self._parked, []
+        upto, self._upto = self._upto, 0
+        self.flushes += 1
+        error: StorageFailed | None = None
+        try:
+            self.log.sync_upto(upto)  # nothing to do if a thread's group commit covered it
+        except StorageFailed as e:
+            error = e
+        for future in parked:
+            if future.done():
+                continue
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
