@@ -12,15 +12,25 @@ File format (all integers little-endian)
       8   4  version     1
       12  4  header_crc  CRC-32 (zlib) of bytes 0..12
 
-    then records, back to back, to the end of the file; each is
+    then records, back to back; each is
       0   4  size_word   bits 0..30: payload length n (< 2 GiB);
                          bit 31: 1 = a snapshot record, 0 = a write record
       4   4  data_crc    CRC-32 of the n payload bytes
       8   4  head_crc    CRC-32 of bytes 0..8 of this record (size_word and data_crc)
       12  n  payload     opaque bytes from the engine
 
+    then, optionally, zeros to the end of the file: space preallocated for the next records
+    (see Preallocation below). A file without them (every file before preallocation, and every
+    file closed cleanly) is the same format: version 1 covers both.
+
     A snapshot record may only be the first record of a file (compaction writes it there);
     every write record after it applies on top of it, in file order.
+
+Zeros are never a record. A record's header can never be 12 zero bytes: with size_word and
+data_crc zero, head_crc must be CRC-32 of 8 zero bytes, which is not zero (0x6522DF69). An
+empty payload's record (n = 0, data_crc = CRC-32 of nothing = 0) starts with 8 zero bytes but
+its head_crc is that nonzero value. So at a record boundary, 12 zero bytes mean "no record was
+ever written here": the end of the log.
 
 Validity rule. A record is valid when its 12 header bytes are all in the file and head_crc
 matches them, its n payload bytes are all in the file, and data_crc matches them. The header
@@ -31,16 +41,21 @@ Recovery (`Log.open`, code in `format.scan`). Check the file header (an empty fi
 holding only a prefix of the header, is a crash during creation: it is rewritten). Then read
 records from offset 16 while they are valid. At the first invalid record, at offset P:
 
+    0. every byte from P to the end of the file is zero                  -> the end: the
+       preallocated space, kept as it is (not a torn tail, nothing logged)
     1. fewer than 12 bytes are left                                    -> torn tail
     2. the header is valid and the payload runs past the end of the file -> torn tail
     3. a check fails (header or payload): look for a valid record starting at any later
-       offset (after the claimed end when the header is valid, else from P + 1).
+       offset (after the claimed end when the header is valid, else from P + 1; runs of
+       zeros are skipped fast, as no record starts inside one).
        None found -> torn tail: only the remains of the writes in flight at the crash
-       (a half-written header, zeros of never-written blocks, a payload cut by a power
-       loss) follow P. One found -> CORRUPT at P: a valid record would be dropped.
+       (a half-written header, a header whose payload is still zeros, zeros then garbage,
+       a payload cut by a power loss) follow P. One found -> CORRUPT at P: a valid record
+       would be dropped.
 
 A torn tail is cut off the file (truncate to P, fsync) and logged on the "fenecdb.storage"
-logger, so the next append does not land after garbage. CORRUPT refuses to open: `CorruptLog`
+logger, so the next append does not land after garbage (the preallocated zeros after it go
+too; the next append preallocates again). CORRUPT refuses to open: `CorruptLog`
 names the offset P, and nothing is dropped. A damaged *last* record is indistinguishable from
 a torn write and is cut like one; damage to any record with a valid record after it is caught.
 (After a power loss under `--sync <ms>` or `off`, the OS may have written a later block of the
@@ -49,9 +64,23 @@ refused rather than a valid record silently dropped.)
 
 Appends and durability: `append` writes the framed record to the OS file at once (one
 pwritev) and returns a ticket, the record's number since open; `wait_durable(ticket)`
-applies the `--sync` policy (group commit and the syncer are described in `sync.py`). A
-failed write or fsync marks the log failed: that call and every later append raise
-`StorageFailed`, and a failed fsync is never retried.
+applies the `--sync` policy (group commit, the syncer and the HTTP loop's one fdatasync a
+turn are described in `sync.py`). The log's syncs are fdatasync (fsync where the OS lacks
+it): only data changed, or the size, which fdatasync covers too; a created or renamed file
+gets an fsync and its directory one, as before. A failed write or sync marks the log
+failed: that call and every later append raise `StorageFailed`, and a failed sync is never
+retried.
+
+Preallocation: the file is grown ahead of the appends in steps of `PREALLOCATE` (4 MiB) with
+posix_fallocate, so an append writes inside the file's size and its fdatasync flushes the
+data blocks alone (plus, on ext4, the extent's written flag). The space reads as zeros, which
+recovery takes for the log's end (rule 0); a record torn inside it (a header, then zeros or
+part of the payload) is a torn tail as anywhere. Where the OS or file system cannot
+preallocate (or the disk is full), the log logs it once and appends grow the file as they
+always did. A clean close gives the zeros back (truncate to the last record): a closed file
+is its records alone, so a copy carries no megabytes of zeros and an older server reads it;
+a crash leaves them, and they read as the end. A backup (`Database.backup`) is a snapshot
+written afresh, never a copy of the file, so it holds no zeros either.
 
 There is no in-process write buffer (server.md §3 allows one of about 1 MB): handing each
 record to the OS costs about 2.2 µs per append with the syscall (measured, 90-byte payload),
@@ -60,8 +89,9 @@ under any policy, `off` included. An exclusive flock on the open file keeps a se
 off it. Every OS call goes through the file layer (`files.py`) so tests can inject faults.
 
 Compaction (`compaction.py`): a side file `<path>.compact` gets a file header, the snapshot
-record and a copy of every record appended since the snapshot's mark; it is fsynced, renamed
-over the file and the directory fsynced. Until the rename the old file is whole; after it the
+record and a copy of every record appended since the snapshot's mark; it is preallocated a
+step past its end like the live file, fsynced, renamed over the file and the directory
+fsynced. Until the rename the old file is whole; after it the
 new one is. A side file found at open is the remnant of an interrupted compaction: removed.
 """
 
