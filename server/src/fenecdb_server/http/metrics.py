@@ -43,7 +43,7 @@ QUEUE_COUNTERS = (
 )
 RECENT_SAMPLES = 600  # one a second: the last ten minutes
 STORAGE_GAUGES = (
-    ("file_bytes", "fenec_file_bytes", "Size of the data file."),
+    ("file_bytes", "fenec_file_bytes", "Bytes of records in the data file (its preallocated zeros not counted)."),
     ("reclaimable_bytes", "fenec_reclaimable_bytes", "What a compaction would give back (estimated)."),
 )
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
