@@ -58,7 +58,7 @@ def run(server: str, clients: int, writes: int, traced: bool) -> dict:
                 "--http", "127.0.0.1:0", "--auto-compact", "off"]
         out = os.path.join(tmp, "strace.txt")
         if traced:
-            argv = ["strace", "-f", "-c", "-o", out, "-e", f"trace={TRACED}", *argv]
+            argv = ["strace", "-f", "-c", "--seccomp-bpf", "-o", out, "-e", f"trace={TRACED}", *argv]
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True)
         found: list[tuple[str, int]] = []
