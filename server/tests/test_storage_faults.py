@@ -198,3 +198,22 @@ def test_a_crash_while_creating_the_file_is_recovered(tmp_path) -> None:
     assert 0 < os.path.getsize(path) < 16
     assert reopen(path) == (None, [])
     assert os.path.getsize(path) == 16
+
+
+@pytest.mark.parametrize("error", [errno.EOPNOTSUPP, errno.ENOSPC])
+def test_a_file_system_that_cannot_preallocate_grows_the_file_per_append(tmp_path, caplog, error: int) -> None:
+    path = str(tmp_path / "db.fenec")
+    lg, files, _ = open_log(path)
+    files.fail("allocate", error)
+    lg.wait_durable(lg.append(b"first"))
+    assert not lg.failed and "not preallocating" in caplog.text
+    for i in range(5):
+        lg.wait_durable(lg.append(b"more %d" % i))
+    assert files.calls["allocate"] == 1  # asked once, not again at every append
+    assert os.path.getsize(path) == lg.stats()["file_bytes"]  # each append grew the file
+    # a compaction's new file is not preallocated either, and the log goes on
+    lg.compaction_finish(b"snapshot", lg.compaction_start())
+    lg.wait_durable(lg.append(b"after"))
+    assert files.calls["allocate"] == 1 and os.path.getsize(path) == lg.stats()["file_bytes"]
+    lg.close()
+    assert reopen(path) == (b"snapshot", [b"after"])
