@@ -87,13 +87,19 @@ def cut_points(starts: list[int], rng: random.Random) -> list[int]:
     return sorted(points)
 
 
-def test_every_cut_opens_to_the_records_before_it_and_truncates_there(tmp_path, caplog) -> None:
+def whole_log(tmp_path) -> tuple[list[bytes], list[int], bytes]:
+    """30 records written and closed: (records, where each starts and the end, the file's bytes)."""
     whole = str(tmp_path / "whole.fenec")
     records = payloads(30)
     starts = write_log(whole, records)
     with open(whole, "rb") as f:
         data = f.read()
-    assert len(data) == starts[-1]
+    assert len(data) == starts[-1]  # closed: no preallocated zeros
+    return records, starts, data
+
+
+def test_every_cut_opens_to_the_records_before_it_and_truncates_there(tmp_path, caplog) -> None:
+    records, starts, data = whole_log(tmp_path)
     rng = random.Random(3)
     path = str(tmp_path / "cut.fenec")
     caplog.set_level(logging.WARNING, logger="fenecdb.storage")
@@ -291,11 +297,7 @@ def test_zeros_after_the_records_are_the_end_kept_and_appended_into(tmp_path, ca
 
 def test_a_record_torn_at_any_byte_inside_the_preallocated_zeros_is_cut(tmp_path, caplog) -> None:
     # the last write reached the disk up to some byte, the rest of the region is still zeros
-    whole = str(tmp_path / "whole.fenec")
-    records = payloads(30)
-    starts = write_log(whole, records)
-    with open(whole, "rb") as f:
-        data = f.read()
+    records, starts, data = whole_log(tmp_path)
     rng = random.Random(5)
     path = str(tmp_path / "torn.fenec")
     caplog.set_level(logging.WARNING, logger="fenecdb.storage")
