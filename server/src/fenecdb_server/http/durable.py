@@ -20,14 +20,17 @@ owes that ticket a flush before it answers. A write that runs off the loop (a la
 a worker thread, the sweeper, a compaction) waits in its own thread by group commit, as the
 in-process `Database` always does.
 
-Why not a thread: measured over HTTP with 8 client processes (bench/durable_syscalls.py, strace
-counts), the former hand-off of every write to a 4-thread pool cost 33 futex calls a write and
-three `write`s (one to wake the loop), and only 1.24 writes shared an fsync: the threads fought
-over the GIL while the server was CPU-bound. A flush on the loop costs no futex and no wake-up;
-the loop does sit idle during the fdatasync (about 0.15 ms on this machine's virtual disk, near
-one request's CPU), which a single syncer thread could overlap, at the price of a hand-off and
-a GIL round trip per batch. On a disk whose flush takes milliseconds the thread would win; here
-it does not (bench/README.md).
+Why not a thread: measured over HTTP (bench/durable_syscalls.py, strace counts; bench/README.md),
+the former hand-off of every write to a 4-thread pool cost 31-37 futex calls a write with 8
+writers and a third `write` (the pool waking the loop), and only 1.2-1.3 writes shared an
+fsync: the threads fought over the GIL while the server was CPU-bound. The flush on the loop
+costs no futex and no wake-up. A single syncer thread (prototyped, not kept: the loop kicks it
+once a turn, it hands completions back in one `call_soon_threadsafe` a batch) cost 8 futex
+calls and 3 writes a write with 1 writer, 2.5 and 2.3 with 8, for the same writes per sync;
+writes/s were lower with 1 writer and level with 8 within the shared machine's noise. The loop
+does sit idle during the fdatasync (0.13-0.17 ms on this machine's virtual disk, about one
+request's CPU); on a disk whose flush takes milliseconds a syncer thread would overlap it with
+the next turn's requests and take more writers a second.
 
 A failed fdatasync fails every write parked on it with the log's "outcome unknown" 500, and the
 log refuses every later write (`Log._lead_sync`), as before.
