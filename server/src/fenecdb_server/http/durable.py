@@ -15,10 +15,12 @@ fdatasync.
     turn T+2   a and b send their answers
 
 The `Log.deferred()` scope is what keeps `Database.execute` from waiting itself: inside it, on
-the loop thread, `wait_durable` notes the record's ticket instead of blocking, and `run` here
-owes that ticket a flush before it answers. A write that runs off the loop (a large request in
-a worker thread, the sweeper, a compaction) waits in its own thread by group commit, as the
-in-process `Database` always does.
+the loop thread, `wait_durable` notes the record's ticket instead of blocking, and `App.run`
+(app.py) owes that ticket a flush before it answers. An Idempotency-Key replay waits for the
+flush too, as the write it answers for may be in this very turn. A read is not parked: it may
+see a write whose fdatasync has not finished (as it could before, from another thread). A write
+that runs off the loop (a large request in a worker thread, the sweeper, a compaction) waits in
+its own thread by group commit, as the in-process `Database` always does.
 
 Why not a thread: measured over HTTP (bench/durable_syscalls.py, strace counts; bench/README.md),
 the former hand-off of every write to a 4-thread pool cost 31-37 futex calls a write with 8
