@@ -52,6 +52,16 @@ def _query(address: tuple[str, int], q: str) -> dict:
     return out
 
 
+def _log_counts(address: tuple[str, int]) -> tuple[float, float]:
+    """(records appended, syncs) since start, from /_metrics (servers without them: zeros)."""
+    conn = http.client.HTTPConnection(*address, timeout=60)
+    conn.request("GET", "/_metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    found = dict(re.findall(r"^(fenec_log_(?:records|syncs)_total) (\S+)$", text, flags=re.M))
+    return float(found.get("fenec_log_records_total", 0)), float(found.get("fenec_log_syncs_total", 0))
+
+
 def run(server: str, clients: int, writes: int, traced: bool) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         argv = [server, "--file", os.path.join(tmp, "bench.fenec"), "--sync", "always",
@@ -80,6 +90,7 @@ def run(server: str, clients: int, writes: int, traced: bool) -> dict:
             raise SystemExit("the server did not start")
         address = found[0]
         _query(address, "create collection jobs (tag text, n int)")
+        records0, syncs0 = _log_counts(address)
         start = multiprocessing.Event()
         each = writes // clients
         procs = [multiprocessing.Process(target=_client, args=(address, each, f"c{k}", start))
@@ -92,6 +103,7 @@ def run(server: str, clients: int, writes: int, traced: bool) -> dict:
         for p in procs:
             p.join()
         took = time.perf_counter() - began
+        records1, syncs1 = _log_counts(address)
         server_pid = proc.pid
         if traced:  # strace's child is the server: stop it, and strace prints its table
             children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
@@ -100,6 +112,8 @@ def run(server: str, clients: int, writes: int, traced: bool) -> dict:
         proc.wait(60)
         done = each * clients
         result: dict = {"clients": clients, "writes": done, "writes_per_s": round(done / took)}
+        if syncs1 > syncs0:  # the server's own counters (/_metrics), without strace's slowing
+            result["records_per_sync"] = round((records1 - records0) / (syncs1 - syncs0), 2)
         if traced:
             counts: dict[str, int] = {}
             for line in Path(out).read_text().splitlines():

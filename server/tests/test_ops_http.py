@@ -86,6 +86,7 @@ def test_queue_depth_gauges_count_each_state(served: Any) -> None:
 
 def test_byte_gauges_follow_the_file(served: Any) -> None:
     _, c, path = served
+    start = metrics(c)
     q(c, "create collection blobs (body text, n int)")
     q(c, "put blobs $1", [{"body": "x" * 500, "n": i} for i in range(100)])
     m = metrics(c)
@@ -100,6 +101,9 @@ def test_byte_gauges_follow_the_file(served: Any) -> None:
     assert m["fenec_reclaimable_bytes"] < m["fenec_file_bytes"]
     assert m["fenec_auto_compactions_total"] == 0
     assert m["fenec_storage_failed"] == 0
+    # --sync always, one client: the create, the put and 3 sets, each synced before its answer
+    assert m["fenec_log_records_total"] - start["fenec_log_records_total"] == 5
+    assert m["fenec_log_syncs_total"] - start["fenec_log_syncs_total"] == 5
     rss = m["process_resident_memory_bytes"]
     assert 10 * 2**20 < rss < 4 * 2**30  # a Python server: tens of MB, not a made-up number
 

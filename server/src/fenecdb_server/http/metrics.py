@@ -119,6 +119,10 @@ class Metrics:
                 out.append(f"{metric} {storage.get(key, 0)}")
             head("fenec_auto_compactions_total", "counter", "Background compactions run.")
             out.append(f"fenec_auto_compactions_total {storage.get('auto_compactions', 0)}")
+            head("fenec_log_records_total", "counter", "Records appended to the data file since start.")
+            out.append(f"fenec_log_records_total {storage.get('appended', 0)}")
+            head("fenec_log_syncs_total", "counter", "Syncs (fdatasync) of the data file since start.")
+            out.append(f"fenec_log_syncs_total {storage.get('fsyncs', 0)}")
         rss = resident_bytes()
         if rss is not None:
             head("process_resident_memory_bytes", "gauge", "Resident memory of the server process.")

@@ -398,6 +398,7 @@ class Log:
             "bytes_since_snapshot": self._end - self._snapshot_end,
             "snapshot_bytes": self._snapshot_end - FILE_HEADER_SIZE - (RECORD_HEADER_SIZE if self._snapshot_end > FILE_HEADER_SIZE else 0),
             "fsyncs": self.fsyncs,
+            "appended": self._appended,
             "failed": self.failed,
         }
 
