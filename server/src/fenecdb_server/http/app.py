@@ -583,8 +583,8 @@ class App:
         except FenecError as e:
             status, body = E.answer(e, batch=work.block)
             kind = "write" if e.kind in ("unmet", "exists", "conflict", "io") else "read"
-            return await self._durable(owed, work, (Outcome(not (held and e.kind == "unmet"), Answer(status, body)),
-                                                   kind))
+            outcome = Outcome(not (held and e.kind == "unmet"), Answer(status, body))
+            return await self._durable(owed, work, (outcome, kind))
         except RecursionError:
             return await self._durable(owed, work, (Outcome(True, Answer(400, E.body("expression too deep"))), "read"))
         except Exception:
