@@ -46,6 +46,8 @@ class Result:
 class FakeDB:
     """Statements: `put <delay_ms>`, `claim` (params [owner, n]), `get`, `bad`."""
 
+    log = None  # in memory: no data file to sync
+
     def __init__(self) -> None:
         self.jobs: dict[int, dict[str, Any]] = {}
         self.ids = itertools.count(1)
@@ -302,14 +304,13 @@ def test_a_write_inside_the_look_gap_wakes_the_line_even_when_its_timer_fires_ea
         runner.run(scenario())
 
 
-async def test_a_held_claim_is_run_again_in_a_worker_thread_when_threaded(fake: FakeDB) -> None:
-    """`--sync always` runs the engine in worker threads: a write announced from one hops onto the
-    loop, and the held run is a task awaiting its thread."""
-    app = App(fake, Config(version="t", threaded=True))
+async def test_a_write_from_another_thread_wakes_a_held_claim(fake: FakeDB) -> None:
+    """A write made off the loop (a large statement in a worker thread, the sweeper, a caller in
+    process) announces itself from that thread: the wake hops onto the loop and the claim is run."""
+    app = App(fake, Config(version="t"))
     async with client(app) as c:
         waiter = await one_held(app, c)
-        r = await c.post("/query", json={"query": "put", "params": [1]})
-        assert r.status_code == 200
+        await asyncio.to_thread(fake.execute, [("put", [1])])
         got = await asyncio.wait_for(waiter, 30)
         assert got.status_code == 200 and got.json() == [{"id": 1, "owner": "w"}]
         assert app.waits is not None and app.waits.held == 0

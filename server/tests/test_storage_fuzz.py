@@ -101,3 +101,24 @@ def test_opening_a_damaged_file_cuts_or_refuses_and_stays_openable(tmp_path, rec
     assert again.open() == (None, got)
     again.close()
     assert os.path.getsize(path) == size
+
+
+@settings(max_examples=300, deadline=None)
+@given(payload_lists, st.integers(0, 10_000), st.integers(0, 300), st.binary(max_size=30))
+def test_a_write_torn_inside_preallocated_zeros_reads_as_exactly_the_records_before_it(
+        records: list[bytes], where: int, zeros: int, garbage: bytes) -> None:
+    # a preallocated file whose last write was cut at any byte: the rest is still zeros, and
+    # maybe bytes of something after them; never a record, never a reason to refuse
+    data = image(records)
+    cut = FILE_HEADER_SIZE + where % (len(data) - FILE_HEADER_SIZE + 1)
+    torn = data[:cut] + bytes(len(data) - cut + zeros) + garbage
+    found = scan(torn)
+    starts = [FILE_HEADER_SIZE]
+    for r in records:
+        starts.append(starts[-1] + 12 + len(r))
+    kept = sum(1 for s in starts[1:] if s <= cut)
+    assert found.records == records[:kept] and found.end == starts[kept]
+    rest = torn[found.end:]
+    assert (found.torn is None) == (not any(rest))  # zeros alone: the end, not a torn tail
+    if found.torn is None:
+        assert found.zeros == len(rest)

@@ -5,13 +5,18 @@ from __future__ import annotations
 import logging
 import os
 import random
+from pathlib import Path
 
 import fenecdb_server.storage as storage
+import fenecdb_server.storage.format as storage_format
 import pytest
 from conftest import reopen
+from fenecdb_server import Database
 from fenecdb_server.errors import FenecError
 from fenecdb_server.storage import CorruptLog, Log, StorageFailed
+from fenecdb_server.storage.files import FaultyFiles
 from fenecdb_server.storage.format import FILE_HEADER_SIZE, RECORD_HEADER_SIZE, file_header, record_header
+from fenecdb_server.storage.log import PREALLOCATE
 
 
 def payloads(n: int, seed: int = 7) -> list[bytes]:
@@ -82,13 +87,19 @@ def cut_points(starts: list[int], rng: random.Random) -> list[int]:
     return sorted(points)
 
 
-def test_every_cut_opens_to_the_records_before_it_and_truncates_there(tmp_path, caplog) -> None:
+def whole_log(tmp_path) -> tuple[list[bytes], list[int], bytes]:
+    """30 records written and closed: (records, where each starts and the end, the file's bytes)."""
     whole = str(tmp_path / "whole.fenec")
     records = payloads(30)
     starts = write_log(whole, records)
     with open(whole, "rb") as f:
         data = f.read()
-    assert len(data) == starts[-1]
+    assert len(data) == starts[-1]  # closed: no preallocated zeros
+    return records, starts, data
+
+
+def test_every_cut_opens_to_the_records_before_it_and_truncates_there(tmp_path, caplog) -> None:
+    records, starts, data = whole_log(tmp_path)
     rng = random.Random(3)
     path = str(tmp_path / "cut.fenec")
     caplog.set_level(logging.WARNING, logger="fenecdb.storage")
@@ -100,7 +111,9 @@ def test_every_cut_opens_to_the_records_before_it_and_truncates_there(tmp_path, 
         boundary = starts[kept] if cut >= FILE_HEADER_SIZE else FILE_HEADER_SIZE
         assert reopen(path) == (None, records[:kept]), cut
         assert os.path.getsize(path) == boundary, cut
-        if FILE_HEADER_SIZE < cut != boundary:
+        if FILE_HEADER_SIZE < cut != boundary and any(data[boundary:cut]):
+            # (an empty record's header starts with 8 zero bytes: cut inside them, what is
+            # left reads as preallocated zeros, the log's end, and no torn tail is logged)
             assert "torn tail" in caplog.text and f"offset {boundary}" in caplog.text
         # and appending after the cut lands right at the boundary
         lg = Log(path, sync="off")
@@ -231,3 +244,140 @@ def test_a_bad_sync_policy_is_refused(tmp_path, bad: object) -> None:
                                                ("none", "off"), ("250", 250), (40, 40)])
 def test_sync_policy_spellings(given: object, policy: object) -> None:
     assert storage.parse_policy(given) == policy
+
+
+# -- preallocation: the zeros after the records, and records torn inside them ---------------
+
+
+def crashed(path: str, records: list[bytes]) -> int:
+    """Write `records` under `always` through a preallocating log, then "die" (no close, so no
+    trim): the file keeps its preallocated zeros. Answer where the records end."""
+    files = FaultyFiles()
+    lg = Log(path, sync="always", files=files)
+    lg.open()
+    for r in records:
+        lg.wait_durable(lg.append(r))
+    end = lg.stats()["file_bytes"]
+    files.release()
+    return int(end)
+
+
+def test_a_file_is_preallocated_and_a_clean_close_trims_it(tmp_path) -> None:
+    path = str(tmp_path / "db.fenec")
+    lg = Log(path, sync="always")
+    lg.open()
+    lg.wait_durable(lg.append(b"one"))
+    assert os.path.getsize(path) == PREALLOCATE  # reserved ahead: the append did not grow it
+    for i in range(400):  # 4.4 MB more: the next step is reserved as the first runs out
+        lg.append(b"%d" % i + bytes(11_000))
+    assert os.path.getsize(path) == 2 * PREALLOCATE
+    end = lg.stats()["file_bytes"]
+    lg.close()
+    assert os.path.getsize(path) == end  # a closed file is its records alone
+    assert reopen(path)[1][0] == b"one"
+
+
+def test_zeros_after_the_records_are_the_end_kept_and_appended_into(tmp_path, caplog) -> None:
+    path = str(tmp_path / "db.fenec")
+    records = payloads(20)
+    end = crashed(path, records)
+    size = os.path.getsize(path)
+    assert size == PREALLOCATE and end < size
+    caplog.set_level(logging.WARNING, logger="fenecdb.storage")
+    files = FaultyFiles()
+    lg = Log(path, sync="always", files=files)
+    assert lg.open() == (None, records)
+    assert "torn tail" not in caplog.text and files.calls["truncate"] == 0
+    assert os.path.getsize(path) == size  # the zeros are kept, no new step reserved
+    lg.wait_durable(lg.append(b"next"))
+    assert files.calls["allocate"] == 0 and lg.stats()["file_bytes"] == end + RECORD_HEADER_SIZE + 4
+    files.release()
+    assert reopen(path) == (None, records + [b"next"])
+
+
+def test_a_record_torn_at_any_byte_inside_the_preallocated_zeros_is_cut(tmp_path, caplog) -> None:
+    # the last write reached the disk up to some byte, the rest of the region is still zeros
+    records, starts, data = whole_log(tmp_path)
+    rng = random.Random(5)
+    path = str(tmp_path / "torn.fenec")
+    caplog.set_level(logging.WARNING, logger="fenecdb.storage")
+    for cut in [c for c in cut_points(starts, rng) if c > FILE_HEADER_SIZE]:
+        with open(path, "wb") as f:
+            f.write(data[:cut] + bytes(PREALLOCATE - cut))
+        caplog.clear()
+        kept = sum(1 for s in starts[1:] if s <= cut)
+        boundary = starts[kept]
+        assert reopen(path) == (None, records[:kept]), cut
+        if any(data[boundary:cut]):
+            assert f"torn tail of {PREALLOCATE - boundary} bytes at offset {boundary}" in caplog.text, cut
+        else:
+            assert "torn tail" not in caplog.text  # nothing but zeros there: the end
+        with open(path, "rb") as f:
+            after = f.read()
+        assert after[:boundary] == data[:boundary] and not any(after[boundary:])
+
+
+def test_a_header_whose_payload_is_still_zeros_is_a_torn_tail(tmp_path, caplog) -> None:
+    path = str(tmp_path / "db.fenec")
+    end = crashed(path, [b"acknowledged"])
+    lost = b"in flight at the crash"
+    with open(path, "r+b") as f:  # the header reached the disk, the payload's block did not
+        f.seek(end)
+        f.write(record_header(lost))
+    caplog.set_level(logging.WARNING, logger="fenecdb.storage")
+    assert reopen(path) == (None, [b"acknowledged"])
+    assert f"at offset {end}" in caplog.text and "payload fails its check" in caplog.text
+    assert os.path.getsize(path) == end
+
+
+def test_garbage_after_the_zeros_is_a_torn_tail_but_a_record_there_refuses(tmp_path, caplog) -> None:
+    path = str(tmp_path / "db.fenec")
+    end = crashed(path, [b"a", b"b"])
+    with open(path, "r+b") as f:
+        f.seek(end + 100_000)
+        f.write(b"\x13\x37 not a record \xff" * 3)
+    caplog.set_level(logging.WARNING, logger="fenecdb.storage")
+    assert reopen(path) == (None, [b"a", b"b"])
+    assert f"at offset {end} (zeros, then bytes that hold no valid record)" in caplog.text
+    # a whole valid record past the zeros: a write would be dropped, so the file is refused
+    end = crashed(path, [b"a", b"b"])
+    with open(path, "r+b") as f:
+        f.seek(end + 100_000)
+        f.write(record_header(b"c") + b"c")
+    with pytest.raises(CorruptLog) as caught:
+        reopen(path)
+    assert caught.value.offset == end and f"valid record follows at {end + 100_000}" in caught.value.message
+
+
+def test_megabytes_of_zeros_are_skipped_not_searched_byte_by_byte(tmp_path, monkeypatch) -> None:
+    path = str(tmp_path / "db.fenec")
+    end = crashed(path, [b"a"])
+    with open(path, "r+b") as f:  # garbage at the very end: the search crosses all the zeros
+        f.seek(PREALLOCATE - 40)
+        f.write(b"\x01" * 40)
+    tried = []
+    real = storage_format.valid_record_at
+    monkeypatch.setattr(storage_format, "valid_record_at", lambda *a: tried.append(a[2]) or real(*a))
+    assert reopen(path) == (None, [b"a"])
+    assert 0 < len(tried) <= 60, len(tried)  # the 40 nonzero bytes and the 11 before, not 4 MB
+    assert os.path.getsize(path) == end
+
+
+def test_a_file_written_by_the_server_before_preallocation_opens(tmp_path) -> None:
+    # made by the previous release's storage code: file header, a snapshot record (a
+    # compaction ran), write records after it, no zeros
+    fixture = Path(__file__).parent / "fixtures" / "before-preallocation.fenec"
+    path = tmp_path / "old.fenec"
+    path.write_bytes(fixture.read_bytes())
+    db = Database(str(path), sync="always")
+    try:
+        assert db.query("get jobs select tag, n order id") == [
+            {"tag": "kept", "n": 2}, {"tag": "after the compaction", "n": 1}, {"tag": "last", "n": 3}]
+        db.query("put jobs {tag: 'new', n: 4}")
+    finally:
+        db.close()
+    again = Database(str(path), sync="always")
+    try:
+        assert again.query("get jobs count") == [{"count": 4}]
+    finally:
+        again.close()

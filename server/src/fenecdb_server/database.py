@@ -178,6 +178,12 @@ class Database(Engine):
     # ---------------------------------------------------------------- introspection
 
     @property
+    def log(self) -> Log | None:
+        """The data file's `storage.Log` (None in memory): the HTTP loop shares one fdatasync
+        among a turn's writes with it under `--sync always` (http/durable.py)."""
+        return self._log
+
+    @property
     def failed(self) -> str | None:
         """Why writes are refused since a storage error (the periodic syncer's included), or None."""
         if self._failed is None and self._log is not None and self._log.failed:

@@ -35,10 +35,12 @@ from typing import TYPE_CHECKING, Any
 from ..errors import FenecError
 from ..held import Lines, Outcome, Waiter
 from ..held.on_asyncio import AsyncioDriver, park
+from ..storage.log import Deferred
 from . import collection, numbers
 from . import errors as E
 from .auth import OPEN, Auth, AuthDelay, AuthRefused, Caller
 from .dashboard import PATHS as DASHBOARD
+from .durable import TurnSync
 from .idempotency import (
     DEFAULT_TTL_S,
     IDEM_NO_SUB,
@@ -117,7 +119,7 @@ class Config:
 
     def __init__(self, *, version: str = "0.0.0", token: str | None = None, cors: str | None = None,
                  idempotency_ttl_s: int = DEFAULT_TTL_S, slow_ms: float | None = None,
-                 threaded: bool = False, auth: Auth | None = None, auth_delay_ms: int = 100,
+                 sync_always: bool = False, auth: Auth | None = None, auth_delay_ms: int = 100,
                  max_statement_bytes: int = MAX_STATEMENT_BYTES) -> None:
         self.version = version
         # the tokens accepted (auth.py); `token` alone is a server token and nothing else
@@ -126,11 +128,11 @@ class Config:
         self.cors = cors
         self.idempotency_ttl_ms = idempotency_ttl_s * 1000
         self.slow_ms = slow_ms
-        # Run db.execute in a worker thread only for a file-backed database under --sync always,
-        # whose fsync the engine waits for after releasing its lock: the loop stays free while
-        # the disk works. Otherwise on the loop: a one-row get costs 6 us there against 120 us
-        # with a thread hop (measured, bench/http_bench.py).
-        self.threaded = threaded
+        # A file-backed database under --sync always: writes run on the loop like every request,
+        # their answers parked until their turn's one fdatasync (durable.py). (A worker thread
+        # per write cost a one-row get 120 us against 6 us on the loop, bench/http_bench.py,
+        # and 33 futex calls a write with 8 writers, bench/durable_syscalls.py.)
+        self.sync_always = sync_always
         # the statement text of one request (`/batch`: its distinct texts together); 0 = no ceiling
         self.max_statement_bytes = max_statement_bytes
 
@@ -190,9 +192,9 @@ class App:
         self.auth = self.config.auth
         self.delay = AuthDelay(self.config.auth_delay_ms)
         self.waits: Lines[Answer] | None = None  # held claims (held/), once the loop runs
-        self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fenec-exec") if self.config.threaded else None
+        self.turns: TurnSync | None = None  # --sync always: set at start, on the loop
         # large requests (OFF_LOOP_*): two threads, as the GIL lets only one of them run at a time
-        self.large = self.pool or ThreadPoolExecutor(max_workers=2, thread_name_prefix="fenec-large")
+        self.large = ThreadPoolExecutor(max_workers=2, thread_name_prefix="fenec-large")
         self.version_header = (b"x-fenecdb-version", self.config.version.encode())
         self.cors_headers: list[tuple[bytes, bytes]] = []
         if self.config.cors:
@@ -237,6 +239,9 @@ class App:
 
     def start(self) -> Lines[Answer]:
         if self.waits is None:
+            log_ = self.db.log
+            if self.config.sync_always and log_ is not None:
+                self.turns = TurnSync(log_, asyncio.get_running_loop())
             driver = AsyncioDriver(asyncio.get_running_loop(), self._run_held, FAULT)
             self.waits = Lines(self.db, driver)
             self._sampler = asyncio.get_running_loop().create_task(self._sample())
@@ -521,8 +526,10 @@ class App:
             elif work.idem is not None:
                 work.idem = replace(work.idem, keep_empty=False)
         seen = self.db.seq
-        if self.pool is None and not work.large:  # on the loop, with no await: a claim's usual path
-            outcome, kind = self.run_here(work, held=claim is not None)
+        if not work.large:  # on the loop, with no await unless its write owes a sync: a claim's usual path
+            outcome, kind, owed = self.run_here(work, held=claim is not None)
+            if owed:
+                outcome, kind = await self.synced(owed, work, outcome, kind)
         else:
             outcome, kind = await self.run_off_loop(work, held=claim is not None)
         if claim is None or outcome.final or waits.closing:
@@ -569,38 +576,59 @@ class App:
         expired = self.auth.recheck(work.caller)
         if expired is not None:  # every run asks the token again (http.md §8.9): nothing runs
             return Outcome(True, Answer(401, E.body(expired), [(b"www-authenticate", b"Bearer")]))
-        if self.pool is None and not work.large:
-            return self.run_here(work, held=True)[0]
-        return self._run_held_off_loop(work)
+        if work.large:
+            return self._run_held_off_loop(work)
+        outcome, kind, owed = self.run_here(work, held=True)
+        if owed:
+            return self._held_synced(owed, work, outcome, kind)
+        return outcome
 
     async def _run_held_off_loop(self, work: Work) -> Outcome[Answer]:
         outcome, _kind = await self.run_off_loop(work, held=True)
         return outcome
 
-    async def run_off_loop(self, work: Work, *, held: bool) -> tuple[Outcome[Answer], str]:
-        """`run_here` in a worker thread: under --sync always (whose fsync the engine waits for
-        after its lock), or for a long statement not parsed yet (OFF_LOOP_TEXT)."""
-        run = partial(self.run_here, work, held=held)
-        return await asyncio.get_running_loop().run_in_executor(
-            self.large, partial(collection.deferred, run) if work.large else run)
+    async def _held_synced(self, owed: int, work: Work, outcome: Outcome[Answer], kind: str) -> Outcome[Answer]:
+        return (await self.synced(owed, work, outcome, kind))[0]
 
-    def run_here(self, work: Work, *, held: bool) -> tuple[Outcome[Answer], str]:
-        """Run the work once, in this thread: (outcome, metrics kind). For a held request a
-        `require` miss is "took nothing" (http.md §8.3), not the end of the hold. On the loop it
-        never awaits, so a held request's run needs no task of its own."""
+    async def run_off_loop(self, work: Work, *, held: bool) -> tuple[Outcome[Answer], str]:
+        """`run_here` in a worker thread, for a long statement not parsed yet (OFF_LOOP_TEXT). A
+        write there waits for its own fsync by group commit (storage/sync.py), not for the loop's."""
+        def run() -> tuple[Outcome[Answer], str]:
+            outcome, kind, _owed = self.run_here(work, held=held)  # off the loop nothing is deferred
+            return outcome, kind
+        return await asyncio.get_running_loop().run_in_executor(self.large, partial(collection.deferred, run))
+
+    def run_here(self, work: Work, *, held: bool) -> tuple[Outcome[Answer], str, int]:
+        """Run the work once, in this thread: (outcome, metrics kind, the log ticket its answer
+        owes a sync, 0 for none). For a held request a `require` miss is "took nothing" (http.md
+        §8.3), not the end of the hold. It never awaits, so a held request's run needs no task of
+        its own; under --sync always on the loop its write's fdatasync is owed (`synced`) rather
+        than waited for here: one per loop turn for all its writes (durable.py)."""
         # only a scoped token passes a scope: the server token runs as it always did
         scoped = {"scope": work.caller.scope} if work.caller.scoped else {}
+        owed: Deferred | None = None
         try:
-            result = self.db.execute(work.statements, block=work.block, idempotency=work.idem, **scoped)
+            if self.turns is not None:
+                with self.turns.log.deferred() as owed:
+                    result = self.db.execute(work.statements, block=work.block, idempotency=work.idem, **scoped)
+            else:
+                result = self.db.execute(work.statements, block=work.block, idempotency=work.idem, **scoped)
         except FenecError as e:
             status, body = E.answer(e, batch=work.block)
             kind = "write" if e.kind in ("unmet", "exists", "conflict", "io") else "read"
-            return Outcome(not (held and e.kind == "unmet"), Answer(status, body)), kind
+            return Outcome(not (held and e.kind == "unmet"), Answer(status, body)), kind, _ticket(owed)
         except RecursionError:
-            return Outcome(True, Answer(400, E.body("expression too deep"))), "read"
+            return Outcome(True, Answer(400, E.body("expression too deep"))), "read", _ticket(owed)
         except Exception:
             log.exception("internal fault")
-            return Outcome(True, Answer(500, E.body(E.INTERNAL))), "read"
+            return Outcome(True, Answer(500, E.body(E.INTERNAL))), "read", _ticket(owed)
+        if owed is not None and result.replayed is not None and self.turns is not None:
+            # a replay answers for a write that may still be waiting for its fdatasync
+            owed.ticket = self.turns.log.appended
+        outcome, kind = self._outcome(work, result, held)
+        return outcome, kind, _ticket(owed)
+
+    def _outcome(self, work: Work, result: Any, held: bool) -> tuple[Outcome[Answer], str]:
         kind = "write" if result.wrote else "read"
         stored = result.replayed
         if stored is not None:
@@ -613,6 +641,17 @@ class App:
             headers.append((b"fenec-seq", str(result.seq).encode()))
         took = result.taken > 0
         return Outcome(took or not held, Answer(status, body, headers)), kind
+
+    async def synced(self, owed: int, work: Work, outcome: Outcome[Answer], kind: str) -> tuple[Outcome[Answer], str]:
+        """The outcome once the record the request appended is durable: its loop turn's
+        fdatasync (durable.py); the log's 500 if that fdatasync fails."""
+        if self.turns is not None:
+            try:
+                await self.turns.durable(owed)
+            except FenecError as e:
+                status, body = E.answer(e, batch=work.block)
+                return Outcome(True, Answer(status, body)), "write"
+        return outcome, kind
 
     @staticmethod
     def render(block: bool, answers: list[Any]) -> tuple[int, bytes]:
@@ -630,6 +669,10 @@ class App:
             self.metrics.slow += 1
             log.warning("slow statement: %.1f ms, http %s: %s %s %s", seconds * 1000, kind, req.method,
                         req.target.decode("latin-1"), _without_params(raw))
+
+
+def _ticket(owed: Deferred | None) -> int:
+    return owed.ticket if owed is not None else 0
 
 
 class Work:

@@ -46,7 +46,7 @@ QUEUE_COUNTERS = (
 )
 RECENT_SAMPLES = 600  # one a second: the last ten minutes
 STORAGE_GAUGES = (
-    ("file_bytes", "fenec_file_bytes", "Size of the data file."),
+    ("file_bytes", "fenec_file_bytes", "Bytes of records in the data file (its preallocated zeros not counted)."),
     ("reclaimable_bytes", "fenec_reclaimable_bytes", "What a compaction would give back (estimated)."),
 )
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -122,6 +122,10 @@ class Metrics:
                 out.append(f"{metric} {storage.get(key, 0)}")
             head("fenec_auto_compactions_total", "counter", "Background compactions run.")
             out.append(f"fenec_auto_compactions_total {storage.get('auto_compactions', 0)}")
+            head("fenec_log_records_total", "counter", "Records appended to the data file since start.")
+            out.append(f"fenec_log_records_total {storage.get('appended', 0)}")
+            head("fenec_log_syncs_total", "counter", "Syncs (fdatasync) of the data file since start.")
+            out.append(f"fenec_log_syncs_total {storage.get('fsyncs', 0)}")
         rss = resident_bytes()
         if rss is not None:
             head("process_resident_memory_bytes", "gauge", "Resident memory of the server process.")

@@ -7,7 +7,8 @@
     1. Create `<path>.compact`: file header + the snapshot record.        (no lock)
     2. Copy the live file's bytes from the mark to its current end, again
        while more than 1 MiB arrived meanwhile (appends go on).            (no lock)
-    3. fsync the side file.                                                (no lock)
+    3. Preallocate the side file a step past its end, as the live file is
+       (log.py), and fsync it.                                            (no lock)
     4. Take the log's lock (appends wait): copy the last few records,
        fsync again if any, wait out a group-commit fsync in flight,
        rename the side file over the file, switch appends to it.           (log lock, briefly)
@@ -57,6 +58,20 @@ def _copy(files: OsFiles, src: int, dst: int, start: int, end: int, at: int) -> 
     return copied
 
 
+def _preallocate(lg: Log, fd: int, end: int) -> int:
+    """Reserve the side file up to the next step past `end`; answer its size. Where the OS
+    cannot, the file stays at `end` (appends grow it, as `Log._grow` says)."""
+    step = lg.preallocate
+    if not step:
+        return end
+    target = (end // step + 1) * step
+    try:
+        lg.files.allocate(fd, end, target - end)
+    except OSError:
+        return end
+    return target
+
+
 def run(lg: Log, snapshot: bytes, mark: tuple[int, int]) -> dict[str, int]:
     files = lg.files
     mark_end, mark_records = mark
@@ -77,6 +92,7 @@ def run(lg: Log, snapshot: bytes, mark: tuple[int, int]) -> dict[str, int]:
                 break
             pos += _copy(files, lg._fd, side, copied, end, pos)
             copied = end
+        allocated = _preallocate(lg, side, pos)
         files.fsync(side)
         with lg._lock:
             locked = time.perf_counter()
@@ -90,7 +106,7 @@ def run(lg: Log, snapshot: bytes, mark: tuple[int, int]) -> dict[str, int]:
                 files.lock(side)
                 files.rename(lg.side_path, lg.path)
                 swapped = True
-                lg._swap(side, pos, snapshot_end, lg._records - mark_records)
+                lg._swap(side, pos, snapshot_end, lg._records - mark_records, allocated)
                 lg._cond.notify_all()  # waiters' records are in the fsynced new file
             try:
                 files.fsync_dir(lg.path)

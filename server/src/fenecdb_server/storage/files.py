@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+_fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
+_fallocate: Callable[[int, int, int], None] | None = getattr(os, "posix_fallocate", None)
 
 
 class OsFiles:
@@ -48,6 +50,17 @@ class OsFiles:
 
     def fsync(self, fd: int) -> None:
         os.fsync(fd)
+
+    def datasync(self, fd: int) -> None:
+        """fdatasync where the OS has it (not the mtime; the size only when it changed), else fsync."""
+        _fdatasync(fd)
+
+    def allocate(self, fd: int, offset: int, length: int) -> None:
+        """Reserve `length` bytes at `offset`, reading as zeros (the file grows to cover them).
+        Raises OSError, EOPNOTSUPP-like where the OS or file system cannot."""
+        if _fallocate is None:
+            raise OSError(errno.EOPNOTSUPP, "posix_fallocate is not available here")
+        _fallocate(fd, offset, length)
 
     def truncate(self, fd: int, size: int) -> None:
         os.ftruncate(fd, size)
@@ -174,6 +187,14 @@ class FaultyFiles(OsFiles):
     def fsync(self, fd: int) -> None:
         self._check("fsync", self._path(fd))
         super().fsync(fd)
+
+    def datasync(self, fd: int) -> None:
+        self._check("datasync", self._path(fd))
+        super().datasync(fd)
+
+    def allocate(self, fd: int, offset: int, length: int) -> None:
+        self._check("allocate", self._path(fd))
+        super().allocate(fd, offset, length)
 
     def truncate(self, fd: int, size: int) -> None:
         self._check("truncate", self._path(fd))

@@ -7,6 +7,7 @@ fuzzed on plain bytes (`scan` raises nothing but `CorruptLog`).
 
 from __future__ import annotations
 
+import re
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ MAX_PAYLOAD = SNAPSHOT_BIT - 1  # 31 bits of length: 2 GiB - 1
 _HEAD8 = struct.Struct("<II")  # size word, payload crc
 _U32 = struct.Struct("<I")
 _HEAD12 = struct.Struct("<III")  # size word, payload crc, header crc
+_ZERO_HEAD = bytes(RECORD_HEADER_SIZE)  # never a valid header: crc32 of 8 zero bytes is not 0
+_NONZERO = re.compile(rb"[^\x00]")
 
 
 def file_header() -> bytes:
@@ -49,6 +52,7 @@ class Scan:
     end: int = 0  # offset just past the last valid record (the file is cut here)
     snapshot_end: int = 0  # offset just past the snapshot (or the file header)
     torn: str | None = None  # why the bytes after `end` are a torn tail, if there are any
+    zeros: int = 0  # bytes of zeros after `end` (preallocated, never written) when not torn
 
 
 def valid_record_at(data: bytes, view: memoryview, q: int) -> bool:
@@ -67,11 +71,27 @@ def _valid_record_from(data: bytes, view: memoryview, start: int) -> int | None:
 
     Only run once, at the first invalid record: over a torn tail this is the size of the
     writes in flight at the crash; over real corruption the next record is found quickly.
+    Runs of zeros (a preallocated tail: megabytes) are skipped in C: a record's 12 header
+    bytes are never all zero, so none starts more than 11 bytes before a nonzero byte.
     """
-    for q in range(start, len(data) - RECORD_HEADER_SIZE + 1):
+    last = len(data) - RECORD_HEADER_SIZE
+    q = start
+    while q <= last:
+        if data[q] == 0 and data[q : q + RECORD_HEADER_SIZE] == _ZERO_HEAD:
+            found = _NONZERO.search(data, q + RECORD_HEADER_SIZE)
+            if found is None:
+                return None
+            q = found.start() - RECORD_HEADER_SIZE + 1
+            continue
         if valid_record_at(data, view, q):
             return q
+        q += 1
     return None
+
+
+def _zeros_from(data: bytes, pos: int) -> bool:
+    """Whether every byte from `pos` to the end is zero: preallocated space, the log's end."""
+    return _NONZERO.search(data, pos) is None
 
 
 def scan(data: bytes) -> Scan:
@@ -101,15 +121,23 @@ def scan(data: bytes) -> Scan:
     pos = FILE_HEADER_SIZE
     while pos < size:
         if size - pos < RECORD_HEADER_SIZE:
-            out.torn = "a record header cut short"
+            if _zeros_from(data, pos):
+                out.zeros = size - pos
+            else:
+                out.torn = "a record header cut short"
             break
         word, pcrc, hcrc = unpack(data, pos)
         if crc32(view[pos : pos + 8]) != hcrc:
             later = _valid_record_from(data, view, pos + 1)
-            if later is None:
+            if later is not None:
+                raise CorruptLog(pos, f"a record header fails its check, and a valid record follows at {later}")
+            if _zeros_from(data, pos):
+                out.zeros = size - pos
+            elif data[pos : pos + RECORD_HEADER_SIZE] == _ZERO_HEAD:
+                out.torn = "zeros, then bytes that hold no valid record"
+            else:
                 out.torn = "a record header that fails its check, with no valid record after it"
-                break
-            raise CorruptLog(pos, f"a record header fails its check, and a valid record follows at {later}")
+            break
         n = word & MAX_PAYLOAD
         start = pos + RECORD_HEADER_SIZE
         end = start + n

@@ -1,23 +1,35 @@
 """The `--sync` policies and the periodic syncer.
 
     policy    append() hands the bytes to the OS    durable when
-    always    yes, under the engine's write lock    wait_durable() returns: an fsync that
-                                                    started after the append has completed
-    <ms>      yes                                   the syncer's next fsync, <= ms later
+    always    yes, under the engine's write lock    wait_durable() returns: an fdatasync that
+                                                    started after the append has completed;
+                                                    on the server's loop, before the answer
+                                                    is sent (its turn's fdatasync, below)
+    <ms>      yes                                   the syncer's next fdatasync, <= ms later
     off       yes                                   close() (or whenever the OS writes back)
 
 Because every policy hands the bytes to the OS inside `append`, a process kill (not a power
 loss) loses nothing acknowledged under any policy; the policies differ only in what a power
 loss or OS crash may take (server.md §3).
 
-Group commit (`Log.wait_durable` under `always`): the fsync runs with no lock held. The first
-waiter whose record is not yet durable becomes the leader: it notes how many records have
-been appended so far, fsyncs, and marks all of those durable; waiters that arrive meanwhile
-sleep, and the next leader's fsync covers all of them at once. N concurrent writers thus
-share one fsync instead of queueing for N.
+Group commit (`Log.wait_durable` under `always`, in threads: the in-process `Database`): the
+fdatasync runs with no lock held. The first waiter whose record is not yet durable becomes
+the leader: it notes how many records have been appended so far, fdatasyncs, and marks all
+of those durable; waiters that arrive meanwhile sleep, and the next leader's fdatasync covers
+all of them at once. N concurrent writers thus share one fdatasync instead of queueing for N.
+
+One fdatasync a loop turn (the HTTP server, `http/durable.py`): its writes run on the event
+loop inside `Log.deferred()`, where `wait_durable` notes the ticket instead of waiting; the
+answer is parked, and once the turn's requests have run, one `Log.sync_upto` (the same leader
+step) covers every record appended in the turn before any of their answers goes out. A write
+that runs in a thread meanwhile (a large request, the sweeper) takes the leader step itself;
+either covers the other's records.
 
 The periodic syncer wakes every <ms>; when nothing is dirty it does nothing at all (reads two
 counters, takes no lock); otherwise it runs the same leader step as a waiter would.
+
+A sync is fdatasync where the OS has it: the file is preallocated (`log.py`), so an append
+changes data only, and fdatasync leaves the inode's times alone.
 """
 
 from __future__ import annotations

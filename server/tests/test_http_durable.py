@@ -1,0 +1,124 @@
+"""`--sync always` over HTTP: the writes of one loop turn share one fdatasync, and no answer of a
+write goes out before the fdatasync that covers it (http/durable.py).
+
+The app is driven directly as ASGI, with requests started together on one loop, so that "one
+turn" is a count, not a timing: every request below runs to its park before the turn's flush.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+from typing import Any
+
+from fenecdb_server import Database
+from fenecdb_server.http.app import App, Config
+from fenecdb_server.storage.files import FaultyFiles
+
+SCHEMA = "create collection jobs (tag text, n int)"
+
+
+def scope(headers: list[tuple[bytes, bytes]] | None = None) -> dict[str, Any]:
+    return {"type": "http", "method": "POST", "path": "/query", "raw_path": b"/query", "query_string": b"",
+            "headers": [(b"content-type", b"application/json"), *(headers or [])], "client": ("127.0.0.1", 1)}
+
+
+async def post(app: App, files: FaultyFiles, text: str, *params: Any,
+               headers: list[tuple[bytes, bytes]] | None = None) -> tuple[int, Any, int]:
+    """(status, body, the datasyncs run when the answer started)."""
+    body = json.dumps({"query": text, "params": list(params)}).encode()
+    sent: list[dict[str, Any]] = []
+    syncs_at_start: list[int] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            syncs_at_start.append(files.calls["datasync"])
+        sent.append(message)
+
+    await app(scope(headers), receive, send)
+    status = sent[0]["status"]
+    payload = b"".join(m.get("body", b"") for m in sent[1:])
+    return status, json.loads(payload), syncs_at_start[0]
+
+
+def open_app(tmp_path: Any) -> tuple[App, Database, FaultyFiles]:
+    files = FaultyFiles()
+    db = Database(str(tmp_path / "d.fenec"), sync="always", files=files)
+    db.query(SCHEMA)
+    return App(db, Config(sync_always=True)), db, files
+
+
+def test_the_writes_of_one_turn_share_one_fdatasync_and_answer_after_it(tmp_path) -> None:
+    app, db, files = open_app(tmp_path)
+
+    async def main() -> list[tuple[int, Any, int]]:
+        await post(app, files, "get jobs count")  # starts the app on this loop
+        before = files.calls["datasync"]
+        answers = await asyncio.gather(*(post(app, files, "put jobs {tag: $1, n: $2}", f"w{i}", i)
+                                         for i in range(16)))
+        assert files.calls["datasync"] == before + 1  # sixteen writes, one fdatasync
+        assert app.turns is not None and app.turns.flushes == 1
+        return [(s, b, at - before) for s, b, at in answers]
+
+    answers = asyncio.run(main())
+    assert answers == [(200, {"affected": 1}, 1)] * 16  # every answer after that fdatasync
+    assert not db.log.dirty
+    db.close()
+    again = Database(str(tmp_path / "d.fenec"), sync="always")
+    assert again.query("get jobs count") == [{"count": 16}]
+    again.close()
+
+
+def test_turns_that_write_nothing_sync_nothing(tmp_path) -> None:
+    app, db, files = open_app(tmp_path)
+
+    async def main() -> None:
+        before = files.calls["datasync"]
+        answers = await asyncio.gather(*(post(app, files, "get jobs count") for _ in range(8)),
+                                       post(app, files, "del jobs where tag = 'none'"),
+                                       post(app, files, "put jobs {tag: 'x', n: 'not an int'}"))
+        assert [a[0] for a in answers] == [200] * 9 + [400]
+        assert files.calls["datasync"] == before and app.turns is not None and app.turns.flushes == 0
+
+    asyncio.run(main())
+    db.close()
+
+
+def test_a_failed_fdatasync_fails_every_write_of_its_turn_and_refuses_later_ones(tmp_path) -> None:
+    app, db, files = open_app(tmp_path)
+
+    async def main() -> None:
+        await post(app, files, "get jobs count")
+        files.fail("datasync", errno.EIO)
+        answers = await asyncio.gather(*(post(app, files, "put jobs {tag: $1, n: 1}", f"w{i}") for i in range(4)))
+        for status, body, _ in answers:
+            assert status == 500 and "outcome is unknown" in body["error"], body
+        status, body, _ = await post(app, files, "put jobs {tag: 'later', n: 2}")
+        assert status == 500 and "refused" in body["error"]
+        status, body, _ = await post(app, files, "get jobs count")  # reads go on
+        assert (status, body) == (200, [{"count": 4}])
+
+    asyncio.run(main())
+    assert db.failed is not None
+    db.close()
+
+
+def test_a_replay_in_the_turn_of_its_write_answers_after_the_fdatasync(tmp_path) -> None:
+    app, db, files = open_app(tmp_path)
+    key = [(b"idempotency-key", b"order-1")]
+
+    async def main() -> None:
+        await post(app, files, "get jobs count")
+        before = files.calls["datasync"]
+        first, replay = await asyncio.gather(post(app, files, "put jobs {tag: 'k', n: 1}", headers=key),
+                                             post(app, files, "put jobs {tag: 'k', n: 1}", headers=key))
+        assert first[:2] == replay[:2] == (200, {"affected": 1})
+        assert first[2] == replay[2] == before + 1  # the replay too waited for the write's sync
+
+    asyncio.run(main())
+    assert db.query("get jobs count") == [{"count": 1}]
+    db.close()
