@@ -68,9 +68,10 @@ class Session:
         self.r.rpush(READY, json.dumps({"id": f"{self.tag}.{next(self.seq)}", **payload}))
 
     def wait_claim(self, timeout: float, owner: str) -> Any | None:
-        j = self.r.blmove(READY, PROCESSING, timeout, "LEFT", "LEFT")
+        r: Any = self.r  # redis-py's stubs say int seconds; BLMOVE takes decimals since Redis 6
+        j = r.blmove(READY, PROCESSING, timeout, "LEFT", "LEFT")
         if j is not None:
-            self.r.zadd(LEASES, {j: int(time.time() * 1000) + LEASE_MS})
+            r.zadd(LEASES, {j: int(time.time() * 1000) + LEASE_MS})
         return j
 
     @staticmethod
