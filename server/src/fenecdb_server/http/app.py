@@ -343,14 +343,20 @@ class App:
         await send({"type": "http.response.start", "status": 204, "headers": headers})
         await send({"type": "http.response.body", "body": b""})
 
-    async def respond(self, send: Send, status: int, body: bytes,
-                      extra: Any, *, api: bool = False, length: int | None = None) -> None:
+    def headers_for(self, body: bytes, extra: Any, *, api: bool = False,
+                    length: int | None = None) -> list[tuple[bytes, bytes]]:
+        """An answer's headers (uvicorn adds the date): the same whichever way it is written."""
         headers = [JSON_TYPE, (b"content-length", str(len(body) if length is None else length).encode())]
         if api:
             headers.append(self.version_header)
         headers.extend(extra)
         if self.cors_headers:
             headers.extend(self.cors_headers)
+        return headers
+
+    async def respond(self, send: Send, status: int, body: bytes,
+                      extra: Any, *, api: bool = False, length: int | None = None) -> None:
+        headers = self.headers_for(body, extra, api=api, length=length)
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
@@ -433,6 +439,39 @@ class App:
             self.account(started, "read", True, req, raw)
             return
         await self.serve(work, receive, send, started, req, raw)
+
+    def answer_now(self, scope: Scope, raw: bytes) -> Answer | None:
+        """`POST /query` or `/batch` answered on the protocol's own call (protocol.py `_direct`):
+        the checks and the run of `http()` → `take()` → `serve()`, with no task, no ASGI message
+        and one write of the answer. None where that path would wait before answering (a refused
+        token's delay, a held claim, a long text not parsed yet): the protocol then hands the
+        request to the ASGI app as it came. Not under --sync always, whose answers wait for their
+        turn's fdatasync (durable.py): the protocol is given no front then."""
+        req = Request(scope)
+        if req.wait is not None or req.chunked:
+            return None
+        try:
+            caller = self.auth.data(req.auth)
+        except AuthRefused:
+            return None  # refused by the ASGI path, after the address's delay (auth.py)
+        if caller is not OPEN:
+            self.delay.cleared(req.peer)
+        req.caller = caller
+        started = time.perf_counter()
+        try:
+            work = self.query_work(req, raw) if req.path == "/query" else self.batch_work(req, raw)
+        except Refusal as r:
+            self.account(started, "read", True, req, raw)
+            self.metrics.direct += 1
+            return Answer(r.status, r.body)
+        if work.large:
+            return None
+        if self.waits is None:
+            self.start()
+        outcome, kind, _owed = self.run_here(work, held=False)  # nothing is owed with no TurnSync
+        self.account(started, kind, outcome.answer.status >= 400, req, raw)
+        self.metrics.direct += 1
+        return outcome.answer
 
     def query_work(self, req: Request, raw: bytes) -> Work:
         try:

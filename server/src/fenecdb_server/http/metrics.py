@@ -68,6 +68,7 @@ class Metrics:
         self.statements = {k: 0 for k in KINDS}
         self.errors = {k: 0 for k in KINDS}
         self.slow = 0
+        self.direct = 0  # requests answered on the protocol's short way (protocol.py)
         self.counts = {k: [0] * (len(BUCKETS) + 1) for k in KINDS}
         self.sums = {k: 0.0 for k in KINDS}
 
@@ -101,6 +102,8 @@ class Metrics:
             out.append(f'fenec_statement_duration_seconds_bucket{{transport="http",kind="{k}",le="+Inf"}} {running}')
             out.append(f'fenec_statement_duration_seconds_sum{{transport="http",kind="{k}"}} {self.sums[k]:.6f}')
             out.append(f'fenec_statement_duration_seconds_count{{transport="http",kind="{k}"}} {running}')
+        head("fenec_http_direct_total", "counter", "Requests to /query and /batch answered without the ASGI app.")
+        out.append(f"fenec_http_direct_total {self.direct}")
         head("fenec_slow_statements_total", "counter", "Statements over --slow-ms.")
         out.append(f'fenec_slow_statements_total{{transport="http"}} {self.slow}')
         head("fenec_connections", "gauge", "Open connections (the scrape's own excluded).")

@@ -14,16 +14,30 @@ ASGI app sees a request:
   are counted as they arrive, so a head that never ends cannot grow without bound);
 * a request the parser cannot read is a JSON 400 (uvicorn writes plain text), an unknown
   method a 501.
+
+And the claim's short way (`_direct`): a `POST /query` or `/batch` with a body of at most 64
+KiB, no `Fenec-Wait`, no `Expect`, on a connection with no answer pending, is read here and
+handed to `App.answer_now` when its last byte arrives; the answer is written in one `write`.
+No ASGI cycle, no task, no message dicts: per claim that was about a third of the server's own
+CPU (bench/README.md, "Over HTTP"). Whatever that path cannot answer at once (a refused token,
+whose 401 waits out the address's delay; a long text not parsed yet) goes to the ASGI app as
+if its head had just been read, through uvicorn's own cycle. Held claims, the other routes, and
+every request when `--access-log` is on or under `--sync always` (whose answers wait for the
+turn's fdatasync) take the ASGI path from the start. The answer is written before the next
+request on the connection is read, so pipelined requests are answered in order.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from . import errors as E
+
+if TYPE_CHECKING:
+    from .app import Answer, App
 
 HEAD_CEILING = E.HEAD_CEILING
 
@@ -41,6 +55,8 @@ def _raw_answer(status: int, body: bytes, extra: bytes = b"") -> bytes:
 
 RESERVE = 8
 SPARE_PATHS = frozenset({b"/_health", b"/_metrics"})
+DIRECT_PATHS = frozenset({b"/query", b"/batch"})
+DIRECT_BODY = 64 << 10  # the app's OFF_LOOP_BODY: a larger body is decoded in a worker thread
 
 
 class FenecProtocol(HttpToolsProtocol):
@@ -49,6 +65,7 @@ class FenecProtocol(HttpToolsProtocol):
     header_timeout = 10.0
     body_timeout = 60.0
     spares = 0  # connections now open in the reserve past max_connections (counted per subclass)
+    front: App | None = None  # the app whose /query and /batch are answered directly (None: never)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -58,6 +75,7 @@ class FenecProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._head_size = 0
         self._timer: Any = None
+        self._direct: list[bytes] | None = None  # the body read so far, on the short way
 
     def connection_made(self, transport: Any) -> None:
         limit = self.max_connections
@@ -148,6 +166,9 @@ class FenecProtocol(HttpToolsProtocol):
         self._in_head = False
         self._head_bytes = 0
         self._arm(self.body_timeout, "body")
+        if self._may_answer_directly():
+            self._direct = []
+            return
         if self._head_size > HEAD_CEILING:
             self.scope["fenec.head_too_large"] = True  # type: ignore[typeddict-unknown-key]
         if self._spare:
@@ -159,8 +180,97 @@ class FenecProtocol(HttpToolsProtocol):
         if self._spare and self.cycle is not None:
             self.cycle.keep_alive = False
 
+    def on_body(self, body: bytes) -> None:
+        if self._direct is not None:
+            self._direct.append(body)
+            return
+        super().on_body(body)
+
     def on_message_complete(self) -> None:
         self._disarm()
+        if self._direct is not None:
+            body = b"".join(self._direct)
+            self._direct = None
+            self._in_head = True
+            self._head_bytes = 0
+            self._answer_directly(body)
+            return
         super().on_message_complete()
         self._in_head = True
         self._head_bytes = 0
+
+    # -- the short way --
+
+    def _may_answer_directly(self) -> bool:
+        if self.front is None or self._spare or self._head_size > HEAD_CEILING or self.expect_100_continue:
+            return False
+        if self.url not in DIRECT_PATHS or self.parser.get_method() != b"POST" or self.parser.should_upgrade():
+            return False
+        if self.pipeline or not (self.cycle is None or self.cycle.response_complete):
+            return False  # an answer is still owed on this connection: this one waits its turn
+        length = None
+        for name, value in self.headers:
+            if name == b"content-length":
+                length = value
+            elif name == b"fenec-wait" or name == b"transfer-encoding":
+                return False
+        return length is not None and length.isdigit() and int(length) <= DIRECT_BODY
+
+    def _answer_directly(self, body: bytes) -> None:
+        scope = self.scope
+        path = self.url.decode("ascii")
+        scope["method"] = "POST"
+        scope["path"] = path
+        scope["raw_path"] = self.url
+        scope["query_string"] = b""
+        front = self.front
+        assert front is not None
+        try:
+            answer = front.answer_now(scope, body)  # type: ignore[arg-type]
+        except Exception:  # as the ASGI app does: a fault no route caught is a JSON 500
+            from .app import log
+
+            log.exception("internal fault answering POST %s", path)
+            self._write_answer(500, E.body(E.INTERNAL), [], keep_alive=False)
+            return
+        if answer is None:
+            self._hand_to_asgi(body)
+        else:
+            self._finish(answer)
+
+    def _finish(self, answer: Answer) -> None:
+        front = self.front
+        assert front is not None
+        keep = self.parser.should_keep_alive() if self.parser is not None else False
+        self._write_answer(answer.status, answer.body, front.headers_for(answer.body, answer.headers, api=True),
+                           keep_alive=keep)
+        if keep:
+            self.on_response_complete()  # counted; reading resumed; the keep-alive timer armed
+
+    def _write_answer(self, status: int, body: bytes, headers: list[tuple[bytes, bytes]], *,
+                      keep_alive: bool) -> None:
+        transport = self.transport
+        if transport.is_closing():
+            return
+        if not headers:  # a fault's answer
+            headers = [(b"content-type", b"application/json; charset=utf-8"),
+                       (b"content-length", str(len(body)).encode())]
+        out = [STATUS_LINE[status]]
+        for name, value in self.server_state.default_headers:
+            out += (name, b": ", value, b"\r\n")
+        for name, value in headers:
+            out += (name, b": ", value, b"\r\n")
+        if not keep_alive:
+            out.append(b"connection: close\r\n")
+        out += (b"\r\n", body)
+        transport.write(b"".join(out))
+        if not keep_alive:
+            transport.close()
+
+    def _hand_to_asgi(self, body: bytes) -> None:
+        """The request to the ASGI app, as if its head had just been read and its body with it."""
+        HttpToolsProtocol.on_headers_complete(self)
+        cycle = self.cycle
+        cycle.body = bytearray(body)
+        cycle.more_body = False
+        cycle.message_event.set()

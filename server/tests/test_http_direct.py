@@ -1,0 +1,155 @@
+"""The claim's short way (http/protocol.py `_direct`): a `POST /query` or `/batch` is read and answered
+by the protocol itself, with no ASGI cycle. It must answer exactly what the ASGI path answers, in the
+order requests came on a connection, whichever path each took.
+
+The ASGI path is what a server with `--access-log` runs for every request, so the same requests sent
+to such a server are the reference."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+from pathlib import Path
+
+from test_http_e2e import Server
+
+JOBS = "create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int)"
+CLAIM = ("set jobs {owner: $1, run_at: now() + 30000, attempts: attempts + 1} "
+         "where run_at <= now() order run_at limit 2 returning id, owner, attempts")
+
+# (path, body, extra headers): every kind of answer the short way gives, and the ones it hands on
+REQUESTS: list[tuple[str, bytes, dict[str, str]]] = [
+    ("/query", json.dumps({"query": JOBS}).encode(), {}),
+    ("/query", json.dumps({"query": "put jobs $1", "params": [[{"run_at": 0, "attempts": 0}] * 5]}).encode(), {}),
+    ("/query", json.dumps({"query": CLAIM, "params": ["w1"]}).encode(), {}),
+    ("/batch", (json.dumps({"query": "get jobs count"}) + "\n" + json.dumps({"query": CLAIM, "params": ["w2"]})).encode(), {}),
+    ("/query", json.dumps({"query": "put jobs {attempts: 1}"}).encode(), {"Idempotency-Key": "k-1"}),
+    ("/query", json.dumps({"query": "put jobs {attempts: 1}"}).encode(), {"Idempotency-Key": "k-1"}),  # replayed
+    ("/query", json.dumps({"query": "put jobs {attempts: 2}"}).encode(), {"Idempotency-Key": "k-1"}),  # 422
+    ("/query", b'{"query": ', {}),  # not JSON
+    ("/query", b'{"query": "get jobs", "params": [1]}\xff', {}),  # not UTF-8
+    ("/query", json.dumps({"query": "get nope"}).encode(), {}),  # 404
+    ("/query", json.dumps({"query": "get jobs where"}).encode(), {}),  # 400 with a caret
+    ("/query", json.dumps({"query": "del jobs where id = 99 require 1"}).encode(), {}),  # 412
+    ("/query", json.dumps({"query": "get jobs where id = $1", "params": [12345678901234567890123]}).encode(), {}),
+    ("/batch", b"\n\n", {}),  # an empty batch
+    ("/query", json.dumps({"query": "get jobs where owner in [" + ",".join(['"w1"'] * 2000) + "] count"}).encode(),
+     {}),  # a long text: parsed off the loop, through the ASGI path
+    ("/query", json.dumps({"query": CLAIM, "params": ["w3"]}).encode(), {"Fenec-Wait": "1"}),  # held: ASGI
+]
+
+
+def answers(server: Server) -> list[tuple[int, list[tuple[str, str]], bytes]]:
+    """Each request's status, headers (all but the date) and body, over one keep-alive connection."""
+    conn = http.client.HTTPConnection(*server.addr, timeout=60)
+    out = []
+    try:
+        for path, body, headers in REQUESTS:
+            conn.request("POST", path, body=body, headers={"Content-Type": "application/json", **headers})
+            r = conn.getresponse()
+            got = r.read()
+            out.append((r.status, sorted((k.lower(), v) for k, v in r.getheaders() if k.lower() != "date"), got))
+    finally:
+        conn.close()
+    return out
+
+
+def direct_count(server: Server) -> int:
+    conn = http.client.HTTPConnection(*server.addr, timeout=60)
+    try:
+        conn.request("GET", "/_metrics")
+        text = conn.getresponse().read().decode()
+    finally:
+        conn.close()
+    return int(next(line.split()[1] for line in text.splitlines() if line.startswith("fenec_http_direct_total ")))
+
+
+def test_the_short_way_answers_what_the_asgi_path_answers(tmp_path: Path) -> None:
+    direct, asgi = Server(), Server("--access-log", str(tmp_path / "access.log"))
+    try:
+        got, want = answers(direct), answers(asgi)
+        assert direct_count(direct) == len(REQUESTS) - 2  # all but the long text and the held claim
+        assert direct_count(asgi) == 0
+    finally:
+        assert direct.stop() == 0 and asgi.stop() == 0
+    assert [s for s, _, _ in want] == [200, 200, 200, 200, 200, 200, 422, 400, 400, 404, 400, 412, 400, 400, 200, 200]
+    assert ("idempotent-replayed", "true") in want[5][1]
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert g == w, (i, REQUESTS[i][0], REQUESTS[i][1][:80])
+    posts = [line for line in (tmp_path / "access.log").read_text().splitlines() if " POST " in line]
+    assert len(posts) == len(REQUESTS)  # the reference ran them all through its ASGI app
+
+
+def _response_lengths(data: bytes) -> list[tuple[int, bytes]]:
+    out = []
+    while data:
+        head, _, rest = data.partition(b"\r\n\r\n")
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+        out.append((int(head.split(b" ", 2)[1]), rest[:length]))
+        data = rest[length:]
+    return out
+
+
+def test_pipelined_requests_are_answered_in_order_whichever_way_each_takes() -> None:
+    s = Server()
+    try:
+        def post(body: bytes) -> bytes:
+            return b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+        setup = post(json.dumps({"query": JOBS}).encode())
+        requests = [
+            post(json.dumps({"query": "put jobs {attempts: 7}"}).encode()),  # short way
+            b"GET /_health HTTP/1.1\r\nHost: x\r\n\r\n",  # ASGI
+            post(json.dumps({"query": "get jobs select attempts"}).encode()),  # behind an ASGI answer
+            post(b'{"query": "get nope"}'),
+            b"GET /collections HTTP/1.1\r\nHost: x\r\n\r\n",
+            post(json.dumps({"query": "get jobs count"}).encode()),
+        ]
+        with socket.create_connection(s.addr, timeout=60) as c:
+            c.sendall(setup + b"".join(requests))
+            data = b""
+            while len(_safe(data)) < len(requests) + 1:
+                chunk = c.recv(65536)
+                assert chunk, "the server closed the connection"
+                data += chunk
+        got = _response_lengths(data)
+        assert [st for st, _ in got] == [200, 200, 200, 200, 404, 200, 200]
+        assert json.loads(got[2][1]) == {"ok": True}
+        assert json.loads(got[3][1]) == [{"attempts": 7}]
+        assert json.loads(got[6][1]) == [{"count": 1}]
+    finally:
+        assert s.stop() == 0
+
+
+def _safe(data: bytes) -> list[tuple[int, bytes]]:
+    """The whole responses in `data` so far."""
+    out = []
+    while b"\r\n\r\n" in data:
+        head, _, rest = data.partition(b"\r\n\r\n")
+        length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length")), 0)
+        if len(rest) < length:
+            break
+        out.append((0, rest[:length]))
+        data = rest[length:]
+    return out
+
+
+def test_http_1_0_and_connection_close_are_answered_then_closed() -> None:
+    s = Server()
+    try:
+        body = json.dumps({"query": "get nothing"}).encode()
+        for version, extra in ((b"HTTP/1.0", b""), (b"HTTP/1.1", b"Connection: close\r\n")):
+            with socket.create_connection(s.addr, timeout=60) as c:
+                c.sendall(b"POST /query " + version + b"\r\nHost: x\r\n" + extra +
+                          b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+                data = b""
+                while True:
+                    chunk = c.recv(65536)
+                    if not chunk:
+                        break  # closed by the server after its answer
+                    data += chunk
+            assert data.startswith(b"HTTP/1.1 404 ") and b"\r\nconnection: close\r\n" in data.lower()
+    finally:
+        assert s.stop() == 0
