@@ -12,6 +12,7 @@ import httpx
 import pytest
 from fenecdb_server import Database
 from fenecdb_server.engine import bids
+from fenecdb_server.held.written import Written
 from test_http_e2e import Server, fresh_collection, q, served
 from test_http_held import Waiter, request, wait_held
 
@@ -232,7 +233,8 @@ def test_a_delayed_order_goes_to_the_nearest_when_it_comes_due(
 def test_a_look_reads_the_rows_written_since_not_the_collection(monkeypatch: pytest.MonkeyPatch) -> None:
     db = Database()
     db.query(RIDES)
-    db.track_writes()
+    written = Written()
+    written.start(db.observe(written.note))
     db.query("put rides [" + ", ".join(f"{{pickup: [{29 + i / 1000}, 41], run_at: now() + 600000, attempts: 0}}"
                                        for i in range(2000)) + "]")
     before = db.seq
@@ -248,7 +250,7 @@ def test_a_look_reads_the_rows_written_since_not_the_collection(monkeypatch: pyt
         raise AssertionError("a look read the collection")
 
     monkeypatch.setattr(bids, "pick", no_scan)
-    seq, looks = db.look(lambda: bids.look_all([bids.Ask(p, before, set()) for p in profiles]))  # type: ignore[arg-type]
+    seq, looks = db.look(lambda: bids.look_all([bids.Ask(p, before, set()) for p in profiles], written.since))  # type: ignore[arg-type]
     assert seq == db.seq
     assert [lk.rid for lk in looks] == [new] * 20
     assert [lk.matched for lk in looks] == [{new}] * 20
@@ -256,16 +258,17 @@ def test_a_look_reads_the_rows_written_since_not_the_collection(monkeypatch: pyt
     assert nearest == 10  # courier 10 stands at 29.10
     # after it is taken, each looks at the write that took it, finds nothing, and reads nothing else
     db.query("set rides {owner: 'c10', run_at: now() + 30000} where id = $1", [new])
-    _, again = db.look(lambda: bids.look_all([bids.Ask(p, seq, {new}) for p in profiles]))  # type: ignore[arg-type]
+    _, again = db.look(lambda: bids.look_all([bids.Ask(p, seq, {new}) for p in profiles], written.since))  # type: ignore[arg-type]
     assert all(lk.rid is None and lk.matched == set() for lk in again)
     # a change older than the history holds: the look reads the collection as the claim would
     monkeypatch.undo()
     db2 = Database()
     db2.query(RIDES)
     db2.query("put rides {pickup: [29, 41], run_at: now(), attempts: 0}")
-    db2.track_writes()
+    written2 = Written()
+    written2.start(db2.observe(written2.note))
     h = db2.prepare_hold([(NEAREST, ["c", [29, 41]])])
-    _, (lk,) = db2.look(lambda: bids.look_all([bids.Ask(bids.profile(h), 0, set())]))  # type: ignore[arg-type]
+    _, (lk,) = db2.look(lambda: bids.look_all([bids.Ask(bids.profile(h), 0, set())], written2.since))  # type: ignore[arg-type]
     assert lk.rid == 1 and lk.matched is None
 
 

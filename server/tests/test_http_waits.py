@@ -71,7 +71,10 @@ class FakeDB:
     def look(self, fn: Any) -> Any:
         return fn()
 
-    def track_writes(self, on: bool = True) -> None:
+    def observe(self, note: Any) -> int:
+        return self.seq
+
+    def unobserve(self, note: Any) -> None:
         pass
 
     def prepare_hold(self, statements: list[tuple[str, Any]]) -> Hold:

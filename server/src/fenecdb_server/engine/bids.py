@@ -11,7 +11,7 @@ would take. This module makes those looks:
   since it last looked instead of reading the collection (`incremental`: one `set`/`del`; reads
   beside it in a batch do not change what it takes).
 * `look_all(asks)`: one pass, under one read lock (its caller's), over many lines. Each line examines the
-  ids written since the change it last looked at (`Database.written_since`, shared by the lines
+  ids written since the change it last looked at (`written_since`: held/written.py, shared by the lines
   that last looked at the same change) plus the rows it matched last time and did not get, runs
   its filter on just those rows and ranks the matches by its order; a line that cannot look
   that way (no history that old, a look due to the clock) reads the collection as its claim
@@ -25,6 +25,7 @@ rows, equal ranks go to the lowest id, as the claim's own run orders them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import total_ordering
 from typing import TYPE_CHECKING, Any
 
@@ -140,7 +141,7 @@ class Ask:
         self.extra = extra
 
 
-def look_all(asks: list[Ask]) -> tuple[int, list[Look]]:
+def look_all(asks: list[Ask], written_since: Callable[[str, int], set[int] | None]) -> tuple[int, list[Look]]:
     """One pass, under the read lock its caller holds, of lines of one engine: each line's look.
     Returns the change the pass saw."""
     if not asks:
@@ -158,7 +159,7 @@ def look_all(asks: list[Ask]) -> tuple[int, list[Look]]:
             if key in since:
                 ids = since[key]
             else:
-                ids = since[key] = db.written_since(prof.home, ask.seen)
+                ids = since[key] = written_since(prof.home, ask.seen)
         try:
             out.append(_look(db, prof, ids, ask.extra, now, verdicts))
         except Exception:

@@ -53,7 +53,6 @@ from .queues import Tally
 from .rwlock import RWLock
 from .scoped import authorize as authorize_scoped
 from .scoped import run as run_scoped
-from .written import Written
 
 log = logging.getLogger("fenecdb.engine")
 
@@ -117,7 +116,7 @@ class Engine:
         self._version = 0
         self.seq = 0
         self._listeners: list[Listener] = []
-        self.written = Written()  # the ids each write put, once held claims bid (track_writes)
+        self._observers: list[Callable[[int, list], None]] = []  # told each committed write's ops (observe)
         self.keys = Keys()  # Idempotency-Keys and their answers
         self.read_only = False
         self.closed = False
@@ -414,8 +413,8 @@ class Engine:
         # appended: tell the bidding tracker and the listeners. The write has landed, so a
         # fault here is logged, never answered as the write's failure.
         try:
-            if self.written.on:
-                self.written.note(self.seq, blk.ops)
+            for note in self._observers:
+                note(self.seq, blk.ops)
             self.tally.note(blk.undo, blk.ops)
             if self._listeners:
                 touched = frozenset(blk.touched)
@@ -499,21 +498,24 @@ class Engine:
             self._authorize(parsed, len(statements) > 1, scope)
         return make_hold(self, parsed, scope=scope)
 
-    def track_writes(self, on: bool = True) -> None:
-        """Keep the ids each write puts from now on (`written_since`), for claims that bid; or,
-        `on` False, stop and forget them."""
+    def observe(self, note: Callable[[int, list], None]) -> int:
+        """From now on call `note(seq, ops)` after each committed write, under the write lock, with
+        the ops of its record (engine/records.py): it must only note, never read or write. Returns
+        the change it starts after. (held/written.py keeps the ids claims that bid look among.)"""
         self.lock.acquire_write()
         try:
-            if on:
-                self.written.start(self.seq)
-            else:
-                self.written.stop()
+            self._observers.append(note)
+            return self.seq
         finally:
             self.lock.release_write()
 
-    def written_since(self, coll: str, seq: int) -> set[int] | None:
-        """Under the read lock: the ids put in `coll` since change `seq`, None if not known."""
-        return self.written.since(coll, seq)
+    def unobserve(self, note: Callable[[int, list], None]) -> None:
+        self.lock.acquire_write()
+        try:
+            if note in self._observers:
+                self._observers.remove(note)
+        finally:
+            self.lock.release_write()
 
     # ---------------------------------------------------------------- the TTL sweep
 

@@ -6,7 +6,7 @@ $1) limit 1`) is a line of its own, and while one is held, every line picking fr
 waits in that collection's `Bidding`. A write makes one pass over them: every line looks, the
 lines that bid by their own order in one read-locked pass among the rows written since each last
 looked (`engine/bids.py`'s `look_all`, over the engine's written-ids history, kept while any
-bidding stands: `EnginePort.track_writes`); each that finds a row bids its rank. The best bid is the
+bidding stands: `written.py`, fed by `EnginePort.observe`); each that finds a row bids its rank. The best bid is the
 lowest rank, on a tie the head held longest; a line ordered by a field ranks every row alike, so
 it ties with any bid and its head's wait decides. Only the winner's head runs; the rest wait
 behind that run and then look again, each for the row it would take then, until a pass finds
@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from ..engine import bids as B
 from .looks import LOOK_THROTTLE_S
 from .port import Timer
+from .written import Written
 
 if TYPE_CHECKING:
     from .lines import Line, Lines
@@ -64,6 +65,7 @@ class Auctions(Generic[A]):
         self.biddings: dict[str, Bidding[A]] = {}
         self._filters: dict[Hashable, int] = {}  # a bidding line's filter -> its id (B.Profile.filter_id)
         self._filter_ids = itertools.count()
+        self.written = Written()  # the ids each write put, kept while any bidding stands
 
     def attach(self, line: Line[A]) -> None:
         """A new line joins its collection's bidding; a line of its own order starts one, which
@@ -83,7 +85,8 @@ class Auctions(Generic[A]):
             if not prof.own:
                 return
             if not self.biddings:
-                self.lines.engine.track_writes(True)  # its first pass reads the collection
+                # its first pass reads the collection; from then on the lines look among the ids written
+                self.written.start(self.lines.engine.observe(self.written.note))
             b = self.biddings[prof.home] = Bidding(prof.home)
             for ln in self.lines.lines.values():
                 if ln is not line and ln.bidding is None and ln.profile is not None \
@@ -112,7 +115,8 @@ class Auctions(Generic[A]):
         if self.biddings.get(b.home) is b:
             del self.biddings[b.home]
             if not self.biddings:
-                self.lines.engine.track_writes(False)
+                self.lines.engine.unobserve(self.written.note)
+                self.written.stop()
         if b.timer is not None:
             b.timer.cancel()
             b.timer = None
@@ -207,7 +211,7 @@ class Auctions(Generic[A]):
         seq = 0
         if own:
             asks = [B.Ask(ln.profile, ln.seen, ln.extra) for ln in own if ln.profile is not None]
-            seq, looks = lines.engine.look(lambda: B.look_all(asks))
+            seq, looks = lines.engine.look(lambda: B.look_all(asks, self.written.since))
             lines.looks += len(own)
             for ln, lk in zip(own, looks, strict=True):
                 if lk.failed:

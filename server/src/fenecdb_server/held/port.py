@@ -3,7 +3,7 @@
 The held package never holds the database: it talks to three small interfaces, typed here.
 
 * `EnginePort`: the change counter, the clock in ms, a run under the shared read lock, the write
-  announcements, and the written-ids history switched on while claims bid. `Database` (and the
+  announcements, and a write observer (each committed write's ops) while claims bid. `Database` (and the
   engine behind it) answers these; a unit test answers them with a dict and a fake clock.
 * `Claim`: a claim's statements made ready by the engine (`prepare_hold`: `engine/holds.py`'s
   `ReadyClaim`): its line, the collections whose writes concern it, and two reads made under the
@@ -54,8 +54,12 @@ class EnginePort(Protocol):
     def unlisten(self, callback: Announce) -> None:
         ...
 
-    def track_writes(self, on: bool = True) -> None:
-        """Keep (or stop keeping) the ids each write puts, which lines that bid look among."""
+    def observe(self, note: Callable[[int, list], None]) -> int:
+        """Call `note(seq, ops)` after each committed write, under the write lock (it only
+        notes); returns the change it starts after. Bidding keeps the ids written with it."""
+        ...
+
+    def unobserve(self, note: Callable[[int, list], None]) -> None:
         ...
 
 

@@ -8,7 +8,8 @@ the ids it put in each collection (deletions never give a claim a row, so they a
 The history is bounded: it keeps at most `MAX_IDS` ids. Asked about a `seq` older than what it
 still holds, or across a schema change of the collection, it answers None, and the caller looks
 the ordinary way instead. It is kept only while someone asked for it (`on`), so a database used
-in process, or a server with no claim bidding, pays nothing.
+in process, or a server with no claim bidding, pays nothing. It is fed by the engine as a write
+observer (`Engine.observe`): `note` runs under the write lock, after each committed write.
 """
 
 from __future__ import annotations
