@@ -310,11 +310,18 @@ def run_del(eng: Engine, p: Prepared, env: Env, blk: Block) -> Any:
             blk.ops.append(("d", name, old["id"]))
         blk.writes += 1
         blk.taken += len(picked)
-    if p.require is not None and len(picked) != p.require:
-        raise unmet("del", p.coll, len(picked), p.require)
+    return answer_of("del", p, picked, env)
+
+
+def answer_of(verb: str, p: Prepared, rows: list[dict], env: Env) -> Any:
+    """A set's or a del's answer once its rows are written: its `require` judged, then the rows
+    it `returning`s (as written), or how many it touched. (The claim's own set keeps these lines
+    inline: bench/claim_bytecodes.py counts the call.)"""
+    if p.require is not None and len(rows) != p.require:
+        raise unmet(verb, p.coll, len(rows), p.require)
     if p.cols is not None:
-        return render(p.cols, picked, env)
-    return {"affected": len(picked)}
+        return render(p.cols, rows, env)
+    return {"affected": len(rows)}
 
 
 def _documents(p: Prepared, env: Env) -> list[dict]:

@@ -45,14 +45,14 @@ from .collection import Collection
 from .execute import (
     Block,
     PutRules,
+    answer_of,
     apply_entries,
     check_required,
     run_del,
     run_get,
     run_put,
-    unmet,
 )
-from .prepare import Prepared, prepare, render
+from .prepare import Prepared, prepare
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -396,11 +396,7 @@ def _run_set(db: Engine, plan: Plan, env: Env, blk: Block) -> Any:
             blk.ops.append(("p", coll.name, new["id"], new))
         blk.writes += 1
         blk.taken += len(olds)
-    if p.require is not None and len(olds) != p.require:
-        raise unmet("set", p.coll, len(olds), p.require)
-    if p.cols is not None:
-        return render(p.cols, news, env)
-    return {"affected": len(olds)}
+    return answer_of("set", p, news, env)  # news[i] is olds[i] as written
 
 
 class TokenPut(PutRules):

@@ -86,6 +86,10 @@ class Metrics:
             out.append(f"# HELP {name} {text}")
             out.append(f"# TYPE {name} {kind}")
 
+        def one(name: str, kind: str, text: str, value: object) -> None:
+            head(name, kind, text)
+            out.append(f"{name} {value}")
+
         head("fenec_statements_total", "counter", "Statements answered (a /batch is one).")
         for k in KINDS:
             out.append(f'fenec_statements_total{{transport="http",kind="{k}"}} {self.statements[k]}')
@@ -102,8 +106,7 @@ class Metrics:
             out.append(f'fenec_statement_duration_seconds_bucket{{transport="http",kind="{k}",le="+Inf"}} {running}')
             out.append(f'fenec_statement_duration_seconds_sum{{transport="http",kind="{k}"}} {self.sums[k]:.6f}')
             out.append(f'fenec_statement_duration_seconds_count{{transport="http",kind="{k}"}} {running}')
-        head("fenec_http_direct_total", "counter", "Requests to /query and /batch answered without the ASGI app.")
-        out.append(f"fenec_http_direct_total {self.direct}")
+        one("fenec_http_direct_total", "counter", "Requests to /query and /batch answered without the ASGI app.", self.direct)
         head("fenec_slow_statements_total", "counter", "Statements over --slow-ms.")
         out.append(f'fenec_slow_statements_total{{transport="http"}} {self.slow}')
         head("fenec_connections", "gauge", "Open connections (the scrape's own excluded).")
@@ -123,36 +126,27 @@ class Metrics:
             for key, metric, text in STORAGE_GAUGES:
                 head(metric, "gauge", text)
                 out.append(f"{metric} {storage.get(key, 0)}")
-            head("fenec_auto_compactions_total", "counter", "Background compactions run.")
-            out.append(f"fenec_auto_compactions_total {storage.get('auto_compactions', 0)}")
-            head("fenec_log_records_total", "counter", "Records appended to the data file since start.")
-            out.append(f"fenec_log_records_total {storage.get('appended', 0)}")
-            head("fenec_log_syncs_total", "counter", "Syncs (fdatasync) of the data file since start.")
-            out.append(f"fenec_log_syncs_total {storage.get('fsyncs', 0)}")
+            one("fenec_auto_compactions_total", "counter", "Background compactions run.", storage.get('auto_compactions', 0))
+            one("fenec_log_records_total", "counter", "Records appended to the data file since start.", storage.get('appended', 0))
+            one("fenec_log_syncs_total", "counter", "Syncs (fdatasync) of the data file since start.", storage.get('fsyncs', 0))
         rss = resident_bytes()
         if rss is not None:
-            head("process_resident_memory_bytes", "gauge", "Resident memory of the server process.")
-            out.append(f"process_resident_memory_bytes {rss}")
+            one("process_resident_memory_bytes", "gauge", "Resident memory of the server process.", rss)
         head("fenec_gc_collections_total", "counter", "Cycle collections run, per generation (2: full).")
         for gen, st in enumerate(gc.get_stats()):
             out.append(f'fenec_gc_collections_total{{generation="{gen}"}} {st.get("collections", 0)}')
-        head("fenec_gc_frozen_objects", "gauge", "Objects kept out of the cycle collector's walks (gc_policy).")
-        out.append(f"fenec_gc_frozen_objects {gc_policy.frozen()}")
-        head("fenec_change_sequence", "gauge", "The change counter.")
-        out.append(f"fenec_change_sequence {db.seq}")
-        head("fenec_storage_failed", "gauge", "1 once the disk refused a write.")
-        out.append(f"fenec_storage_failed {1 if stats.get('failed') else 0}")
+        one("fenec_gc_frozen_objects", "gauge", "Objects kept out of the cycle collector's walks (gc_policy).", gc_policy.frozen())
+        one("fenec_change_sequence", "gauge", "The change counter.", db.seq)
+        one("fenec_storage_failed", "gauge", "1 once the disk refused a write.", 1 if stats.get('failed') else 0)
 
-        head("fenec_held_requests", "gauge", "Requests held by Fenec-Wait right now.")
-        out.append(f"fenec_held_requests {waits.held if waits else 0}")
+        one("fenec_held_requests", "gauge", "Requests held by Fenec-Wait right now.", waits.held if waits else 0)
         for name, attr, text in (
             ("fenec_held_looks_total", "looks", "Looks made by line heads."),
             ("fenec_held_runs_total", "runs", "Held requests run again."),
             ("fenec_held_claims_taken_total", "taken", "Held requests answered by a run that took rows."),
             ("fenec_held_wakeups_total", "wakeups", "Lines woken by a write or by the clock."),
         ):
-            head(name, "counter", text)
-            out.append(f"{name} {getattr(waits, attr) if waits else 0}")
+            one(name, "counter", text, getattr(waits, attr) if waits else 0)
         head("fenec_build_info", "gauge", "Version.")
         out.append(f'fenec_build_info{{version="{self.version}"}} 1')
         head("fenec_start_time_seconds", "gauge", "Start time.")
