@@ -1,0 +1,79 @@
+"""The server's own CPU per claim over HTTP: a `fenec-server` child, one keep-alive connection, a
+claim of 10 sent --claims times; the child's user+system CPU (from /proc) divided by the claims.
+
+The client here is `http.client` from the standard library, so the figure is the server's alone
+(its share of each request: the kernel's socket work, HTTP parsing, JSON, the engine, the answer).
+`--src DIR` runs the server from another checkout's `server/src` (to measure a change against main
+in one sitting); the engine's own share is `bench/claim_bytecodes.py` and `make queue-bench`.
+
+    .venv/bin/python bench/server_cost.py [--claims 3000] [--src other/server/src]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+CLAIM = ("set jobs {owner: $1, run_at: now() + 30000, attempts: attempts + 1} "
+         "where run_at <= now() order run_at limit 10 returning *")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--claims", type=int, default=3000)
+    ap.add_argument("--src", default=None, help="a server/src to import the server from")
+    args = ap.parse_args()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, **({"PYTHONPATH": args.src} if args.src else {}))
+    server = shutil.which("fenec-server", path=os.path.dirname(sys.executable)) or "fenec-server"
+    proc = subprocess.Popen([server, "--http", f"127.0.0.1:{port}"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        conn = http.client.HTTPConnection("127.0.0.1", port)
+
+        def query(body: dict) -> bytes:
+            conn.request("POST", "/query", body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+            return conn.getresponse().read()
+
+        query({"query": "create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int)"})
+        jobs = 10 * (args.claims + 300)
+        query({"query": "put jobs $1", "params": [[{"payload": {"n": i}, "run_at": 0, "attempts": 0} for i in range(jobs)]]})
+        for _ in range(300):
+            query({"query": CLAIM, "params": ["warm"]})
+
+        def cpu() -> float:
+            f = open(f"/proc/{proc.pid}/stat").read().rsplit(")", 1)[1].split()
+            return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+        before, started = cpu(), time.perf_counter()
+        for _ in range(args.claims):
+            query({"query": CLAIM, "params": ["w"]})
+        used, wall = cpu() - before, time.perf_counter() - started
+        print(json.dumps({"claims": args.claims, "server_cpu_us_per_claim": round(1e6 * used / args.claims),
+                          "wall_us_per_claim": round(1e6 * wall / args.claims), "src": args.src or "installed"}))
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
