@@ -4,7 +4,11 @@ among the rows written since a change, in process."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import signal
+import socket
 import time
 from typing import Any
 
@@ -14,7 +18,7 @@ from fenecdb_server import Database
 from fenecdb_server.engine import bids
 from fenecdb_server.held.written import Written
 from test_http_e2e import Server, fresh_collection, q, served
-from test_http_held import Waiter, request, wait_held
+from test_http_held import Waiter, read_answer, request, status_of, wait_held
 
 
 @pytest.fixture(scope="module")
@@ -178,6 +182,31 @@ def test_a_courier_that_disconnects_mid_bid_leaves_its_order_to_the_next_nearest
     assert q(c, f"get {name} where owner = 'c2'").json() == []  # never leased to no one
     time.sleep(0.1)
     assert waiters["c0"].thread.is_alive() and waiters["c1"].thread.is_alive()
+
+
+def test_a_close_read_with_the_put_in_one_loop_turn_still_passes_the_order_on(
+        server: Server, rides: Any, waiters: dict[str, Waiter]) -> None:
+    """The server is stopped while c2 closes and the order is sent, so it reads both at once (as a
+    busy machine does): c2's close must count before its run, not several loop turns later."""
+    c, name = rides
+    line_up(server, c, name, waiters, 4)
+    text = f"put {name} {{pickup: $1, run_at: now(), attempts: 0}}"
+    body = json.dumps({"query": text, "params": [[point(2)[0] + 0.004, 41.0]]}).encode()
+    producer = socket.create_connection(server.addr, timeout=40)
+    producer.sendall(b"GET /_health HTTP/1.1\r\nHost: t\r\n\r\n")
+    assert status_of(read_answer(producer)) == 200  # accepted and read from: the put comes on a known connection
+    os.kill(server.proc.pid, signal.SIGSTOP)
+    try:
+        waiters["c2"].close()
+        producer.sendall(b"POST /query HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)
+    assert status_of(read_answer(producer)) == 200
+    producer.close()
+    oid = last_ids(c, name, 1)[0]
+    row = took(waiters["c3"])
+    assert (row["id"], row["owner"]) == (oid, "c3")
+    assert q(c, f"get {name} where owner = 'c2'").json() == []
 
 
 def test_field_ordered_and_point_ordered_claims_on_one_collection(

@@ -1,9 +1,10 @@
 """The asyncio driver: held claims on an event loop (the HTTP server's).
 
 The lines' state is touched on the loop only: a write announced from another thread (a worker
-thread's `execute`) hops onto it with `call_soon_threadsafe`. `settle` gives the loop three turns, which a
-client's close that already reached the socket needs to be seen (connection_lost, then the
-receive() watcher, then `Lines.forget`). A run that awaits (a worker thread's) is a task; the lines
+thread's `execute`) hops onto it with `call_soon_threadsafe`. `settle` gives the loop three turns before a
+run. fenec-server's protocol calls `Lines.forget` in the very turn it reads a client's close
+(http/protocol.py `eof_received`); the turns are for an ASGI server that only says so through
+connection_lost and the receive() watcher, which take about that many. A run that awaits (a worker thread's) is a task; the lines
 go on meanwhile.
 
 The wake of one waiting claim by a write costs the announcement's turn (the look, made at once) and

@@ -24,6 +24,7 @@ token, or anyone on an open server, runs with no scope (everything).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -147,7 +148,7 @@ class Request:
     """The few things read from the headers, in one pass."""
 
     __slots__ = ("method", "path", "target", "length", "chunked", "auth", "wait", "idem", "origin", "peer",
-                 "caller")
+                 "caller", "leaving")
 
     def __init__(self, scope: Scope) -> None:
         self.method: str = scope["method"]
@@ -164,6 +165,8 @@ class Request:
         client = scope.get("client")
         self.peer: str = client[0] if client else ""
         self.caller: Caller = OPEN
+        # the connection's hooks for the moment its client leaves (protocol.py), where the server has them
+        self.leaving: list[Callable[[], None]] | None = scope.get("fenec.leaving")
         for name, value in scope["headers"]:
             slot = _HEADER_SLOTS.get(name)
             if slot is not None:
@@ -576,7 +579,7 @@ class App:
             self.account(started, kind, outcome.answer.status >= 400, req, raw)
             return
         waiter, future = park(waits, claim, work, outcome.answer, work.wait, seen)
-        answer = await self.await_held(waiter, future, receive)
+        answer = await self.await_held(waiter, future, receive, req.leaving)
         if answer is not None:
             if answer.status == 401:  # its token expired while it waited: a refusal like any
                 delay = self.delay.refused(req.peer)
@@ -585,9 +588,15 @@ class App:
             await self.send_answer(send, answer)
             self.account(started, "write", answer.status >= 400, req, raw)
 
-    async def await_held(self, waiter: Waiter[Answer], future: asyncio.Future[Answer],
-                         receive: Receive) -> Answer | None:
-        """Wait for the held request's answer, watching the connection (§8.10)."""
+    async def await_held(self, waiter: Waiter[Answer], future: asyncio.Future[Answer], receive: Receive,
+                         leaving: list[Callable[[], None]] | None) -> Answer | None:
+        """Wait for the held request's answer, watching the connection (§8.10): told by the
+        protocol in the turn the client's close is read, before a run for a row it found could
+        start (held/lines.py rule 8), and through receive() where the server is not ours."""
+        gone: Callable[[], None] | None = None
+        if leaving is not None and self.waits is not None:
+            gone = functools.partial(self.waits.forget, waiter)
+            leaving.append(gone)
 
         async def watch() -> None:
             while True:
@@ -601,6 +610,8 @@ class App:
         finally:
             if not watcher.done():
                 watcher.cancel()
+            if gone is not None and leaving is not None and gone in leaving:
+                leaving.remove(gone)
         if future.done() and not future.cancelled():
             return future.result()
         if self.waits is not None:

@@ -29,6 +29,7 @@ request on the connection is read, so pipelined requests are answered in order.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import httptools
@@ -76,6 +77,9 @@ class FenecProtocol(HttpToolsProtocol):
         self._head_size = 0
         self._timer: Any = None
         self._direct: list[bytes] | None = None  # the body read so far, on the short way
+        # told the moment the client's close is read (a held claim's `Lines.forget`, http.md §8.10):
+        # uvicorn's own path to the app (connection_lost, the receive() watcher) takes more loop turns
+        self._leaving: list[Callable[[], None]] = []
 
     def connection_made(self, transport: Any) -> None:
         limit = self.max_connections
@@ -99,7 +103,16 @@ class FenecProtocol(HttpToolsProtocol):
         if self._spare:
             self._spare = False
             type(self).spares -= 1
+        self._left()
         super().connection_lost(exc)
+
+    def eof_received(self) -> None:
+        self._left()  # the transport closes after this, as uvicorn's does
+
+    def _left(self) -> None:
+        hooks, self._leaving = self._leaving, []
+        for hook in hooks:
+            hook()
 
     # -- the head and body timeouts --
 
@@ -169,6 +182,7 @@ class FenecProtocol(HttpToolsProtocol):
         if self._may_answer_directly():
             self._direct = []
             return
+        self.scope["fenec.leaving"] = self._leaving  # type: ignore[typeddict-unknown-key]
         if self._head_size > HEAD_CEILING:
             self.scope["fenec.head_too_large"] = True  # type: ignore[typeddict-unknown-key]
         if self._spare:
