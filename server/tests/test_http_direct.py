@@ -3,7 +3,9 @@ by the protocol itself, with no ASGI cycle. It must answer exactly what the ASGI
 order requests came on a connection, whichever path each took.
 
 The ASGI path is what a server with `--access-log` runs for every request, so the same requests sent
-to such a server are the reference."""
+to such a server are the reference. Each test runs at the default `--sync 250` and at `--sync always`,
+where a write's answer waits for its loop turn's fdatasync (http/durable.py) and the connection's next
+request waits behind it."""
 
 from __future__ import annotations
 
@@ -12,7 +14,14 @@ import json
 import socket
 from pathlib import Path
 
+import pytest
 from test_http_e2e import Server
+
+SYNCS = pytest.mark.parametrize("sync", ["250", "always"])
+
+
+def server(tmp_path: Path, sync: str, name: str, *flags: str) -> Server:
+    return Server("--file", str(tmp_path / f"{name}.fenec"), "--sync", sync, *flags)
 
 JOBS = "create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int)"
 CLAIM = ("set jobs {owner: $1, run_at: now() + 30000, attempts: attempts + 1} "
@@ -65,8 +74,10 @@ def direct_count(server: Server) -> int:
     return int(next(line.split()[1] for line in text.splitlines() if line.startswith("fenec_http_direct_total ")))
 
 
-def test_the_short_way_answers_what_the_asgi_path_answers(tmp_path: Path) -> None:
-    direct, asgi = Server(), Server("--access-log", str(tmp_path / "access.log"))
+@SYNCS
+def test_the_short_way_answers_what_the_asgi_path_answers(tmp_path: Path, sync: str) -> None:
+    direct = server(tmp_path, sync, "direct")
+    asgi = server(tmp_path, sync, "asgi", "--access-log", str(tmp_path / "access.log"))
     try:
         got, want = answers(direct), answers(asgi)
         assert direct_count(direct) == len(REQUESTS) - 2  # all but the long text and the held claim
@@ -91,8 +102,9 @@ def _response_lengths(data: bytes) -> list[tuple[int, bytes]]:
     return out
 
 
-def test_pipelined_requests_are_answered_in_order_whichever_way_each_takes() -> None:
-    s = Server()
+@SYNCS
+def test_pipelined_requests_are_answered_in_order_whichever_way_each_takes(tmp_path: Path, sync: str) -> None:
+    s = server(tmp_path, sync, "pipelined")
     try:
         def post(body: bytes) -> bytes:
             return b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
@@ -100,7 +112,7 @@ def test_pipelined_requests_are_answered_in_order_whichever_way_each_takes() -> 
         setup = post(json.dumps({"query": JOBS}).encode())
         requests = [
             post(json.dumps({"query": "put jobs {attempts: 7}"}).encode()),  # short way
-            b"GET /_health HTTP/1.1\r\nHost: x\r\n\r\n",  # ASGI
+            b"GET /_health HTTP/1.1\r\nHost: x\r\n\r\n",  # ASGI (under --sync always: behind a pending answer)
             post(json.dumps({"query": "get jobs select attempts"}).encode()),  # behind an ASGI answer
             post(b'{"query": "get nope"}'),
             b"GET /collections HTTP/1.1\r\nHost: x\r\n\r\n",
@@ -118,6 +130,18 @@ def test_pipelined_requests_are_answered_in_order_whichever_way_each_takes() -> 
         assert json.loads(got[2][1]) == {"ok": True}
         assert json.loads(got[3][1]) == [{"attempts": 7}]
         assert json.loads(got[6][1]) == [{"count": 1}]
+        # writes one after another on a connection, each answer pending on its fdatasync under always
+        with socket.create_connection(s.addr, timeout=60) as c:
+            c.sendall(b"".join(post(json.dumps({"query": "put jobs {attempts: $1}", "params": [i]}).encode())
+                               for i in range(20)) + post(b'{"query": "get jobs where attempts < 20 count"}'))
+            data = b""
+            while len(_safe(data)) < 21:
+                chunk = c.recv(65536)
+                assert chunk, "the server closed the connection"
+                data += chunk
+        got = _response_lengths(data)
+        assert [st for st, _ in got] == [200] * 21
+        assert [json.loads(b) for _, b in got] == [{"affected": 1}] * 20 + [[{"count": 21}]]
     finally:
         assert s.stop() == 0
 
@@ -136,20 +160,23 @@ def _safe(data: bytes) -> list[tuple[int, bytes]]:
     return out
 
 
-def test_http_1_0_and_connection_close_are_answered_then_closed() -> None:
-    s = Server()
+@SYNCS
+def test_http_1_0_and_connection_close_are_answered_then_closed(tmp_path: Path, sync: str) -> None:
+    s = server(tmp_path, sync, "close")
     try:
-        body = json.dumps({"query": "get nothing"}).encode()
-        for version, extra in ((b"HTTP/1.0", b""), (b"HTTP/1.1", b"Connection: close\r\n")):
-            with socket.create_connection(s.addr, timeout=60) as c:
-                c.sendall(b"POST /query " + version + b"\r\nHost: x\r\n" + extra +
-                          b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-                data = b""
-                while True:
-                    chunk = c.recv(65536)
-                    if not chunk:
-                        break  # closed by the server after its answer
-                    data += chunk
-            assert data.startswith(b"HTTP/1.1 404 ") and b"\r\nconnection: close\r\n" in data.lower()
+        for n, (version, extra) in enumerate(((b"HTTP/1.0", b""), (b"HTTP/1.1", b"Connection: close\r\n"))):
+            # a read, and a write (under --sync always its answer waits for the fdatasync, then closes)
+            for body, status in ((json.dumps({"query": "get nothing"}).encode(), b"404"),
+                                 (json.dumps({"query": f"create collection c{n} (n int)"}).encode(), b"200")):
+                with socket.create_connection(s.addr, timeout=60) as c:
+                    c.sendall(b"POST /query " + version + b"\r\nHost: x\r\n" + extra +
+                              b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+                    data = b""
+                    while True:
+                        chunk = c.recv(65536)
+                        if not chunk:
+                            break  # closed by the server after its answer
+                        data += chunk
+                assert data.startswith(b"HTTP/1.1 " + status + b" ") and b"\r\nconnection: close\r\n" in data.lower()
     finally:
         assert s.stop() == 0

@@ -308,9 +308,8 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
               connections=lambda: len(server_box[0].server_state.connections) if server_box else 0)
 
     class Protocol(FenecProtocol):
-        # the claim's short way (protocol.py), unless the access log must see every request or
-        # a write's answer waits for its loop turn's fdatasync
-        front = app if access_log is None and not app.config.sync_always else None
+        # the claim's short way (protocol.py), unless the access log must see every request
+        front = app if access_log is None else None
         max_connections = max_conn
         header_timeout = opts.get("header-timeout", 10.0)
         body_timeout = opts.get("body-timeout", 60.0)

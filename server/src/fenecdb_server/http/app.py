@@ -24,7 +24,6 @@ token, or anyone on an open server, runs with no scope (everything).
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -113,6 +112,16 @@ class Answer:
 
 
 FAULT = Answer(500, b'{"error":"internal fault"}')  # a held run that raised
+
+
+@dataclass(slots=True)
+class Pending:
+    """A short-way answer that waits for its loop turn's fdatasync (`--sync always`,
+    durable.py): `App.release` hands it over once the write it answers for is durable."""
+
+    answer: Answer
+    ticket: int
+    block: bool
 
 
 class Config:
@@ -443,13 +452,14 @@ class App:
             return
         await self.serve(work, receive, send, started, req, raw)
 
-    def answer_now(self, scope: Scope, raw: bytes) -> Answer | None:
+    def answer_now(self, scope: Scope, raw: bytes) -> Answer | Pending | None:
         """`POST /query` or `/batch` answered on the protocol's own call (protocol.py `_direct`):
         the checks and the run of `http()` → `take()` → `serve()`, with no task, no ASGI message
         and one write of the answer. None where that path would wait before answering (a refused
         token's delay, a held claim, a long text not parsed yet): the protocol then hands the
-        request to the ASGI app as it came. Not under --sync always, whose answers wait for their
-        turn's fdatasync (durable.py): the protocol is given no front then."""
+        request to the ASGI app as it came. Under --sync always a write's answer is `Pending`
+        until its turn's fdatasync (durable.py): the protocol holds the connection's next
+        request meanwhile and writes the answer `release` gives it."""
         req = Request(scope)
         if req.wait is not None or req.chunked:
             return None
@@ -471,10 +481,27 @@ class App:
             return None
         if self.waits is None:
             self.start()
-        outcome, kind, _owed = self.run_here(work, held=False)  # nothing is owed with no TurnSync
+        outcome, kind, owed = self.run_here(work, held=False)
         self.account(started, kind, outcome.answer.status >= 400, req, raw)
         self.metrics.direct += 1
+        if owed:
+            return Pending(outcome.answer, owed, work.block)
         return outcome.answer
+
+    def release(self, pending: Pending, then: Callable[[Answer], None]) -> None:
+        """`then(answer)` once the pending answer's write is durable; the log's 500 if its
+        fdatasync failed (durable.py)."""
+        turns = self.turns
+        assert turns is not None  # a ticket is owed only under a TurnSync
+
+        def durable(error: FenecError | None) -> None:
+            if error is None:
+                then(pending.answer)
+            else:
+                status, body = E.answer(error, batch=pending.block)
+                then(Answer(status, body))
+
+        turns.after(pending.ticket, durable)
 
     def query_work(self, req: Request, raw: bytes) -> Work:
         try:
@@ -595,7 +622,7 @@ class App:
         start (held/lines.py rule 8), and through receive() where the server is not ours."""
         gone: Callable[[], None] | None = None
         if leaving is not None and self.waits is not None:
-            gone = functools.partial(self.waits.forget, waiter)
+            gone = partial(self.waits.forget, waiter)
             leaving.append(gone)
 
         async def watch() -> None:

@@ -11,8 +11,9 @@ fdatasync.
 
     turn T     request a: execute, append record 41, park     (flush scheduled)
                request b: execute, append record 42, park
-    turn T+1   flush: fdatasync (covers 41 and 42), release a and b
-    turn T+2   a and b send their answers
+    turn T+1   flush: fdatasync (covers 41 and 42), release a and b; on the short way
+               (http/protocol.py) their answers are written right there
+    turn T+2   a request on the ASGI path sends its answer (its task wakes)
 
 The `Log.deferred()` scope is what keeps `Database.execute` from waiting itself: inside it, on
 the loop thread, `wait_durable` notes the record's ticket instead of blocking, and `App.run`
@@ -41,6 +42,7 @@ log refuses every later write (`Log._lead_sync`), as before.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from ..storage import StorageFailed
@@ -54,18 +56,32 @@ class TurnSync:
     def __init__(self, log: Any, loop: asyncio.AbstractEventLoop) -> None:
         self.log = log  # a storage.Log under --sync always
         self._loop = loop
-        self._parked: list[asyncio.Future[None]] = []
+        self._parked: list[Callable[[StorageFailed | None], None]] = []
         self._upto = 0  # the highest ticket parked since the last flush
         self.flushes = 0  # flushes run (each one fdatasync at most): tests count them
 
-    def durable(self, ticket: int) -> asyncio.Future[None]:
-        """A future done once `ticket` is durable (or failed with StorageFailed)."""
-        future = self._loop.create_future()
+    def after(self, ticket: int, then: Callable[[StorageFailed | None], None]) -> None:
+        """Call `then(None)` once `ticket` is durable, `then(error)` if its fdatasync failed: from
+        the flush itself, so the short way's answer is written in the flush's turn (no task)."""
         if not self._parked:
             self._loop.call_soon(self._flush)
-        self._parked.append(future)
+        self._parked.append(then)
         if ticket > self._upto:
             self._upto = ticket
+
+    def durable(self, ticket: int) -> asyncio.Future[None]:
+        """A future done once `ticket` is durable (or failed with StorageFailed): the ASGI path's."""
+        future = self._loop.create_future()
+
+        def release(error: StorageFailed | None) -> None:
+            if future.done():
+                return
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
+
+        self.after(ticket, release)
         return future
 
     def _flush(self) -> None:
@@ -77,10 +93,5 @@ class TurnSync:
             self.log.sync_upto(upto)  # nothing to do if a thread's group commit covered it
         except StorageFailed as e:
             error = e
-        for future in parked:
-            if future.done():
-                continue
-            if error is None:
-                future.set_result(None)
-            else:
-                future.set_exception(error)
+        for then in parked:
+            then(error)

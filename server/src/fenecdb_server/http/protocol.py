@@ -36,9 +36,10 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from . import errors as E
+from .app import Answer
 
 if TYPE_CHECKING:
-    from .app import Answer, App
+    from .app import App
 
 HEAD_CEILING = E.HEAD_CEILING
 
@@ -58,6 +59,24 @@ RESERVE = 8
 SPARE_PATHS = frozenset({b"/_health", b"/_metrics"})
 DIRECT_PATHS = frozenset({b"/query", b"/batch"})
 DIRECT_BODY = 64 << 10  # the app's OFF_LOOP_BODY: a larger body is decoded in a worker thread
+
+
+class _Owed:
+    """Stands as the connection's `cycle` while a short-way answer waits for its fdatasync, so
+    that uvicorn treats the connection as one with an answer not sent yet: a request read
+    meanwhile is queued (`pipeline`, reading paused), shutdown leaves it to close after its
+    answer, and a lost connection marks it (the attributes uvicorn touches)."""
+
+    __slots__ = ("keep_alive", "response_complete", "disconnected", "message_event")
+
+    def __init__(self, keep_alive: bool) -> None:
+        self.keep_alive = keep_alive
+        self.response_complete = False
+        self.disconnected = False
+        self.message_event = self
+
+    def set(self) -> None:  # as `message_event`: no one waits on it
+        pass
 
 
 class FenecProtocol(HttpToolsProtocol):
@@ -249,17 +268,27 @@ class FenecProtocol(HttpToolsProtocol):
             return
         if answer is None:
             self._hand_to_asgi(body)
+        elif isinstance(answer, Answer):
+            self._finish(answer, self.parser.should_keep_alive() if self.parser is not None else False)
         else:
-            self._finish(answer)
+            # its write's fdatasync is owed first: the connection's next request waits behind it
+            # as behind any answer not sent yet (uvicorn queues it in `pipeline`)
+            owed = _Owed(self.parser.should_keep_alive() if self.parser is not None else False)
+            self.cycle = owed  # type: ignore[assignment]
+            front.release(answer, lambda a: self._release(owed, a))
 
-    def _finish(self, answer: Answer) -> None:
+    def _release(self, owed: _Owed, answer: Answer) -> None:
+        owed.response_complete = True
+        if not owed.disconnected:
+            self._finish(answer, owed.keep_alive)
+
+    def _finish(self, answer: Answer, keep: bool) -> None:
         front = self.front
         assert front is not None
-        keep = self.parser.should_keep_alive() if self.parser is not None else False
         self._write_answer(answer.status, answer.body, front.headers_for(answer.body, answer.headers, api=True),
                            keep_alive=keep)
         if keep:
-            self.on_response_complete()  # counted; reading resumed; the keep-alive timer armed
+            self.on_response_complete()  # counted; reading resumed; the next request or the keep-alive timer
 
     def _write_answer(self, status: int, body: bytes, headers: list[tuple[bytes, bytes]], *,
                       keep_alive: bool) -> None:
