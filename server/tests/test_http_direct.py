@@ -45,7 +45,9 @@ REQUESTS: list[tuple[str, bytes, dict[str, str]]] = [
     ("/batch", b"\n\n", {}),  # an empty batch
     ("/query", json.dumps({"query": "get jobs where owner in [" + ",".join(['"w1"'] * 2000) + "] count"}).encode(),
      {}),  # a long text: parsed off the loop, through the ASGI path
-    ("/query", json.dumps({"query": CLAIM, "params": ["w3"]}).encode(), {"Fenec-Wait": "1"}),  # held: ASGI
+    ("/query", json.dumps({"query": CLAIM, "params": ["w3"]}).encode(), {"Fenec-Wait": "1"}),  # held, takes at once
+    ("/query", json.dumps({"query": CLAIM, "params": ["w4"]}).encode(), {"Fenec-Wait": "30"}),  # held to its deadline
+    ("/query", json.dumps({"query": "get jobs where owner = 'w3' count"}).encode(), {}),
 ]
 
 
@@ -80,11 +82,13 @@ def test_the_short_way_answers_what_the_asgi_path_answers(tmp_path: Path, sync: 
     asgi = server(tmp_path, sync, "asgi", "--access-log", str(tmp_path / "access.log"))
     try:
         got, want = answers(direct), answers(asgi)
-        assert direct_count(direct) == len(REQUESTS) - 2  # all but the long text and the held claim
+        assert direct_count(direct) == len(REQUESTS) - 1  # all but the long text
         assert direct_count(asgi) == 0
     finally:
         assert direct.stop() == 0 and asgi.stop() == 0
-    assert [s for s, _, _ in want] == [200, 200, 200, 200, 200, 200, 422, 400, 400, 404, 400, 412, 400, 400, 200, 200]
+    assert [s for s, _, _ in want] == [200, 200, 200, 200, 200, 200, 422, 400, 400, 404, 400, 412, 400, 400, 200, 200,
+                                       200, 200]
+    assert json.loads(want[-2][2]) == [] and json.loads(want[-1][2]) == [{"count": 1}]
     assert ("idempotent-replayed", "true") in want[5][1]
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         assert g == w, (i, REQUESTS[i][0], REQUESTS[i][1][:80])
@@ -142,6 +146,18 @@ def test_pipelined_requests_are_answered_in_order_whichever_way_each_takes(tmp_p
         got = _response_lengths(data)
         assert [st for st, _ in got] == [200] * 21
         assert [json.loads(b) for _, b in got] == [{"affected": 1}] * 20 + [[{"count": 21}]]
+        # a held claim that takes nothing answers at its deadline, and what came behind it after it
+        held = post(json.dumps({"query": CLAIM, "params": ["w"]}).encode()).replace(
+            b"\r\n\r\n", b"\r\nFenec-Wait: 50\r\n\r\n", 1)
+        with socket.create_connection(s.addr, timeout=60) as c:
+            c.sendall(held + b"GET /_health HTTP/1.1\r\nHost: x\r\n\r\n" + post(b'{"query": "get jobs count"}'))
+            data = b""
+            while len(_safe(data)) < 3:
+                chunk = c.recv(65536)
+                assert chunk, "the server closed the connection"
+                data += chunk
+        got = _response_lengths(data)
+        assert [(st, json.loads(b)) for st, b in got] == [(200, []), (200, {"ok": True}), (200, [{"count": 21}])]
     finally:
         assert s.stop() == 0
 

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import FenecError
 from ..held import Lines, Outcome, Waiter
 from ..held.on_asyncio import AsyncioDriver, park
+from ..held.port import Claim
 from ..storage.log import Deferred
 from . import collection, numbers
 from . import errors as E
@@ -122,6 +123,20 @@ class Pending:
     answer: Answer
     ticket: int
     block: bool
+
+
+@dataclass(slots=True)
+class Parked:
+    """A short-way held claim whose first run took nothing: `App.park` holds it in the lines
+    with the protocol's way to answer it."""
+
+    claim: Claim
+    work: Work
+    last: Answer
+    seen: int
+    started: float
+    req: Request
+    raw: bytes
 
 
 class Config:
@@ -452,16 +467,17 @@ class App:
             return
         await self.serve(work, receive, send, started, req, raw)
 
-    def answer_now(self, scope: Scope, raw: bytes) -> Answer | Pending | None:
+    def answer_now(self, scope: Scope, raw: bytes) -> Answer | Pending | Parked | None:
         """`POST /query` or `/batch` answered on the protocol's own call (protocol.py `_direct`):
         the checks and the run of `http()` → `take()` → `serve()`, with no task, no ASGI message
         and one write of the answer. None where that path would wait before answering (a refused
-        token's delay, a held claim, a long text not parsed yet): the protocol then hands the
-        request to the ASGI app as it came. Under --sync always a write's answer is `Pending`
-        until its turn's fdatasync (durable.py): the protocol holds the connection's next
-        request meanwhile and writes the answer `release` gives it."""
+        token's delay, a long text not parsed yet): the protocol then hands the request to the
+        ASGI app as it came. Under --sync always a write's answer is `Pending` until its turn's
+        fdatasync (durable.py), and a held claim that took nothing is `Parked` (`park`): the
+        protocol holds the connection's next request behind either, as behind any answer not
+        sent yet."""
         req = Request(scope)
-        if req.wait is not None or req.chunked:
+        if req.chunked:
             return None
         try:
             caller = self.auth.data(req.auth)
@@ -479,14 +495,60 @@ class App:
             return Answer(r.status, r.body)
         if work.large:
             return None
-        if self.waits is None:
-            self.start()
-        outcome, kind, owed = self.run_here(work, held=False)
-        self.account(started, kind, outcome.answer.status >= 400, req, raw)
+        waits = self.waits or self.start()
+        claim = None
+        if work.wait > 0 and not waits.closing:
+            try:
+                claim = self.hold_of(work)
+            except FenecError as e:
+                self.account(started, "read", True, req, raw)
+                self.metrics.direct += 1
+                return Answer(*E.answer(e, batch=work.block))
+        seen = self.db.seq
+        outcome, kind, owed = self.run_here(work, held=claim is not None)
         self.metrics.direct += 1
+        if claim is not None and not outcome.final and not waits.closing:
+            # it took nothing, so it wrote nothing: no fdatasync is owed for it
+            return Parked(claim, work, outcome.answer, seen, started, req, raw)
+        self.account(started, kind, outcome.answer.status >= 400, req, raw)
         if owed:
             return Pending(outcome.answer, owed, work.block)
         return outcome.answer
+
+    def hold_of(self, work: Work) -> Claim | None:
+        """The held claim of a request sent to wait (None: its statements are not a claim that
+        waits); a scoped token's is held and woken under its scope (http.md §8.9)."""
+        scoped = {"scope": work.caller.scope} if work.caller.scoped else {}
+        claim = self.db.prepare_hold(work.statements, **scoped)
+        if not claim.held:
+            return None
+        if work.idem is not None:
+            work.idem = replace(work.idem, keep_empty=False)
+        return claim
+
+    def park(self, parked: Parked, then: Callable[[Answer], None]) -> Waiter[Answer]:
+        """Hold a short-way claim; `then(answer)` when a run takes something or at its deadline
+        (never once `forget` dropped it: its client left)."""
+        waits = self.waits
+        assert waits is not None
+        req = parked.req
+
+        def answered(answer: Answer) -> None:
+            self.account(parked.started, "write", answer.status >= 400, req, parked.raw)
+            delay = self.delay.refused(req.peer) if answer.status == 401 else 0
+            if delay > 0:  # its token expired while it waited: a refusal like any
+                asyncio.get_running_loop().call_later(delay, then, answer)
+            else:
+                then(answer)
+
+        waiter = Waiter(parked.work, parked.last, answered)
+        waits.hold(parked.claim, waiter, parked.work.wait, parked.seen)
+        return waiter
+
+    def forget(self, waiter: Waiter[Answer]) -> None:
+        """A parked claim's client left (http.md §8.10)."""
+        if self.waits is not None:
+            self.waits.forget(waiter)
 
     def release(self, pending: Pending, then: Callable[[Answer], None]) -> None:
         """`then(answer)` once the pending answer's write is durable; the log's 500 if its
@@ -571,15 +633,12 @@ class App:
         claim = None
         waits = self.waits or self.start()
         if work.wait > 0 and not waits.closing:
-            # a scoped token's claim is held and woken under its scope (http.md §8.9)
-            scoped = {"scope": work.caller.scope} if work.caller.scoped else {}
             try:
                 if work.large:
                     claim = await asyncio.get_running_loop().run_in_executor(
-                        self.large, partial(collection.deferred, partial(self.db.prepare_hold, work.statements,
-                                                                         **scoped)))
+                        self.large, partial(collection.deferred, partial(self.hold_of, work)))
                 else:
-                    claim = self.db.prepare_hold(work.statements, **scoped)
+                    claim = self.hold_of(work)
             except FenecError as e:
                 status, body = E.answer(e, batch=work.block)
                 await self.respond(send, status, body, (), api=True)
@@ -590,10 +649,6 @@ class App:
                 await self.respond(send, 500, E.body(E.INTERNAL), (), api=True)
                 self.account(started, "read", True, req, raw)
                 return
-            if not claim.held:
-                claim = None
-            elif work.idem is not None:
-                work.idem = replace(work.idem, keep_empty=False)
         seen = self.db.seq
         if not work.large:  # on the loop, with no await unless its write owes a sync: a claim's usual path
             outcome, kind, owed = self.run_here(work, held=claim is not None)

@@ -16,27 +16,32 @@ ASGI app sees a request:
   method a 501.
 
 And the claim's short way (`_direct`): a `POST /query` or `/batch` with a body of at most 64
-KiB, no `Fenec-Wait`, no `Expect`, on a connection with no answer pending, is read here and
-handed to `App.answer_now` when its last byte arrives; the answer is written in one `write`.
-No ASGI cycle, no task, no message dicts: per claim that was about a third of the server's own
-CPU (bench/README.md, "Over HTTP"). Whatever that path cannot answer at once (a refused token,
-whose 401 waits out the address's delay; a long text not parsed yet) goes to the ASGI app as
-if its head had just been read, through uvicorn's own cycle. Held claims, the other routes, and
-every request when `--access-log` is on or under `--sync always` (whose answers wait for the
-turn's fdatasync) take the ASGI path from the start. The answer is written before the next
-request on the connection is read, so pipelined requests are answered in order.
+KiB, no `Expect`, on a connection with no answer pending, is read here and handed to
+`App.answer_now` when its last byte arrives; the answer is written in one `write`. No ASGI
+cycle, no task, no message dicts: per claim that was about a third of the server's own CPU
+(bench/README.md, "Over HTTP"). Two answers come later, still with no task: a write's under
+`--sync always`, written by its loop turn's fdatasync (`App.release`, durable.py), and a held
+claim's (`Fenec-Wait`) that took nothing, parked in the held lines (`App.park`) and written when
+a run takes something for it or at its deadline; its client's close is told to the lines in the
+turn it is read (`eof_received`). While one is owed, an `_Owed` stands as the connection's
+cycle, so uvicorn queues the next request behind it. Whatever that path cannot answer at once
+(a refused token, whose 401 waits out the address's delay; a long text not parsed yet) goes to
+the ASGI app as if its head had just been read, through uvicorn's own cycle. The other routes,
+and every request when `--access-log` is on, take the ASGI path from the start. Pipelined
+requests are answered in order, whichever path each takes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from . import errors as E
-from .app import Answer
+from .app import Answer, Pending
 
 if TYPE_CHECKING:
     from .app import App
@@ -67,13 +72,14 @@ class _Owed:
     meanwhile is queued (`pipeline`, reading paused), shutdown leaves it to close after its
     answer, and a lost connection marks it (the attributes uvicorn touches)."""
 
-    __slots__ = ("keep_alive", "response_complete", "disconnected", "message_event")
+    __slots__ = ("keep_alive", "response_complete", "disconnected", "message_event", "gone")
 
     def __init__(self, keep_alive: bool) -> None:
         self.keep_alive = keep_alive
         self.response_complete = False
         self.disconnected = False
         self.message_event = self
+        self.gone: Callable[[], None] | None = None  # a held claim's `forget`, while it waits
 
     def set(self) -> None:  # as `message_event`: no one waits on it
         pass
@@ -245,7 +251,7 @@ class FenecProtocol(HttpToolsProtocol):
         for name, value in self.headers:
             if name == b"content-length":
                 length = value
-            elif name == b"fenec-wait" or name == b"transfer-encoding":
+            elif name == b"transfer-encoding":
                 return False
         return length is not None and length.isdigit() and int(length) <= DIRECT_BODY
 
@@ -271,14 +277,22 @@ class FenecProtocol(HttpToolsProtocol):
         elif isinstance(answer, Answer):
             self._finish(answer, self.parser.should_keep_alive() if self.parser is not None else False)
         else:
-            # its write's fdatasync is owed first: the connection's next request waits behind it
-            # as behind any answer not sent yet (uvicorn queues it in `pipeline`)
+            # an answer owed later (its write's fdatasync, a held claim's wake or deadline): the
+            # connection's next request waits behind it as behind any answer not sent yet
+            # (uvicorn queues it in `pipeline`)
             owed = _Owed(self.parser.should_keep_alive() if self.parser is not None else False)
             self.cycle = owed  # type: ignore[assignment]
-            front.release(answer, lambda a: self._release(owed, a))
+            if isinstance(answer, Pending):
+                front.release(answer, lambda a: self._release(owed, a))
+            else:
+                waiter = front.park(answer, lambda a: self._release(owed, a))
+                owed.gone = partial(front.forget, waiter)
+                self._leaving.append(owed.gone)  # told in the turn its client's close is read
 
     def _release(self, owed: _Owed, answer: Answer) -> None:
         owed.response_complete = True
+        if owed.gone is not None and owed.gone in self._leaving:
+            self._leaving.remove(owed.gone)
         if not owed.disconnected:
             self._finish(answer, owed.keep_alive)
 
