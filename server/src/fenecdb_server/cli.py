@@ -304,7 +304,7 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
     app = App(db, Config(version=version(), token=token, cors=opts.get("http-cors"), idempotency_ttl_s=ttl,
                          slow_ms=slow_ms, sync_always=bool(path) and sync == "always",
                          auth=access.auth if access else None, auth_delay_ms=access.delay_ms if access else 100,
-                         max_statement_bytes=opts.get("max-statement-bytes", 1 << 20)),
+                         max_statement_bytes=opts.get("max-statement-bytes", 1 << 20), closes_told=True),
               connections=lambda: len(server_box[0].server_state.connections) if server_box else 0)
 
     class Protocol(FenecProtocol):

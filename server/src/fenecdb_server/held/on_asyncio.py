@@ -1,14 +1,14 @@
 """The asyncio driver: held claims on an event loop (the HTTP server's).
 
 The lines' state is touched on the loop only: a write announced from another thread (a worker
-thread's `execute`) hops onto it with `call_soon_threadsafe`. `settle` gives the loop three turns before a
-run. fenec-server's protocol calls `Lines.forget` in the very turn it reads a client's close
-(http/protocol.py `eof_received`); the turns are for an ASGI server that only says so through
-connection_lost and the receive() watcher, which take about that many. A run that awaits (a worker thread's) is a task; the lines
+thread's `execute`) hops onto it with `call_soon_threadsafe`. `settle` gives the loop turns before a run:
+one where the server tells a client's close in the turn it reads it (fenec-server's protocol,
+http/protocol.py `eof_received`): the run then comes after every read of that turn; three for
+any other ASGI server, which says so only through connection_lost and the receive() watcher. A run that awaits (a worker thread's) is a task; the lines
 go on meanwhile.
 
 The wake of one waiting claim by a write costs the announcement's turn (the look, made at once) and
-three settling turns; the run is made in the last of them, with no task, unless it goes to a worker
+its settling turns; the run is made in the last of them, with no task, unless it goes to a worker
 thread (`--sync always`, a long statement). Before this package it also cost a task and its turn.
 """
 
@@ -32,8 +32,10 @@ SETTLE_TURNS = 3
 
 class AsyncioDriver(Generic[A]):
     def __init__(self, loop: asyncio.AbstractEventLoop,
-                 runner: Callable[[Waiter[A]], Outcome[A] | Awaitable[Outcome[A]]], fault: A) -> None:
+                 runner: Callable[[Waiter[A]], Outcome[A] | Awaitable[Outcome[A]]], fault: A,
+                 settle_turns: int = SETTLE_TURNS) -> None:
         self.loop = loop
+        self.settle_turns = settle_turns
         self.runner = runner
         self.fault = fault  # the answer of a run that raised (the runner answers its own errors)
         self._thread = threading.get_ident()
@@ -51,7 +53,7 @@ class AsyncioDriver(Generic[A]):
             self.loop.call_soon_threadsafe(fn)
 
     def settle(self, fn: Callable[[], None]) -> None:
-        self.loop.call_soon(self._turn, SETTLE_TURNS - 1, fn)
+        self.loop.call_soon(self._turn, self.settle_turns - 1, fn)
 
     def _turn(self, left: int, fn: Callable[[], None]) -> None:
         if left:

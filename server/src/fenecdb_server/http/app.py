@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import FenecError
 from ..held import Lines, Outcome, Waiter
-from ..held.on_asyncio import AsyncioDriver, park
+from ..held.on_asyncio import SETTLE_TURNS, AsyncioDriver, park
 from ..held.port import Claim
 from ..storage.log import Deferred
 from . import collection, numbers
@@ -145,7 +145,7 @@ class Config:
     def __init__(self, *, version: str = "0.0.0", token: str | None = None, cors: str | None = None,
                  idempotency_ttl_s: int = DEFAULT_TTL_S, slow_ms: float | None = None,
                  sync_always: bool = False, auth: Auth | None = None, auth_delay_ms: int = 100,
-                 max_statement_bytes: int = MAX_STATEMENT_BYTES) -> None:
+                 max_statement_bytes: int = MAX_STATEMENT_BYTES, closes_told: bool = False) -> None:
         self.version = version
         # the tokens accepted (auth.py); `token` alone is a server token and nothing else
         self.auth = auth if auth is not None else Auth(server_token=token)
@@ -160,6 +160,9 @@ class Config:
         self.sync_always = sync_always
         # the statement text of one request (`/batch`: its distinct texts together); 0 = no ceiling
         self.max_statement_bytes = max_statement_bytes
+        # served by fenec-server's protocol, which tells a held claim's client's close in the turn
+        # it is read: one settling turn before a run is enough (held/on_asyncio.py)
+        self.closes_told = closes_told
 
 
 # The headers a request's answer depends on, by name (uvicorn gives them lower-cased), and where
@@ -269,7 +272,8 @@ class App:
             log_ = self.db.log
             if self.config.sync_always and log_ is not None:
                 self.turns = TurnSync(log_, asyncio.get_running_loop())
-            driver = AsyncioDriver(asyncio.get_running_loop(), self._run_held, FAULT)
+            driver = AsyncioDriver(asyncio.get_running_loop(), self._run_held, FAULT,
+                                   settle_turns=1 if self.config.closes_told else SETTLE_TURNS)
             self.waits = Lines(self.db, driver)
             self._sampler = asyncio.get_running_loop().create_task(self._sample())
         return self.waits
