@@ -103,6 +103,24 @@ class Waiter:
         self.sock.close()
 
 
+def test_the_woken_worker_is_answered_before_the_put_that_woke_it(server: Server, jobs: Any) -> None:
+    c, name = jobs
+    worker = socket.create_connection(server.addr, timeout=40)
+    worker.sendall(request(claim_text(name), "w1"))
+    wait_held(c, 1)
+    body = json.dumps({"query": f"put {name} {{payload: 1, run_at: now(), attempts: 0}}"}).encode()
+    with socket.create_connection(server.addr, timeout=40) as producer:
+        producer.sendall(b"POST /query HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        assert status_of(read_answer(producer)) == 200
+        # written before the put's answer, so already in the worker's socket when the producer has its own
+        worker.setblocking(False)
+        first = worker.recv(65536)
+        worker.settimeout(40)
+    answer = first if complete(first) else first + read_from(worker, lambda more: complete(first + more))
+    assert status_of(answer) == 200 and [r["owner"] for r in body_of(answer)] == ["w1"]
+    worker.close()
+
+
 def test_woken_by_a_put(server: Server, jobs: Any) -> None:
     c, name = jobs
     w = Waiter(server, request(claim_text(name), "w1"))

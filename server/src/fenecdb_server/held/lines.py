@@ -141,6 +141,7 @@ class Lines(Generic[A]):
         self.runs = 0
         self.taken = 0
         self.wakeups = 0
+        self.announced = 0  # writes that woke held lines: each made one wake pass
         self.auctions: Auctions[A] = Auctions(self)
         self.time: TimeWakes[A] = TimeWakes(self)
         engine.listen(self._announce)
@@ -156,6 +157,7 @@ class Lines(Generic[A]):
                 break
         else:
             return
+        self.announced += 1
         self.driver.soon(lambda: self._wake(collections))
 
     def _wake(self, collections: frozenset[str]) -> None:

@@ -55,6 +55,12 @@ class AsyncioDriver(Generic[A]):
     def settle(self, fn: Callable[[], None]) -> None:
         self.loop.call_soon(self._turn, self.settle_turns - 1, fn)
 
+    def behind_wake(self, fn: Callable[[], None]) -> None:
+        """Run `fn` after the run a write announced in this turn (its wake pass, then its settling
+        turns), in the same turn as that run and after it: where the write's own answer waits, the
+        woken worker is answered first (issue 20, item 5)."""
+        self.loop.call_soon(self._turn, self.settle_turns, fn)
+
     def _turn(self, left: int, fn: Callable[[], None]) -> None:
         if left:
             self.loop.call_soon(self._turn, left - 1, fn)

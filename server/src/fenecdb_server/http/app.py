@@ -117,8 +117,9 @@ FAULT = Answer(500, b'{"error":"internal fault"}')  # a held run that raised
 
 @dataclass(slots=True)
 class Pending:
-    """A short-way answer that waits for its loop turn's fdatasync (`--sync always`,
-    durable.py): `App.release` hands it over once the write it answers for is durable."""
+    """A short-way answer that waits: for its loop turn's fdatasync (`--sync always`,
+    durable.py), or (ticket 0) for the run of the held claim its write woke. `App.release`
+    hands it over then."""
 
     answer: Answer
     ticket: int
@@ -222,6 +223,7 @@ class App:
         self.auth = self.config.auth
         self.delay = AuthDelay(self.config.auth_delay_ms)
         self.waits: Lines[Answer] | None = None  # held claims (held/), once the loop runs
+        self.driver: AsyncioDriver[Answer] | None = None  # their clock and runs, on that loop
         self.turns: TurnSync | None = None  # --sync always: set at start, on the loop
         # large requests (OFF_LOOP_*): two threads, as the GIL lets only one of them run at a time
         self.large = ThreadPoolExecutor(max_workers=2, thread_name_prefix="fenec-large")
@@ -272,8 +274,8 @@ class App:
             log_ = self.db.log
             if self.config.sync_always and log_ is not None:
                 self.turns = TurnSync(log_, asyncio.get_running_loop())
-            driver = AsyncioDriver(asyncio.get_running_loop(), self._run_held, FAULT,
-                                   settle_turns=1 if self.config.closes_told else SETTLE_TURNS)
+            driver = self.driver = AsyncioDriver(asyncio.get_running_loop(), self._run_held, FAULT,
+                                                 settle_turns=1 if self.config.closes_told else SETTLE_TURNS)
             self.waits = Lines(self.db, driver)
             self._sampler = asyncio.get_running_loop().create_task(self._sample())
         return self.waits
@@ -509,6 +511,7 @@ class App:
                 self.metrics.direct += 1
                 return Answer(*E.answer(e, batch=work.block))
         seen = self.db.seq
+        announced = waits.announced
         outcome, kind, owed = self.run_here(work, held=claim is not None)
         self.metrics.direct += 1
         if claim is not None and not outcome.final and not waits.closing:
@@ -517,6 +520,9 @@ class App:
         self.account(started, kind, outcome.answer.status >= 400, req, raw)
         if owed:
             return Pending(outcome.answer, owed, work.block)
+        if waits.announced != announced:
+            # it woke held claims: the one that takes its row is answered first, then this
+            return Pending(outcome.answer, 0, work.block)
         return outcome.answer
 
     def hold_of(self, work: Work) -> Claim | None:
@@ -556,7 +562,11 @@ class App:
 
     def release(self, pending: Pending, then: Callable[[Answer], None]) -> None:
         """`then(answer)` once the pending answer's write is durable; the log's 500 if its
-        fdatasync failed (durable.py)."""
+        fdatasync failed (durable.py). With no ticket, once the held claim it woke has run."""
+        if not pending.ticket:
+            assert self.driver is not None
+            self.driver.behind_wake(lambda: then(pending.answer))
+            return
         turns = self.turns
         assert turns is not None  # a ticket is owed only under a TurnSync
 
