@@ -156,6 +156,13 @@ class Engine:
     def now(self) -> int:
         return int(self._clock())
 
+    def until(self, moment: int) -> float:
+        """Seconds from now to `moment` (ms on this clock), to the wall clock's own precision
+        rather than the whole ms `now()` counts: a timer set for it is not up to 1 ms late."""
+        if self._clock is wall_ms:
+            return (moment - time.time() * 1000) / 1000
+        return (moment - self._clock()) / 1000
+
     def set_read_only(self, flag: bool) -> None:
         self.read_only = bool(flag)
 

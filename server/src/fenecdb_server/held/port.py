@@ -42,6 +42,10 @@ class EnginePort(Protocol):
         """The clock rows are compared with, in ms (`now()`)."""
         ...
 
+    def until(self, moment: int) -> float:
+        """Seconds from now to `moment` on that clock, as precisely as it can tell."""
+        ...
+
     def look(self, fn: Callable[[], T]) -> T:
         """`fn()` under the shared read lock."""
         ...

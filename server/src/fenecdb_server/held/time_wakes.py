@@ -53,7 +53,7 @@ class TimeWakes(Generic[A]):
         line.moment = moment
         if moment is None:
             return
-        self._sleep(line, max((moment - engine.now()) / 1000, 0.0))
+        self._sleep(line, max(engine.until(moment), 0.0))
 
     def _moment(self, line: Line[A]) -> int | None:
         try:
@@ -75,7 +75,7 @@ class TimeWakes(Generic[A]):
         moment = line.moment
         if moment is not None and engine.now() < moment:
             # woken early (timer granularity): sleep the rest, never run early
-            self._sleep(line, max((moment - engine.now()) / 1000, EARLY_RETRY_S))
+            self._sleep(line, max(engine.until(moment), EARLY_RETRY_S))
             return
         lines.wakeups += 1
         b = line.bidding
