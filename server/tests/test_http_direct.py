@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -196,3 +197,67 @@ def test_http_1_0_and_connection_close_are_answered_then_closed(tmp_path: Path, 
                 assert data.startswith(b"HTTP/1.1 " + status + b" ") and b"\r\nconnection: close\r\n" in data.lower()
     finally:
         assert s.stop() == 0
+
+
+# The quick read (protocol.py `_quick`) reads the head of a plain `POST /query` or `/batch` itself;
+# anything it does not take goes to httptools as before. Each of these must be answered as the
+# ASGI path answers it: (the request's bytes, cut into the parts sent one after another).
+_BODY = json.dumps({"query": "get jobs count"}).encode()
+_LEN = b"Content-Length: %d\r\n" % len(_BODY)
+ODD_HEADS: list[list[bytes]] = [
+    [b"POST /query HTTP/1.1\r\nHost: x\r\nX-A: 1\r\nUser-Agent: t/1 (\x80\xff)\r\nX-Tab: a\tb\r\n" + _LEN + b"\r\n" + _BODY],
+    [b"POST /query HTTP/1.1\r\nHost: x\r\nX-Empty:\r\nX-Spaces:   v   \r\n" + _LEN + b"\r\n" + _BODY],
+    [b"POST /query HTTP/1.1\r\nHost: x\r\nBad Name: 1\r\n" + _LEN + b"\r\n" + _BODY],  # a space in a name
+    [b"POST /query HTTP/1.1\r\nHost: x\r\n" + _LEN + _LEN + b"\r\n" + _BODY],  # Content-Length twice
+    [b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: 1" + b"0" * 20 + b"\r\n\r\n" + _BODY],
+    [b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n" + _BODY],
+    [b"POST /query HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(_BODY), _BODY)],
+    [b"POST /query HTTP/1.1\r\nHost: x\r\n\r\n"],  # no length
+    [b"post /query HTTP/1.1\r\nHost: x\r\n" + _LEN + b"\r\n" + _BODY],
+    [b"POST /query HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + _LEN + b"\r\n" + _BODY],
+    [b"POST /query HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, Upgrade\r\nUpgrade: h2c\r\n" + _LEN + b"\r\n" + _BODY],
+    [b"POST /query HTTP/1.1\r\nHost: x\r\n" + _LEN, b"\r\n" + _BODY],  # the head cut before its end
+    [b"POST /query HTTP/1.1\r\nHost: x\r\n" + _LEN + b"\r\n" + _BODY[:7], _BODY[7:]],  # the body cut
+    [b"POST /query HTTP/1.1\r\nHost: x\r\nFenec-Wait: 5\r\n" + _LEN + b"\r\n" + _BODY],
+    [b"POST /queryx HTTP/1.1\r\nHost: x\r\n" + _LEN + b"\r\n" + _BODY],
+]
+
+
+def _exchange(addr: tuple[str, int], parts: list[bytes]) -> tuple[int, bytes, bool]:
+    """(status, body, whether the server closed after it) for one request sent in parts."""
+    with socket.create_connection(addr, timeout=60) as c:
+        for k, part in enumerate(parts):
+            c.sendall(part)
+            if k + 1 < len(parts):
+                time.sleep(0.05)  # read apart or together, the answer must be the same
+        data = b""
+        while not _safe(data):
+            chunk = c.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        status = int(data.split(b" ", 2)[1]) if data else 0
+        got = _safe(data)
+        c.settimeout(0.5)
+        try:
+            closed = c.recv(1) == b""
+        except TimeoutError:
+            closed = False
+    return status, got[0][1] if got else b"", closed
+
+
+@SYNCS
+def test_heads_the_quick_read_leaves_are_answered_as_the_asgi_path_answers_them(tmp_path: Path, sync: str) -> None:
+    direct = server(tmp_path, sync, "quick")
+    asgi = server(tmp_path, sync, "reference", "--access-log", str(tmp_path / "access.log"))
+    try:
+        for s in (direct, asgi):
+            with socket.create_connection(s.addr, timeout=60) as c:
+                body = json.dumps({"query": JOBS}).encode()
+                c.sendall(b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                assert b" 200 " in c.recv(65536)
+        for parts in ODD_HEADS:
+            got, want = _exchange(direct.addr, parts), _exchange(asgi.addr, parts)
+            assert got == want, (parts[0][:80], got, want)
+    finally:
+        assert direct.stop() == 0 and asgi.stop() == 0

@@ -62,6 +62,9 @@ class FakeDB:
 
         return int(time.time() * 1000) + self.offset
 
+    def until(self, moment: int) -> float:
+        return (moment - self.now()) / 1000
+
     def listen(self, cb: Any) -> None:
         self.listeners.append(cb)
 
