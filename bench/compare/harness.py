@@ -31,7 +31,7 @@ class Sizes:
     rounds: int = 3
     claims: int = 1000           # timed claims of 10 from the full queue
     few_ready: int = 300         # timed claims of the 3 ready among `jobs` leased or delayed
-    wakes: int = 100             # jobs handed to a waiting worker, per way of waiting
+    wakes: int = 300             # jobs handed to a waiting worker, per way of waiting (after one untimed)
     seconds: float = 3.0         # each throughput window
     durable_seconds: float = 2.0
 
