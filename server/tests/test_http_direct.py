@@ -123,44 +123,35 @@ def test_pipelined_requests_are_answered_in_order_whichever_way_each_takes(tmp_p
             b"GET /collections HTTP/1.1\r\nHost: x\r\n\r\n",
             post(json.dumps({"query": "get jobs count"}).encode()),
         ]
-        with socket.create_connection(s.addr, timeout=60) as c:
-            c.sendall(setup + b"".join(requests))
-            data = b""
-            while len(_safe(data)) < len(requests) + 1:
-                chunk = c.recv(65536)
-                assert chunk, "the server closed the connection"
-                data += chunk
-        got = _response_lengths(data)
+        got = _pipelined(s, setup + b"".join(requests), len(requests) + 1)
         assert [st for st, _ in got] == [200, 200, 200, 200, 404, 200, 200]
         assert json.loads(got[2][1]) == {"ok": True}
         assert json.loads(got[3][1]) == [{"attempts": 7}]
         assert json.loads(got[6][1]) == [{"count": 1}]
         # writes one after another on a connection, each answer pending on its fdatasync under always
-        with socket.create_connection(s.addr, timeout=60) as c:
-            c.sendall(b"".join(post(json.dumps({"query": "put jobs {attempts: $1}", "params": [i]}).encode())
-                               for i in range(20)) + post(b'{"query": "get jobs where attempts < 20 count"}'))
-            data = b""
-            while len(_safe(data)) < 21:
-                chunk = c.recv(65536)
-                assert chunk, "the server closed the connection"
-                data += chunk
-        got = _response_lengths(data)
+        got = _pipelined(s, b"".join(post(json.dumps({"query": "put jobs {attempts: $1}", "params": [i]}).encode())
+                                     for i in range(20)) + post(b'{"query": "get jobs where attempts < 20 count"}'), 21)
         assert [st for st, _ in got] == [200] * 21
         assert [json.loads(b) for _, b in got] == [{"affected": 1}] * 20 + [[{"count": 21}]]
         # a held claim that takes nothing answers at its deadline, and what came behind it after it
         held = post(json.dumps({"query": CLAIM, "params": ["w"]}).encode()).replace(
             b"\r\n\r\n", b"\r\nFenec-Wait: 50\r\n\r\n", 1)
-        with socket.create_connection(s.addr, timeout=60) as c:
-            c.sendall(held + b"GET /_health HTTP/1.1\r\nHost: x\r\n\r\n" + post(b'{"query": "get jobs count"}'))
-            data = b""
-            while len(_safe(data)) < 3:
-                chunk = c.recv(65536)
-                assert chunk, "the server closed the connection"
-                data += chunk
-        got = _response_lengths(data)
+        got = _pipelined(s, held + b"GET /_health HTTP/1.1\r\nHost: x\r\n\r\n" + post(b'{"query": "get jobs count"}'), 3)
         assert [(st, json.loads(b)) for st, b in got] == [(200, []), (200, {"ok": True}), (200, [{"count": 21}])]
     finally:
         assert s.stop() == 0
+
+
+def _pipelined(s: Server, data: bytes, answers: int) -> list[tuple[int, bytes]]:
+    """Send `data` (requests one after another) on one connection; the first `answers` answers."""
+    with socket.create_connection(s.addr, timeout=60) as c:
+        c.sendall(data)
+        got = b""
+        while len(_safe(got)) < answers:
+            chunk = c.recv(65536)
+            assert chunk, "the server closed the connection"
+            got += chunk
+    return _response_lengths(got)
 
 
 def _safe(data: bytes) -> list[tuple[int, bytes]]:
