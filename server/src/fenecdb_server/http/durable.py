@@ -35,6 +35,12 @@ does sit idle during the fdatasync (0.13-0.17 ms on this machine's virtual disk,
 request's CPU); on a disk whose flush takes milliseconds a syncer thread would overlap it with
 the next turn's requests and take more writers a second.
 
+Tried again once the short way wrote these answers from the flush (issue 20, same sitting, 8 writers of
+6 000 puts, `bench/durable_syscalls.py`): a flush of two or more writes handed to a one-thread syncer while
+the loop went on, a lone write synced on the loop as here. More writes shared a sync (4.7-5.0 against
+4.2-4.3) but fewer writes a second (5 859-6 583 against 7 235-7 349): the syncer needs the GIL back to
+say it is done, and the busy loop gives it up only at the interpreter's 5 ms switch interval.
+
 A failed fdatasync fails every write parked on it with the log's "outcome unknown" 500, and the
 log refuses every later write (`Log._lead_sync`), as before.
 """
