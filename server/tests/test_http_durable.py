@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from fenecdb_server import Database
-from fenecdb_server.http.app import App, Config
+from fenecdb_server.http.app import Answer, App, Config, Pending
 from fenecdb_server.storage.files import FaultyFiles
 
 SCHEMA = "create collection jobs (tag text, n int)"
@@ -121,4 +121,44 @@ def test_a_replay_in_the_turn_of_its_write_answers_after_the_fdatasync(tmp_path)
 
     asyncio.run(main())
     assert db.query("get jobs count") == [{"count": 1}]
+    db.close()
+
+
+def test_the_short_way_answers_a_write_once_its_fdatasync_is_done_and_500_when_it_failed(tmp_path) -> None:
+    """What the protocol's short way gets for a write under --sync always: a Pending answer that
+    `App.release` hands over only from the flush (a failed fdatasync: the log's 500)."""
+    app, db, files = open_app(tmp_path)
+
+    def request(text: str) -> tuple[dict[str, Any], bytes]:
+        body = json.dumps({"query": text}).encode()
+        return scope([(b"content-length", str(len(body)).encode())]), body
+
+    async def settled(got: list[Any], n: int) -> None:
+        for _ in range(100):
+            if len(got) >= n:
+                return
+            await asyncio.sleep(0)
+        raise AssertionError("never answered")
+
+    async def main() -> None:
+        await post(app, files, "get jobs count")  # starts the app on this loop
+        got: list[Any] = []
+        pending = app.answer_now(*request("put jobs {tag: 'a', n: 1}"))
+        assert isinstance(pending, Pending)
+        before = files.calls["datasync"]
+        app.release(pending, got.append)
+        assert got == [] and files.calls["datasync"] == before  # nothing before the flush
+        await settled(got, 1)
+        assert files.calls["datasync"] == before + 1
+        assert (got[0].status, json.loads(got[0].body)) == (200, {"affected": 1})
+        read = app.answer_now(*request("get jobs count"))
+        assert isinstance(read, Answer) and json.loads(read.body) == [{"count": 1}]  # a read is not held
+        files.fail("datasync", errno.EIO)
+        pending = app.answer_now(*request("put jobs {tag: 'b', n: 2}"))
+        assert isinstance(pending, Pending)
+        app.release(pending, got.append)
+        await settled(got, 2)
+        assert got[1].status == 500 and "outcome is unknown" in json.loads(got[1].body)["error"]
+
+    asyncio.run(main())
     db.close()
