@@ -1,11 +1,11 @@
 """The asyncio driver: held claims on an event loop (the HTTP server's).
 
 The lines' state is touched on the loop only: a write announced from another thread (a worker
-thread's `execute`) hops onto it with `call_soon_threadsafe`. `settle` gives the loop turns before a run:
-one where the server tells a client's close in the turn it reads it (fenec-server's protocol,
-http/protocol.py `eof_received`): the run then comes after every read of that turn; three for
-any other ASGI server, which says so only through connection_lost and the receive() watcher. A run that awaits (a worker thread's) is a task; the lines
-go on meanwhile.
+thread's `execute`) hops onto it with `call_soon_threadsafe`. `settle` gives the loop turns
+before a run: one where the server tells a client's close in the turn it reads it (fenec-server's
+protocol, http/protocol.py `eof_received`), so the run comes after every read of that turn;
+three for any other ASGI server, which says so only through connection_lost and the receive()
+watcher. A run that awaits (a worker thread's) is a task; the lines go on meanwhile.
 
 The wake of one waiting claim by a write costs the announcement's turn (the look, made at once) and
 its settling turns; the run is made in the last of them, with no task, unless it goes to a worker

@@ -81,8 +81,9 @@ _REFUSED_HERE = frozenset({b"transfer-encoding", b"expect", b"upgrade", b"conten
 
 
 class _Owed:
-    """Stands as the connection's `cycle` while a short-way answer waits for its fdatasync, so
-    that uvicorn treats the connection as one with an answer not sent yet: a request read
+    """Stands as the connection's `cycle` while a short-way answer is owed (its write's fdatasync,
+    the held claim its write woke, a parked claim's wake or deadline), so that uvicorn treats the
+    connection as one with an answer not sent yet: a request read
     meanwhile is queued (`pipeline`, reading paused), shutdown leaves it to close after its
     answer, and a lost connection marks it (the attributes uvicorn touches)."""
 
@@ -309,8 +310,8 @@ class FenecProtocol(HttpToolsProtocol):
             if not self._answer(scope, data[end + 4:stop], keep):
                 break  # the app will not answer it here: httptools reads it, for the ASGI path
             pos = stop
-            if not keep or not (self.cycle is None or self.cycle.response_complete):
-                break  # closed, or an answer owed: what follows waits (httptools queues it)
+            if not keep or self.transport.is_closing() or not (self.cycle is None or self.cycle.response_complete):
+                break  # closed (or a fault closed it), or an answer owed: what follows waits (httptools queues it)
         return data[pos:] if pos else data
 
     def _may_answer_directly(self) -> bool:
