@@ -97,16 +97,6 @@ def test_the_short_way_answers_what_the_asgi_path_answers(tmp_path: Path, sync: 
     assert len(posts) == len(REQUESTS)  # the reference ran them all through its ASGI app
 
 
-def _response_lengths(data: bytes) -> list[tuple[int, bytes]]:
-    out = []
-    while data:
-        head, _, rest = data.partition(b"\r\n\r\n")
-        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
-        out.append((int(head.split(b" ", 2)[1]), rest[:length]))
-        data = rest[length:]
-    return out
-
-
 @SYNCS
 def test_pipelined_requests_are_answered_in_order_whichever_way_each_takes(tmp_path: Path, sync: str) -> None:
     s = server(tmp_path, sync, "pipelined")
@@ -151,11 +141,11 @@ def _pipelined(s: Server, data: bytes, answers: int) -> list[tuple[int, bytes]]:
             chunk = c.recv(65536)
             assert chunk, "the server closed the connection"
             got += chunk
-    return _response_lengths(got)
+    return _safe(got)
 
 
 def _safe(data: bytes) -> list[tuple[int, bytes]]:
-    """The whole responses in `data` so far."""
+    """The whole responses in `data` so far: (status, body) each."""
     out = []
     while b"\r\n\r\n" in data:
         head, _, rest = data.partition(b"\r\n\r\n")
@@ -163,7 +153,7 @@ def _safe(data: bytes) -> list[tuple[int, bytes]]:
                        if line.lower().startswith(b"content-length")), 0)
         if len(rest) < length:
             break
-        out.append((0, rest[:length]))
+        out.append((int(head.split(b" ", 2)[1]), rest[:length]))
         data = rest[length:]
     return out
 
