@@ -98,6 +98,7 @@ def test_random_against_brute_force():
 # never a reader's page short.
 MOVER_TURNS = 1_000
 MOVER_SECONDS = 20.0
+READS_A_TURN = 20  # a reader's reads between two of the writer's turns, at most
 
 
 def _race(idx) -> list[BaseException]:
@@ -117,12 +118,22 @@ def _race(idx) -> list[BaseException]:
         idx.add(rid, v)
     errors: list[BaseException] = []
     done = threading.Event()
+    turn = [0]  # the writer's turns so far
     readers_started = threading.Barrier(9)
 
     def reader() -> None:
         started = False
+        seen, reads = -1, 0
         try:
             while not done.is_set() or not started:
+                if turn[0] != seen:
+                    seen, reads = turn[0], 0
+                elif reads >= READS_A_TURN:
+                    # enough reads against this turn's index: block a moment, so that eight readers
+                    # cannot keep the writer from the GIL (pinned to one busy core they did, for minutes)
+                    time.sleep(0.0005)
+                    continue
+                reads += 1
                 lock.acquire_read()
                 try:
                     page = list(itertools.islice(idx.walk(None, True, 2_000_000, True, False, False), 10))
@@ -156,6 +167,7 @@ def _race(idx) -> list[BaseException]:
                         idx.add(rid, nxt)
                 finally:
                     lock.release_write()
+                turn[0] += 1
                 if errors:
                     break
         except threading.BrokenBarrierError:
