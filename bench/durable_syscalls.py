@@ -3,8 +3,8 @@
     python bench/durable_syscalls.py --clients 8 --writes 2000 [--strace] [--server PATH]
 
 Starts `fenec-server --sync always` on a fresh file in a temporary directory (optionally under
-`strace -f -c` counting futex, fsync, fdatasync, write, pwrite64, pwritev2 and fallocate over the whole process
-and its threads), sends `--writes` puts in total from `--clients` client processes (one
+`strace -f -c` counting futex, fsync, fdatasync, io_submit (an fdatasync started on the kernel's AIO),
+io_getevents, write, pwrite64, pwritev2 and fallocate over the whole process and its threads), sends `--writes` puts in total from `--clients` client processes (one
 keep-alive connection each, the next put sent when the last one is answered), stops the
 server with SIGTERM and prints the counts per write and the writes per fsync or fdatasync. The counts do
 not depend on the machine's speed the way a rate does, so runs on a shared machine compare;
@@ -27,7 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-TRACED = "futex,fsync,fdatasync,write,pwrite64,pwritev2,fallocate"
+TRACED = "futex,fsync,fdatasync,io_submit,io_getevents,write,pwrite64,pwritev2,fallocate"
 
 
 def _client(address: tuple[str, int], n: int, tag: str, start: object) -> None:
@@ -121,7 +121,7 @@ def run(server: str, clients: int, writes: int, traced: bool) -> dict:
                 if len(parts) >= 5 and parts[-1] in TRACED.split(",") and parts[3].isdigit():
                     counts[parts[-1]] = int(parts[3])
             result["per_write"] = {k: round(v / done, 2) for k, v in sorted(counts.items())}
-            syncs = counts.get("fsync", 0) + counts.get("fdatasync", 0)
+            syncs = counts.get("fsync", 0) + counts.get("fdatasync", 0) + counts.get("io_submit", 0)
             result["writes_per_sync"] = round(done / max(syncs, 1), 2)  # start-up's few syncs included
         return result
 

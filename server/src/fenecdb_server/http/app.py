@@ -289,6 +289,8 @@ class App:
         """Stop holding: every held claim is answered at once with its last answer."""
         if self._sampler is not None:
             self._sampler.cancel()
+        if self.turns is not None:
+            self.turns.close()
         if self.waits is None:
             return 0
         return self.waits.shutdown()

@@ -1,19 +1,30 @@
-"""Under `--sync always`: one fdatasync per loop turn, shared by every write of that turn.
+"""Under `--sync always`: one fdatasync per loop turn, shared by every write of that turn, and
+run while the loop goes on.
 
 Redis's pattern for `appendfsync always`: a write runs on the loop as any request does (the
 engine appends its record to the OS file at once, `storage/log.py`), but its answer is parked;
 the first write of a turn schedules a flush with `call_soon`, which runs after every callback
-already ready, i.e. once this turn's requests have all run; the flush makes every record
-appended so far durable with one `Log.sync_upto` (group commit's fdatasync) and then releases
-every parked answer. Requests that arrive while the fdatasync runs wait in the kernel's socket
-buffers and make up the next turn's batch, so the busier the server, the more writes share one
-fdatasync.
+already ready, i.e. once this turn's requests have all run. The flush starts one fdatasync for
+every record appended so far (the log's leader step, `Log.sync_begin`) on the kernel's AIO
+(`storage/kernel_aio.py`) and the loop goes on reading and running requests; the kernel tells
+the end through an eventfd the loop watches, and `_reaped` releases every answer the sync
+covered, then starts the next one for the writes parked meanwhile. So the busier the server,
+the more writes share one fdatasync, and the loop is never idle for a disk.
 
     turn T     request a: execute, append record 41, park     (flush scheduled)
                request b: execute, append record 42, park
-    turn T+1   flush: fdatasync (covers 41 and 42), release a and b; on the short way
-               (http/protocol.py) their answers are written right there
-    turn T+2   a request on the ASGI path sends its answer (its task wakes)
+    turn T+1   flush: start an fdatasync covering 41 and 42
+               request c: execute, append record 43, park     (waits: a sync runs)
+    turn T+k   the eventfd: release a and b (on the short way, http/protocol.py, their
+               answers are written right there); start an fdatasync covering 43
+
+A turn with a lone write syncs it in place (`Log.sync_upto`, the loop waits): with nothing to
+overlap, the ring's round trip (submit, the eventfd's wake, reap) only adds to the answer's
+time. Measured over HTTP, one writer of puts: 2 950 writes/s in place, 2 545 through the ring;
+eight writers: 9 850-10 230 writes/s with the rule as here, 9 020-9 100 with every sync in
+place, 9 620-10 000 with every sync on the ring (this 2-core machine, one sitting). Where the
+kernel, the architecture or a sandbox has no AIO fdatasync, every sync runs in place, as it
+did before.
 
 The `Log.deferred()` scope is what keeps `Database.execute` from waiting itself: inside it, on
 the loop thread, `wait_durable` notes the record's ticket instead of blocking, and `App.run`
@@ -21,28 +32,20 @@ the loop thread, `wait_durable` notes the record's ticket instead of blocking, a
 flush too, as the write it answers for may be in this very turn. A read is not parked: it may
 see a write whose fdatasync has not finished (as it could before, from another thread). A write
 that runs off the loop (a large request in a worker thread, the sweeper, a compaction) waits in
-its own thread by group commit, as the in-process `Database` always does.
+its own thread by group commit, as the in-process `Database` always does; if the sync running
+is one the loop started, that thread reaps it itself (`Log._await_sync`) rather than wait for
+the loop, which may be the very thread waiting.
 
 Why not a thread: measured over HTTP (bench/durable_syscalls.py, strace counts; bench/README.md),
 the former hand-off of every write to a 4-thread pool cost 31-37 futex calls a write with 8
 writers and a third `write` (the pool waking the loop), and only 1.2-1.3 writes shared an
-fsync: the threads fought over the GIL while the server was CPU-bound. The flush on the loop
-costs no futex and no wake-up. A single syncer thread (prototyped, not kept: the loop kicks it
-once a turn, it hands completions back in one `call_soon_threadsafe` a batch) cost 8 futex
-calls and 3 writes a write with 1 writer, 2.5 and 2.3 with 8, for the same writes per sync;
-writes/s were lower with 1 writer and level with 8 within the shared machine's noise. The loop
-does sit idle during the fdatasync (0.13-0.17 ms on this machine's virtual disk, about one
-request's CPU); on a disk whose flush takes milliseconds a syncer thread would overlap it with
-the next turn's requests and take more writers a second.
-
-Tried again once the short way wrote these answers from the flush (issue 20, same sitting, 8 writers of
-6 000 puts, `bench/durable_syscalls.py`): a flush of two or more writes handed to a one-thread syncer while
-the loop went on, a lone write synced on the loop as here. More writes shared a sync (4.7-5.0 against
-4.2-4.3) but fewer writes a second (5 859-6 583 against 7 235-7 349): the syncer needs the GIL back to
-say it is done, and the busy loop gives it up only at the interpreter's 5 ms switch interval.
+fsync: the threads fought over the GIL while the server was CPU-bound. A single syncer thread
+was tried twice and dropped: it needs the GIL back to say it is done, and the busy loop gives
+it up only at the interpreter's 5 ms switch interval (8 writers: 5 859-6 583 writes/s against
+7 235-7 349 with the sync in place, same sitting). The kernel's AIO needs no GIL to finish.
 
 A failed fdatasync fails every write parked on it with the log's "outcome unknown" 500, and the
-log refuses every later write (`Log._lead_sync`), as before.
+log refuses every later write (`Log._finish_ring`, `Log._lead_sync`), as before.
 """
 
 from __future__ import annotations
@@ -55,25 +58,33 @@ from ..storage import StorageFailed
 
 
 class TurnSync:
-    """The parked answers of one loop turn's writes and the flush that releases them."""
+    """The parked answers of the writes of the loop's turns and the fdatasyncs that release them."""
 
-    __slots__ = ("log", "_loop", "_parked", "_upto", "flushes")
+    __slots__ = ("log", "_loop", "_parked", "_covered", "_ring", "_scheduled", "flushes")
 
     def __init__(self, log: Any, loop: asyncio.AbstractEventLoop) -> None:
         self.log = log  # a storage.Log under --sync always
         self._loop = loop
-        self._parked: list[Callable[[StorageFailed | None], None]] = []
-        self._upto = 0  # the highest ticket parked since the last flush
-        self.flushes = 0  # flushes run (each one fdatasync at most): tests count them
+        self._parked: list[tuple[int, Callable[[StorageFailed | None], None]]] = []  # no sync started for them
+        self._covered: list[tuple[int, Callable[[StorageFailed | None], None]]] = []  # the running sync's
+        self._scheduled = False  # a `_flush` is queued with call_soon
+        self.flushes = 0  # fdatasyncs started (at most one each): tests count them
+        self._ring = log.datasync_ring()  # None: each fdatasync runs in place, on the loop
+        if self._ring is not None:
+            loop.add_reader(self._ring.fileno(), self._reaped)
+
+    @property
+    def overlapped(self) -> bool:
+        """True when fdatasyncs run while the loop goes on (kernel AIO), False when in place."""
+        return self._ring is not None
 
     def after(self, ticket: int, then: Callable[[StorageFailed | None], None]) -> None:
         """Call `then(None)` once `ticket` is durable, `then(error)` if its fdatasync failed: from
         the flush itself, so the short way's answer is written in the flush's turn (no task)."""
-        if not self._parked:
+        self._parked.append((ticket, then))
+        if not self._scheduled and not self._covered:
+            self._scheduled = True
             self._loop.call_soon(self._flush)
-        self._parked.append(then)
-        if ticket > self._upto:
-            self._upto = ticket
 
     def durable(self, ticket: int) -> asyncio.Future[None]:
         """A future done once `ticket` is durable (or failed with StorageFailed): the ASGI path's."""
@@ -90,14 +101,58 @@ class TurnSync:
         self.after(ticket, release)
         return future
 
+    def close(self) -> None:
+        """At shutdown: stop watching the ring (the log waits for a sync still running)."""
+        if self._ring is not None:
+            self._loop.remove_reader(self._ring.fileno())
+            self._ring = None
+
     def _flush(self) -> None:
+        """Once the turn's requests have run: one fdatasync for every record appended so far."""
+        self._scheduled = False
+        if not self._parked or self._covered:
+            return
         parked, self._parked = self._parked, []
-        upto, self._upto = self._upto, 0
+        upto = max(ticket for ticket, _ in parked)
         self.flushes += 1
+        ring = self._ring
+        if ring is not None and len(parked) > 1:  # a lone write: in place (see the module text)
+            try:
+                if self.log.sync_begin(ring):
+                    self._covered = parked  # released by `_reaped`; the loop goes on meanwhile
+                    return
+            except StorageFailed as refused:
+                self._release(parked, refused)
+                return
         error: StorageFailed | None = None
-        try:
-            self.log.sync_upto(upto)  # nothing to do if a thread's group commit covered it
+        try:  # in place: no ring, or nothing to start (a thread's sync covered it, or runs now)
+            self.log.sync_upto(upto)
         except StorageFailed as e:
             error = e
-        for then in parked:
+        self._release(parked, error)
+
+    def _reaped(self) -> None:
+        """The ring is readable: the running fdatasync is over. Release what it covered, and
+        start the next one for the writes parked meanwhile."""
+        error: StorageFailed | None = None
+        try:
+            if not self.log.sync_reap():
+                return  # woken early: still running
+        except StorageFailed as e:
+            error = e
+        covered, self._covered = self._covered, []
+        if error is None and covered:
+            try:  # reaped by a thread that waited for it: this says how it ended (no sync if it covered them)
+                self.log.sync_upto(max(ticket for ticket, _ in covered))
+            except StorageFailed as e:
+                error = e
+        self._release(covered, error)
+        if self._parked and not self._scheduled:  # after this poll's requests, as from `after`
+            self._scheduled = True
+            self._loop.call_soon(self._flush)
+
+    @staticmethod
+    def _release(parked: list[tuple[int, Callable[[StorageFailed | None], None]]],
+                 error: StorageFailed | None) -> None:
+        for _ticket, then in parked:
             then(error)

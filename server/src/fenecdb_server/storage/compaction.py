@@ -102,7 +102,7 @@ def run(lg: Log, snapshot: bytes, mark: tuple[int, int]) -> dict[str, int]:
                 files.fsync(side)
             with lg._cond:
                 while lg._syncing:
-                    lg._cond.wait()
+                    lg._await_sync()
                 files.lock(side)
                 files.rename(lg.side_path, lg.path)
                 swapped = True

@@ -19,6 +19,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from .kernel_aio import DatasyncRing, Ring
+
 _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 _fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
 _fallocate: Callable[[int, int, int], None] | None = getattr(os, "posix_fallocate", None)
@@ -54,6 +56,11 @@ class OsFiles:
     def datasync(self, fd: int) -> None:
         """fdatasync where the OS has it (not the mtime; the size only when it changed), else fsync."""
         _fdatasync(fd)
+
+    def datasync_ring(self, fd: int) -> Ring | None:
+        """A way to run fdatasyncs of `fd` while the caller goes on (kernel AIO), tried once on
+        it, or None where there is none here: the caller then runs `datasync` in place."""
+        return DatasyncRing.open(fd)
 
     def allocate(self, fd: int, offset: int, length: int) -> None:
         """Reserve `length` bytes at `offset`, reading as zeros (the file grows to cover them).
@@ -192,6 +199,10 @@ class FaultyFiles(OsFiles):
         self._check("datasync", self._path(fd))
         super().datasync(fd)
 
+    def datasync_ring(self, fd: int) -> Ring | None:
+        ring = super().datasync_ring(fd)
+        return None if ring is None else _CountedRing(self, ring)
+
     def allocate(self, fd: int, offset: int, length: int) -> None:
         self._check("allocate", self._path(fd))
         super().allocate(fd, offset, length)
@@ -216,3 +227,28 @@ class FaultyFiles(OsFiles):
 
 ENOSPC = errno.ENOSPC
 EIO = errno.EIO
+
+
+class _CountedRing:
+    """A `DatasyncRing` whose submits count, and fail as scheduled, as `datasync` calls."""
+
+    def __init__(self, files: FaultyFiles, ring: Ring) -> None:
+        self._files = files
+        self._ring = ring
+
+    @property
+    def in_flight(self) -> bool:
+        return self._ring.in_flight
+
+    def fileno(self) -> int:
+        return self._ring.fileno()
+
+    def submit(self, fd: int) -> None:
+        self._files._check("datasync", self._files._path(fd))
+        self._ring.submit(fd)
+
+    def reap(self, block: bool) -> int | None:
+        return self._ring.reap(block)
+
+    def close(self) -> None:
+        self._ring.close()

@@ -106,6 +106,7 @@ from . import compaction
 from .failure import CorruptLog, StorageFailed
 from .files import OsFiles
 from .format import FILE_HEADER_SIZE, RECORD_HEADER_SIZE, file_header, record_header, scan
+from .kernel_aio import Ring
 from .sync import Policy, Syncer, parse_policy
 
 log = logging.getLogger("fenecdb.storage")
@@ -152,6 +153,9 @@ class Log:
         self._appended = 0  # records appended since open; a ticket is one of these
         self._durable = 0  # records appended since open that an fsync has covered
         self._syncing = False
+        self._ring: Ring | None = None  # the ring of a sync `sync_begin` started, till reaped
+        self._ring_target = 0
+        self._async_ring: Ring | None = None  # made by `datasync_ring`, closed by `close`
         self._failure: str | None = None
         self._closed = False
         self._compacting = False
@@ -321,9 +325,81 @@ class Log:
                 if self._failure is not None:
                     raise StorageFailed(_unknown(self._failure))
                 if self._syncing:
-                    cond.wait()
+                    self._await_sync()
                     continue
                 self._lead_sync()
+
+    def _await_sync(self) -> None:
+        """Holding `_cond`, with a sync running: wait for it. One started by `sync_begin` is
+        reaped here (its loop may be this very thread), else another thread's ends it."""
+        if self._ring is not None:
+            self._finish_ring(self._ring.reap(block=True))
+        else:
+            self._cond.wait()
+
+    def datasync_ring(self) -> Ring | None:
+        """A ring for `sync_begin` on this file (made once, closed with the log), or None where
+        fdatasyncs cannot run async here: the caller syncs in place (`sync_upto`)."""
+        with self._cond:
+            if self._async_ring is None and self._fd >= 0 and self._failure is None and not self._syncing:
+                self._async_ring = self.files.datasync_ring(self._fd)
+                if self._async_ring is None:
+                    log.info("%s: each fdatasync runs in place (no kernel AIO for it here)", self.path)
+            return self._async_ring
+
+    def sync_begin(self, ring: Ring) -> bool:
+        """Start an fdatasync covering every record appended so far, without waiting for it
+        (kernel AIO, `kernel_aio.py`): the caller watches `ring` and calls `sync_reap`. False
+        if there is nothing to start: nothing dirty, or a sync is already running. The same
+        leader step as `_lead_sync`; raises StorageFailed as it does."""
+        with self._cond:
+            if self._failure is not None:
+                raise StorageFailed(_unknown(self._failure))
+            if self._syncing or self._durable >= self._appended or self._fd < 0:
+                return False
+            try:
+                ring.submit(self._fd)
+            except OSError as error:  # a disk error (the ring itself was tried when it was made)
+                self._finish_ring(-(error.errno or 5), started=False)
+            self._syncing = True
+            self._ring = ring
+            self._ring_target = self._appended  # every record counted here is in the OS file
+            return True
+
+    def sync_reap(self) -> bool:
+        """After `sync_begin`, once its ring is readable: True if the fdatasync is over (then
+        `durable` and `failure` tell its outcome), False if it is still running."""
+        with self._cond:
+            ring = self._ring
+            if ring is None:
+                return True  # reaped already (by a thread that waited for it)
+            result = ring.reap(block=False)
+            if result is None:
+                return False
+            self._finish_ring(result)
+            return True
+
+    def _finish_ring(self, result: int | None, started: bool = True) -> None:
+        """Holding `_cond`: the outcome of the fdatasync `sync_begin` started (0, or -errno)."""
+        self._ring = None
+        self._syncing = False
+        if result:
+            why = f"fsync failed: {os.strerror(-result)} (errno {-result})"
+            if self._failure is None:
+                self._failure = why  # never retried: the OS may have dropped the dirty pages
+                log.error("sync error: %s; every later write is refused until restart", why)
+            self._cond.notify_all()
+            raise StorageFailed(_unknown(why))
+        if started:
+            self.fsyncs += 1
+            if self._ring_target > self._durable:
+                self._durable = self._ring_target
+        self._cond.notify_all()
+
+    @property
+    def durable(self) -> int:
+        """The ticket of the last record an fsync has covered."""
+        return self._durable
 
     def _lead_sync(self) -> None:
         """One group-commit fsync; called holding `_cond`, releases it around the fsync."""
@@ -418,7 +494,10 @@ class Log:
             self._closed = True
             with self._cond:
                 while self._syncing:
-                    self._cond.wait()
+                    try:
+                        self._await_sync()
+                    except StorageFailed:
+                        pass  # recorded: the fsync below is not tried
             dirty = self.dirty
             try:
                 if dirty and self._failure is None:
@@ -429,6 +508,9 @@ class Log:
             finally:
                 self.files.close(self._fd)
                 self._fd = -1
+                if self._async_ring is not None:
+                    self._async_ring.close()
+                    self._async_ring = None
             return dirty
 
     def _trim(self) -> None:
