@@ -208,7 +208,7 @@ class Tally:
                 after[(op[1], op[2])] = op[3]
             elif kind == "d":
                 after[(op[1], op[2])] = None
-        name: str | None = None
+        name = ""  # no collection yet (a name is never empty)
         shape: Shape | None = None
         plain: list[int] | None = None  # the counters of a collection without a queue field
         for coll, rid, old in undo:
