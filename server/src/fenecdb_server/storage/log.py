@@ -383,17 +383,22 @@ class Log:
         """Holding `_cond`: the outcome of the fdatasync `sync_begin` started (0, or -errno)."""
         self._ring = None
         self._syncing = False
-        if result:
-            why = f"fsync failed: {os.strerror(-result)} (errno {-result})"
+        why = f"fsync failed: {os.strerror(-result)} (errno {-result})" if result else None
+        self._synced(self._ring_target if started else 0, why)
+
+    def _synced(self, target: int, why: str | None) -> None:
+        """Holding `_cond`, a sync over: every record up to `target` durable, or (`why`) the
+        log failed, the waiters told, and StorageFailed raised."""
+        if why is not None:
             if self._failure is None:
                 self._failure = why  # never retried: the OS may have dropped the dirty pages
                 log.error("sync error: %s; every later write is refused until restart", why)
             self._cond.notify_all()
             raise StorageFailed(_unknown(why))
-        if started:
+        if target:
             self.fsyncs += 1
-            if self._ring_target > self._durable:
-                self._durable = self._ring_target
+            if target > self._durable:
+                self._durable = target
         self._cond.notify_all()
 
     @property
@@ -415,17 +420,7 @@ class Log:
         finally:
             self._cond.acquire()
             self._syncing = False
-        if error is not None:
-            why = f"fsync failed: {_why(error)}"
-            if self._failure is None:
-                self._failure = why  # never retried: the OS may have dropped the dirty pages
-                log.error("sync error: %s; every later write is refused until restart", why)
-            self._cond.notify_all()
-            raise StorageFailed(_unknown(why))
-        self.fsyncs += 1
-        if target > self._durable:
-            self._durable = target
-        self._cond.notify_all()
+        self._synced(target, None if error is None else f"fsync failed: {_why(error)}")
 
     def _sync_background(self) -> None:
         try:
