@@ -31,7 +31,8 @@ DEADLINE = 30.0  # seconds: a generous bound on waiting for a condition, never a
 
 class HeldRing:
     """A ring whose fdatasync completes when the test says (`complete`), with a real eventfd the
-    loop watches. A blocking reap (a thread or a close waiting for it) completes it at once."""
+    loop watches, bumped at completion as the kernel bumps it, whoever reaps. A blocking reap (a
+    thread or a close waiting for it) completes it at once."""
 
     def __init__(self) -> None:
         self._eventfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
@@ -61,13 +62,15 @@ class HeldRing:
         if self._result is None:
             if not block:
                 return None
-            self._result = 0
+            self.complete()
+        self.in_flight = False
+        return self._result
+
+    def clear(self) -> None:
         try:
             os.eventfd_read(self._eventfd)
         except BlockingIOError:
             pass
-        self.in_flight = False
-        return self._result
 
     def close(self) -> None:
         if self._eventfd >= 0:
@@ -99,10 +102,13 @@ def test_the_kernel_ring_runs_an_fdatasync_and_tells_it_through_its_eventfd(tmp_
                 assert ring.in_flight
                 readable, _, _ = select.select([ring.fileno()], [], [], DEADLINE)
                 assert readable == [ring.fileno()]
+                ring.clear()  # as the loop does once woken
+                assert select.select([ring.fileno()], [], [], 0)[0] == []
                 assert ring.reap(block=False) == 0 and not ring.in_flight
                 assert ring.reap(block=False) is None  # nothing in flight: nothing to reap
             ring.submit(fd)
-            assert ring.reap(block=True) == 0  # a waiter that cannot wait for the loop
+            assert ring.reap(block=True) == 0  # a waiter that cannot wait for the loop...
+            assert select.select([ring.fileno()], [], [], DEADLINE)[0] == [ring.fileno()]  # ...and the loop woken
         finally:
             ring.close()
         assert DatasyncRing.open(-1) is None  # never a ring for a bad descriptor
@@ -285,6 +291,30 @@ def test_a_failed_started_sync_fails_the_writes_it_covered_and_refuses_those_tha
 
     asyncio.run(main())
     assert db.failed is not None
+    db.close()
+
+
+def test_writes_whose_sync_a_thread_reaped_are_still_answered_by_the_loop(tmp_path) -> None:
+    """A write run off the loop (a large request, the sweeper) that needs the sync the loop started
+    reaps it itself; the loop, woken by the eventfd all the same, answers the writes it covered."""
+    app, db, files = open_app(tmp_path)
+    ring = files.ring
+
+    async def main() -> None:
+        task, _ = await start(app, "get jobs count")
+        await answered([task])
+        covered = [await start(app, f"put jobs {{tag: 'a', n: {i}}}") for i in range(2)]
+        await turns(20)
+        assert ring.in_flight and all(not sent for _, sent in covered)
+        ticket = db.log.appended
+        thread = threading.Thread(target=db.log.sync_upto, args=(ticket,))
+        thread.start()
+        await asyncio.get_running_loop().run_in_executor(None, thread.join, DEADLINE)
+        assert not thread.is_alive() and not ring.in_flight and db.log.durable == ticket
+        await answered([t for t, _ in covered])
+        assert [status(s) for _, s in covered] == [(200, {"affected": 1})] * 2
+
+    asyncio.run(main())
     db.close()
 
 

@@ -133,7 +133,10 @@ class TurnSync:
 
     def _reaped(self) -> None:
         """The ring is readable: the running fdatasync is over. Release what it covered, and
-        start the next one for the writes parked meanwhile."""
+        start the next one for the writes parked meanwhile. (The eventfd is read here whoever
+        reaped the sync: a thread that needed it reaps it itself, and the loop is still woken.)"""
+        if self._ring is not None:
+            self._ring.clear()
         error: StorageFailed | None = None
         try:
             if not self.log.sync_reap():

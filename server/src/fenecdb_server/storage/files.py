@@ -250,5 +250,8 @@ class _CountedRing:
     def reap(self, block: bool) -> int | None:
         return self._ring.reap(block)
 
+    def clear(self) -> None:
+        self._ring.clear()
+
     def close(self) -> None:
         self._ring.close()

@@ -50,6 +50,8 @@ class Ring(Protocol):
 
     def reap(self, block: bool) -> int | None: ...
 
+    def clear(self) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -97,6 +99,7 @@ class DatasyncRing:
         if tried != 0:
             ring.close()
             return None
+        ring.clear()
         return ring
 
     def fileno(self) -> int:
@@ -116,7 +119,8 @@ class DatasyncRing:
 
     def reap(self, block: bool) -> int | None:
         """The fdatasync's result once it has completed (0, or a negative errno), else None;
-        `block` waits for it. Clears the eventfd, so a loop watching it is not woken again."""
+        `block` waits for it. The eventfd is left as the kernel set it: a loop watching it is
+        woken even when another thread reaped the sync (it clears it, `clear`)."""
         if not self.in_flight:
             return None
         timeout = None if block else ctypes.byref((ctypes.c_long * 2)(0, 0))
@@ -125,10 +129,6 @@ class DatasyncRing:
                                 ctypes.c_long(1), self._events, timeout)
             if got >= 0 or ctypes.get_errno() != errno.EINTR:
                 break
-        try:
-            os.eventfd_read(self._eventfd)
-        except BlockingIOError:
-            pass
         if got < 0:  # the context itself failed: count it as the sync's failure
             self.in_flight = False
             return -(ctypes.get_errno() or errno.EIO)
@@ -137,6 +137,13 @@ class DatasyncRing:
         self.in_flight = False
         tag, _obj, result, _result2 = _EVENT.unpack_from(self._events, 0)
         return int(result) if tag == _TAG else -errno.EIO
+
+    def clear(self) -> None:
+        """Read the eventfd down to zero (the loop's, once woken), so it is not woken again."""
+        try:
+            os.eventfd_read(self._eventfd)
+        except BlockingIOError:
+            pass
 
     def close(self) -> None:
         """Wait for a sync in flight, then free the context and the eventfd."""
