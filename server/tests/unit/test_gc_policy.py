@@ -44,3 +44,44 @@ def test_stored_jobs_are_not_walked_and_young_cycles_are_still_collected() -> No
     out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+BULK_CHILD = r'''
+import asyncio, gc, json
+from fenecdb_server import Database, gc_policy
+from fenecdb_server.http.app import App, Config
+
+db = Database()
+db.query("create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int)")
+gc_policy.apply()
+app = App(db, Config())
+
+def post(docs):
+    body = json.dumps({"query": "put jobs $1", "params": [docs]}).encode()
+    sent = []
+    async def receive():
+        return {"type": "http.request", "body": body, "more_body": False}
+    async def send(message):
+        sent.append(message)
+    scope = {"type": "http", "method": "POST", "path": "/query", "raw_path": b"/query", "query_string": b"",
+             "headers": [(b"content-type", b"application/json")], "client": ("127.0.0.1", 1)}
+    asyncio.run(app(scope, receive, send))
+    return sent[0]["status"], len(body)
+
+frozen = gc_policy.frozen()
+status, size = post([{"payload": {"n": i}, "run_at": 1, "attempts": 0} for i in range(20_000)])
+assert status == 200 and size > 64 << 10, (status, size)
+assert gc_policy.frozen() - frozen > 40_000, gc_policy.frozen() - frozen  # the stored rows, frozen after
+assert len(gc.get_objects()) < 20_000, len(gc.get_objects())  # and not walked again
+assert gc.isenabled()  # the collector is back on once the put is done
+status, _ = post([{"payload": {"n": 1}, "run_at": 1, "attempts": 0}])  # a small put: as any write
+assert status == 200
+assert db.query("get jobs count") == [{"count": 20_001}]
+print("ok")
+'''
+
+
+def test_a_bulk_put_over_http_runs_with_the_collector_held_off_and_its_rows_frozen() -> None:
+    out = subprocess.run([sys.executable, "-c", BULK_CHILD], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"

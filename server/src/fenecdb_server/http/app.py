@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from .. import gc_policy
 from ..errors import FenecError
 from ..held import Lines, Outcome, Waiter
 from ..held.on_asyncio import SETTLE_TURNS, AsyncioDriver, park
@@ -642,7 +643,7 @@ class App:
                 raise Refusal(400, E.body(IDEM_NO_SUB))
             key = namespaced(req.idem) if namespace is None else namespaced(req.idem, namespace)
             idem = make_idem(key, request_hash(req.method, req.target, raw), self.config.idempotency_ttl_ms)
-        return Work(statements, block, idem, wait, caller, large=fresh > OFF_LOOP_TEXT)
+        return Work(statements, block, idem, wait, caller, large=fresh > OFF_LOOP_TEXT, bulk=len(raw) > OFF_LOOP_BODY)
 
     async def serve(self, work: Work, receive: Receive, send: Send, started: float,
                     req: Request, raw: bytes) -> None:
@@ -755,12 +756,13 @@ class App:
         # only a scoped token passes a scope: the server token runs as it always did
         scoped = {"scope": work.caller.scope} if work.caller.scoped else {}
         owed: Deferred | None = None
+        execute = self._bulk_execute if work.bulk else self.db.execute
         try:
             if self.turns is not None:
                 with self.turns.log.deferred() as owed:
-                    result = self.db.execute(work.statements, block=work.block, idempotency=work.idem, **scoped)
+                    result = execute(work.statements, block=work.block, idempotency=work.idem, **scoped)
             else:
-                result = self.db.execute(work.statements, block=work.block, idempotency=work.idem, **scoped)
+                result = execute(work.statements, block=work.block, idempotency=work.idem, **scoped)
         except FenecError as e:
             status, body = E.answer(e, batch=work.block)
             kind = "write" if e.kind in ("unmet", "exists", "conflict", "io") else "read"
@@ -775,6 +777,14 @@ class App:
             owed.ticket = self.turns.log.appended
         outcome, kind = self._outcome(work, result, held)
         return outcome, kind, _ticket(owed)
+
+    def _bulk_execute(self, *args: Any, **kwargs: Any) -> Any:
+        """`db.execute` of a body over OFF_LOOP_BODY (thousands of rows at once): with the cycle
+        collector held off while it runs, and what it stored frozen after (gc_policy.py)."""
+        result = collection.deferred(partial(self.db.execute, *args, **kwargs))
+        if result.wrote:
+            gc_policy.after_bulk()
+        return result
 
     def _outcome(self, work: Work, result: Any, held: bool) -> tuple[Outcome[Answer], str]:
         kind = "write" if result.wrote else "read"
@@ -827,16 +837,17 @@ class Work:
     """What one request asks the engine to run: its statements and how (again, when held). Not a
     queue's job: a job is a row."""
 
-    __slots__ = ("statements", "block", "idem", "wait", "caller", "large")
+    __slots__ = ("statements", "block", "idem", "wait", "caller", "large", "bulk")
 
     def __init__(self, statements: list[tuple[str, Any]], block: bool, idem: Any, wait: int,
-                 caller: Caller = OPEN, *, large: bool = False) -> None:
+                 caller: Caller = OPEN, *, large: bool = False, bulk: bool = False) -> None:
         self.statements = statements
         self.block = block
         self.idem = idem
         self.wait = wait
         self.caller = caller
         self.large = large  # its text is long and not parsed yet: parsed and run off the loop
+        self.bulk = bulk  # its body is over OFF_LOOP_BODY: run with the collector held off (gc_policy.py)
 
 
 def _without_params(raw: bytes) -> str:
