@@ -31,3 +31,17 @@ def test_a_large_body_with_a_long_integer_is_refused_and_without_one_is_read() -
         N.loads(body, body.decode())
     ok = f'{{"query":"get jobs","params":["{pad}",9223372036854775807]}}'.encode()
     assert N.loads(ok, ok.decode())["params"][1] == 9223372036854775807
+
+
+def test_the_run_is_found_exactly_where_a_regex_of_19_digits_finds_one() -> None:
+    """Random bytes of digits, other ASCII, UTF-8 and the bytes around the digits ('/' and ':'):
+    `_long_digits` says what `[0-9]{19}` says, for short bodies and for bodies read in slices."""
+    import random
+    import re
+
+    rule = re.compile(rb"[0-9]{19}")
+    rnd = random.Random(20)
+    alphabet = list(b"0123456789/:x ,\"") + list("é".encode())
+    for size in [0, 18, 19, 40, 200] * 200 + [S + 5, 2 * S + 30] * 3:
+        raw = bytes(rnd.choice(alphabet) if rnd.random() < 0.3 else 0x30 + rnd.randrange(10) for _ in range(size))
+        assert N._long_digits(raw) == (rule.search(raw) is not None), raw[:60]
