@@ -23,7 +23,7 @@ from fenecdb_server import Database
 from fenecdb_server.http.app import App, Config
 from fenecdb_server.storage import StorageFailed
 from fenecdb_server.storage.files import FaultyFiles
-from fenecdb_server.storage.kernel_aio import DatasyncRing
+from fenecdb_server.storage.kernel_aio import DatasyncRing, drain_eventfd
 from fenecdb_server.storage.log import Log
 
 DEADLINE = 30.0  # seconds: a generous bound on waiting for a condition, never a rate
@@ -67,10 +67,7 @@ class HeldRing:
         return self._result
 
     def clear(self) -> None:
-        try:
-            os.eventfd_read(self._eventfd)
-        except BlockingIOError:
-            pass
+        drain_eventfd(self._eventfd)
 
     def close(self) -> None:
         if self._eventfd >= 0:
@@ -227,6 +224,15 @@ async def answered(tasks: list[asyncio.Task[None]]) -> None:
     await asyncio.wait_for(asyncio.gather(*tasks), DEADLINE)
 
 
+async def two_writes_in_one_sync(app: App) -> list[tuple[asyncio.Task[None], list[dict[str, Any]]]]:
+    """The app started on this loop, then two writes in one turn: their sync started, not done."""
+    task, _ = await start(app, "get jobs count")
+    await answered([task])
+    writes = [await start(app, f"put jobs {{tag: 'a', n: {i}}}") for i in range(2)]
+    await turns(20)
+    return writes
+
+
 def status(sent: list[dict[str, Any]]) -> tuple[int, Any]:
     return sent[0]["status"], json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
 
@@ -272,10 +278,7 @@ def test_a_failed_started_sync_fails_the_writes_it_covered_and_refuses_those_tha
     ring = files.ring
 
     async def main() -> None:
-        task, _ = await start(app, "get jobs count")
-        await answered([task])
-        covered = [await start(app, f"put jobs {{tag: 'a', n: {i}}}") for i in range(2)]
-        await turns(20)
+        covered = await two_writes_in_one_sync(app)
         waited = [await start(app, "put jobs {tag: 'b', n: 9}")]
         await turns(20)
         ring.complete(-errno.EIO)
@@ -301,10 +304,7 @@ def test_writes_whose_sync_a_thread_reaped_are_still_answered_by_the_loop(tmp_pa
     ring = files.ring
 
     async def main() -> None:
-        task, _ = await start(app, "get jobs count")
-        await answered([task])
-        covered = [await start(app, f"put jobs {{tag: 'a', n: {i}}}") for i in range(2)]
-        await turns(20)
+        covered = await two_writes_in_one_sync(app)
         assert ring.in_flight and all(not sent for _, sent in covered)
         ticket = db.log.appended
         thread = threading.Thread(target=db.log.sync_upto, args=(ticket,))

@@ -38,6 +38,14 @@ _RESFD = 1  # IOCB_FLAG_RESFD: bump aio_resfd (an eventfd) on completion
 _TAG = 0xFE0EC
 
 
+def drain_eventfd(fd: int) -> None:
+    """Read an eventfd (non-blocking) down to zero; nothing if it is already there."""
+    try:
+        os.eventfd_read(fd)
+    except BlockingIOError:
+        pass
+
+
 class Ring(Protocol):
     """What the log needs of a ring (tests give one whose completion they hold back)."""
 
@@ -140,10 +148,7 @@ class DatasyncRing:
 
     def clear(self) -> None:
         """Read the eventfd down to zero (the loop's, once woken), so it is not woken again."""
-        try:
-            os.eventfd_read(self._eventfd)
-        except BlockingIOError:
-            pass
+        drain_eventfd(self._eventfd)
 
     def close(self) -> None:
         """Wait for a sync in flight, then free the context and the eventfd."""
