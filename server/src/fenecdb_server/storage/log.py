@@ -360,7 +360,7 @@ class Log:
             try:
                 ring.submit(self._fd)
             except OSError as error:  # a disk error (the ring itself was tried when it was made)
-                self._finish_ring(-(error.errno or 5), started=False)
+                self._synced(0, f"fsync failed: {_why(error)}")
             self._syncing = True
             self._ring = ring
             self._ring_target = self._appended  # every record counted here is in the OS file
@@ -379,12 +379,12 @@ class Log:
             self._finish_ring(result)
             return True
 
-    def _finish_ring(self, result: int | None, started: bool = True) -> None:
+    def _finish_ring(self, result: int | None) -> None:
         """Holding `_cond`: the outcome of the fdatasync `sync_begin` started (0, or -errno)."""
         self._ring = None
         self._syncing = False
         why = f"fsync failed: {os.strerror(-result)} (errno {-result})" if result else None
-        self._synced(self._ring_target if started else 0, why)
+        self._synced(self._ring_target, why)
 
     def _synced(self, target: int, why: str | None) -> None:
         """Holding `_cond`, a sync over: every record up to `target` durable, or (`why`) the
