@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from fenecdb_server import Database
 from fenecdb_server.http.app import App, Config
+from fenecdb_server.http.busy_poll import BusyPoll
 from fenecdb_server.storage import StorageFailed
 from fenecdb_server.storage.files import FaultyFiles
 from fenecdb_server.storage.kernel_aio import DatasyncRing, drain_eventfd
@@ -330,6 +331,33 @@ def test_a_lone_write_syncs_in_place(tmp_path) -> None:
         await answered([task])
         assert status(sent) == (200, {"affected": 1})
         assert files.calls["datasync"] == before + 1 and files.ring.submits == 0 and not db.log.dirty
+
+    asyncio.run(main())
+    db.close()
+
+
+def test_the_busy_poll_stands_down_while_a_sync_runs_on_the_ring(tmp_path) -> None:
+    """The kernel runs an AIO fdatasync on the CPU that started it: the loop's polling window
+    (http/busy_poll.py) must not hold that CPU while the sync runs, and resumes after it."""
+    files = HeldRingFiles()
+    db = Database(str(tmp_path / "d.fenec"), sync="always", files=files)
+    db.query("create collection jobs (tag text, n int)")
+    busy = BusyPoll(3600.0)  # a window no test outlasts: only the pause can end it
+    app = App(db, Config(sync_always=True), busy=busy)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        covered = await two_writes_in_one_sync(app)
+        assert files.ring.in_flight and app.turns is not None and app.turns.syncing()
+        busy.touch(loop)  # as an answer written meanwhile would
+        await turns(3)
+        assert not busy.spinning and busy.expired == 0  # stood down at once
+        files.ring.complete()
+        await answered([t for t, _ in covered])
+        assert not app.turns.syncing()
+        busy.touch(loop)
+        await turns(10)
+        assert busy.spinning  # no sync running: the window holds again
 
     asyncio.run(main())
     db.close()

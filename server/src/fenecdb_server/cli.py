@@ -50,6 +50,8 @@ FLAGS: list[tuple[str, str | None, str]] = [
     ("--auth-delay <ms>", "100", "delay before a 401, doubled per refusal from an address, max 5 s; 0 = off"),
     ("--http-read-only", "off", "every write over HTTP is refused 403"),
     ("--http-cors <origin>", "none", "send CORS headers for this origin (* allowed)"),
+    ("--busy-poll <us>", "100", "after a request, poll the sockets this many microseconds before sleeping "
+     "(0 = off; by default off where the server may use only one CPU)"),
     ("--slow-ms <ms>", "off", "log each statement at least this slow (0 = every statement)"),
     ("--access-log <path>|-", "off", "one line per request (method, path, status, ms, bytes; - = stdout)"),
     ("--no-mmap", "off", "accepted; the file is never mapped"),
@@ -62,7 +64,7 @@ VALUE_FLAGS = {"--file", "-f", "--http", "--sync", "--auto-compact", "--max-conn
                "--header-timeout", "--body-timeout", "--max-statement-bytes",
                "--idempotency-ttl", "--http-token", "--http-cors", "--slow-ms", "--jwt-secret", "--jwt-secret-file",
                "--jwt-require-exp", "--jwt-max-age", "--policy", "--mint-token", "--admin-token", "--auth-delay",
-               "--access-log"}
+               "--access-log", "--busy-poll"}
 SWITCHES = {"--insecure", "--http-read-only", "--no-mmap", "--no-checkpoint", "--ping", "--help", "-h"}
 NEXT_TIER = {"--jwt-keys", "--max-memory", "--audit", "--metrics", "--replication-token", "--replica-of",
              "--promote", "--replication-buffer"}
@@ -168,6 +170,40 @@ def parse_addr(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+BUSY_POLL_DEFAULT_US = 100
+BUSY_POLL_MAX_US = 10_000
+
+
+def parse_busy_poll(text: str | None) -> int:
+    """--busy-poll in microseconds. Not given: the default where the process may use two CPUs or
+    more, else 0: on one CPU the spin would hold the CPU the client needs to send its request."""
+    if text is not None:
+        us = parse_int("--busy-poll", text)
+        if us > BUSY_POLL_MAX_US:
+            raise Exit(2, f"--busy-poll expects microseconds from 0 to {BUSY_POLL_MAX_US}")
+        return us
+    from .http.busy_poll import usable_cpus
+
+    return BUSY_POLL_DEFAULT_US if usable_cpus(os.sched_getaffinity(0), cgroup_cpu_max()) >= 2 else 0
+
+
+def cgroup_cpu_max() -> str | None:
+    """The cgroup v2 `cpu.max` of this process's cgroup ("<quota> <period>" or "max <period>"),
+    None where there is none to read."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            rel = next((line[3:].strip() for line in f if line.startswith("0::")), None)
+        for where in ([f"/sys/fs/cgroup{rel}/cpu.max"] if rel else []) + ["/sys/fs/cgroup/cpu.max"]:
+            try:
+                with open(where) as f:
+                    return f.read().strip()
+            except OSError:
+                continue
+    except OSError:
+        pass
+    return None
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -245,6 +281,7 @@ def _main(argv: list[str]) -> int:
     ttl = parse_int("--idempotency-ttl", opts.get("idempotency-ttl", "86400"), minimum=1)
     slow = opts.get("slow-ms")
     slow_ms = float(parse_int("--slow-ms", slow)) if slow is not None else None
+    busy_us = parse_busy_poll(opts.get("busy-poll"))
     token = access.server_token_text
     if not is_loopback(host) and access.open and not opts.get("insecure"):
         say(f"refusing to bind {host}:{port} with no token: set --http-token, or pass --insecure")
@@ -265,15 +302,16 @@ def _main(argv: list[str]) -> int:
 
     gc_policy.apply()  # the jobs just read are never walked by the cycle collector (gc_policy.py)
     return serve(db, opts, host=host, port=port, path=path, sync=sync, max_conn=max_conn, idle=idle,
-                 ttl=ttl, slow_ms=slow_ms, token=token, compact=compact, access=access)
+                 ttl=ttl, slow_ms=slow_ms, token=token, compact=compact, access=access, busy_us=busy_us)
 
 
 def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str | None, sync: str | int,
           max_conn: int, idle: int, ttl: int, slow_ms: float | None, token: str | None, compact: str,
-          access: Any = None) -> int:
+          access: Any = None, busy_us: int = 0) -> int:
     import uvicorn
 
     from .http.app import App, Config
+    from .http.busy_poll import BusyPoll
     from .http.protocol import FenecProtocol
 
     access_log = None
@@ -301,16 +339,18 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
     shown = f"[{bound[0]}]:{bound[1]}" if family == socket.AF_INET6 else f"{bound[0]}:{bound[1]}"
 
     server_box: list[Any] = []
+    poll = BusyPoll(busy_us / 1e6) if busy_us else None
     app = App(db, Config(version=version(), token=token, cors=opts.get("http-cors"), idempotency_ttl_s=ttl,
                          slow_ms=slow_ms, sync_always=bool(path) and sync == "always",
                          auth=access.auth if access else None, auth_delay_ms=access.delay_ms if access else 100,
                          max_statement_bytes=opts.get("max-statement-bytes", 1 << 20), closes_told=True),
-              connections=lambda: len(server_box[0].server_state.connections) if server_box else 0)
+              connections=lambda: len(server_box[0].server_state.connections) if server_box else 0, busy=poll)
 
     class Protocol(FenecProtocol):
         # the claim's short way (protocol.py), unless the access log must see every request
         front = app if access_log is None else None
         max_connections = max_conn
+        busy = poll
         header_timeout = opts.get("header-timeout", 10.0)
         body_timeout = opts.get("body-timeout", 60.0)
 
@@ -325,6 +365,7 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
                             timeout_graceful_shutdown=2)
     ver = version()
     sync_label = {"always": "every write", "off": "on shutdown"}.get(sync, f"{sync} ms")  # type: ignore[arg-type]
+    busy_label = f"{busy_us} us" if busy_us else "off"
     auth = "no auth" if (access.open if access is not None else not token) else "token"
     if opts.get("http-read-only"):
         auth += ", read only"
@@ -333,7 +374,7 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
         async def startup(self, sockets: Any = None) -> None:
             await super().startup(sockets=sockets)
             self._fenec_background = start_background(db, compact, path)
-            say(f"fenec-server {ver}: {path or 'in memory'}  [sync={sync_label}]")
+            say(f"fenec-server {ver}: {path or 'in memory'}  [sync={sync_label}, busy-poll={busy_label}]")
             say(f"fenec-http {ver} listening on: http://{shown}  [{auth}]")
 
         def capture_signals(self) -> Any:

@@ -41,6 +41,7 @@ from ..storage.log import Deferred
 from . import collection, numbers
 from . import errors as E
 from .auth import OPEN, Auth, AuthDelay, AuthRefused, Caller
+from .busy_poll import BusyPoll
 from .dashboard import PATHS as DASHBOARD
 from .durable import TurnSync
 from .idempotency import (
@@ -214,11 +215,12 @@ class Refusal(Exception):
 
 class App:
     def __init__(self, db: Database, config: Config | None = None, *,
-                 connections: Callable[[], int] = lambda: 0) -> None:
+                 connections: Callable[[], int] = lambda: 0, busy: BusyPoll | None = None) -> None:
         self.db = db
         self.config = config or Config()
         self.connections = connections
         self.metrics = Metrics(self.config.version)
+        self.busy = self.metrics.busy = busy  # the protocol's polling window (busy_poll.py), or None
         self.recent = Recent()  # per-second samples for the dashboard (admin.py)
         self._sampler: asyncio.Task[None] | None = None
         self.auth = self.config.auth
@@ -275,6 +277,8 @@ class App:
             log_ = self.db.log
             if self.config.sync_always and log_ is not None:
                 self.turns = TurnSync(log_, asyncio.get_running_loop())
+                if self.busy is not None:
+                    self.busy.paused = self.turns.syncing  # the kernel's sync needs this CPU
             driver = self.driver = AsyncioDriver(asyncio.get_running_loop(), self._run_held, FAULT,
                                                  settle_turns=1 if self.config.closes_told else SETTLE_TURNS)
             self.waits = Lines(self.db, driver)

@@ -78,6 +78,10 @@ class TurnSync:
         """True when fdatasyncs run while the loop goes on (kernel AIO), False when in place."""
         return self._ring is not None
 
+    def syncing(self) -> bool:
+        """An fdatasync runs on the kernel's AIO now (the loop goes on meanwhile)."""
+        return bool(self._covered)
+
     def after(self, ticket: int, then: Callable[[StorageFailed | None], None]) -> None:
         """Call `then(None)` once `ticket` is durable, `then(error)` if its fdatasync failed: from
         the flush itself, so the short way's answer is written in the flush's turn (no task)."""

@@ -69,6 +69,7 @@ class Metrics:
         self.errors = {k: 0 for k in KINDS}
         self.slow = 0
         self.direct = 0  # requests answered on the protocol's short way (protocol.py)
+        self.busy: Any = None  # the loop's polling window (busy_poll.py), None when off
         self.counts = {k: [0] * (len(BUCKETS) + 1) for k in KINDS}
         self.sums = {k: 0.0 for k in KINDS}
 
@@ -107,6 +108,11 @@ class Metrics:
             out.append(f'fenec_statement_duration_seconds_sum{{transport="http",kind="{k}"}} {self.sums[k]:.6f}')
             out.append(f'fenec_statement_duration_seconds_count{{transport="http",kind="{k}"}} {running}')
         one("fenec_http_direct_total", "counter", "Requests to /query and /batch answered without the ASGI app.", self.direct)
+        busy = self.busy
+        one("fenec_busy_poll_window_seconds", "gauge", "How long the loop polls after an answer before it sleeps "
+            "(--busy-poll; 0: off).", busy.window if busy is not None else 0)
+        one("fenec_busy_poll_expired_total", "counter", "Polling windows that ran out with no request read: each "
+            "kept one CPU busy for the window.", busy.expired if busy is not None else 0)
         head("fenec_slow_statements_total", "counter", "Statements over --slow-ms.")
         out.append(f'fenec_slow_statements_total{{transport="http"}} {self.slow}')
         head("fenec_connections", "gauge", "Open connections (the scrape's own excluded).")

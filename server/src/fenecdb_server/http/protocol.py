@@ -50,6 +50,7 @@ from .app import Answer, Pending
 
 if TYPE_CHECKING:
     from .app import App
+    from .busy_poll import BusyPoll
 
 HEAD_CEILING = E.HEAD_CEILING
 
@@ -107,6 +108,7 @@ class FenecProtocol(HttpToolsProtocol):
     body_timeout = 60.0
     spares = 0  # connections now open in the reserve past max_connections (counted per subclass)
     front: App | None = None  # the app whose /query and /batch are answered directly (None: never)
+    busy: BusyPoll | None = None  # the loop's polling window after each answer written (None: off)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -404,6 +406,8 @@ class FenecProtocol(HttpToolsProtocol):
         transport.write(b"".join(out))
         if not keep_alive:
             transport.close()
+        elif self.busy is not None:  # the client's next request is likely a few tens of µs away
+            self.busy.touch(self.loop)
 
     def _hand_to_asgi(self, body: bytes) -> None:
         """The request to the ASGI app, as if its head had just been read and its body with it."""

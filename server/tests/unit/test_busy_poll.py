@@ -1,0 +1,109 @@
+"""The polling window after an answer (http/busy_poll.py): while it lasts the loop never sleeps,
+once it passes with nothing read the loop may sleep again, and it stands down when told to. The
+clock is the test's, so "inside the window" is a state, not a timing."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from fenecdb_server import cli
+from fenecdb_server.http.busy_poll import BusyPoll, usable_cpus
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def turns(n: int) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+def test_the_loop_keeps_polling_inside_the_window_and_sleeps_after_it() -> None:
+    clock = Clock()
+    busy = BusyPoll(0.0001, clock)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        busy.touch(loop)
+        await turns(50)
+        assert busy.spinning and busy.expired == 0  # the clock stands still: inside the window
+        clock.now += 0.00005
+        busy.touch(loop)  # an answer inside the window pushes its end ahead; no second spin
+        clock.now += 0.00008  # past the first window's end, inside the second's
+        await turns(50)
+        assert busy.spinning and busy.expired == 0
+        clock.now += 0.00003
+        await turns(5)
+        assert not busy.spinning and busy.expired == 1  # ran out once, for both answers
+        busy.touch(loop)  # the next answer starts a window again
+        await turns(5)
+        assert busy.spinning
+        clock.now += 1
+        await turns(5)
+        assert not busy.spinning and busy.expired == 2
+
+    asyncio.run(main())
+
+
+def test_it_stands_down_at_once_when_paused_and_counts_no_expiry() -> None:
+    clock = Clock()
+    busy = BusyPoll(1.0, clock)
+    paused = [False]
+    busy.paused = lambda: paused[0]
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        busy.touch(loop)
+        await turns(10)
+        assert busy.spinning
+        paused[0] = True  # say an fdatasync started on the kernel's AIO
+        await turns(3)
+        assert not busy.spinning and busy.expired == 0
+        busy.touch(loop)  # an answer while paused: one look, then the loop may sleep
+        await turns(3)
+        assert not busy.spinning
+        paused[0] = False
+        busy.touch(loop)
+        await turns(3)
+        assert busy.spinning
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(("affinity", "cpu_max", "cpus"), [
+    ({0, 1}, None, 2.0),
+    ({0}, None, 1.0),
+    ({0, 1, 2, 3}, "max 100000", 4.0),
+    ({0, 1, 2, 3}, "150000 100000", 1.5),
+    ({0, 1}, "50000 100000", 0.5),
+    ({0, 1}, "800000 100000", 2.0),  # a quota above the CPUs it may run on
+    ({0, 1}, "garbage", 2.0),
+    ({0, 1}, "x 100000", 2.0),
+    ({0, 1}, "0 100000", 2.0),
+])
+def test_usable_cpus_is_the_affinity_bounded_by_the_cgroup_quota(affinity, cpu_max, cpus) -> None:
+    assert usable_cpus(affinity, cpu_max) == cpus
+
+
+def test_the_flag_default_depends_on_the_cpus_and_an_explicit_value_is_kept(monkeypatch) -> None:
+    monkeypatch.setattr(cli, "cgroup_cpu_max", lambda: None)
+    monkeypatch.setattr(cli.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert cli.parse_busy_poll(None) == cli.BUSY_POLL_DEFAULT_US == 100
+    monkeypatch.setattr(cli.os, "sched_getaffinity", lambda pid: {3})
+    assert cli.parse_busy_poll(None) == 0  # one CPU: the client may need it
+    assert cli.parse_busy_poll("250") == 250  # said explicitly: kept
+    monkeypatch.setattr(cli.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr(cli, "cgroup_cpu_max", lambda: "100000 100000")
+    assert cli.parse_busy_poll(None) == 0  # a quota of one CPU
+    assert cli.parse_busy_poll("0") == 0
+    assert cli.parse_busy_poll("10000") == 10_000
+    for bad in ("10001", "-1", "1.5", "x", ""):
+        with pytest.raises(cli.Exit) as e:
+            cli.parse_busy_poll(bad)
+        assert e.value.status == 2 and "--busy-poll" in e.value.message
