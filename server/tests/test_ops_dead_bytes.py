@@ -139,6 +139,24 @@ def test_compaction_is_due_past_the_ratio_and_the_floor_only(tmp_path) -> None:
     db.close()
 
 
+def test_the_compaction_check_reads_the_storage_counts_and_never_walks_the_jobs(tmp_path, monkeypatch) -> None:
+    """Run every few seconds on a live server: a pass over every job's state (`db.stats()`) there
+    cost a million-job server most of a second of CPU each time."""
+    from fenecdb_server.engine import queues
+
+    path, db = churned(tmp_path)
+    share = storage(db)["reclaimable_bytes"] / storage(db)["file_bytes"]
+    walked = []
+    real = queues.counts
+    monkeypatch.setattr(queues, "counts", lambda *a: walked.append(1) or real(*a))
+    assert compaction_due(db, share - 0.01, min_dead=1024)
+    assert not compaction_due(db, share + 0.01, min_dead=1024)
+    assert walked == []
+    db.stats()  # what it used to call: the walk this test would have seen
+    assert walked == [1]
+    db.close()
+
+
 def run_background(db: Database, path: str, ratio: str, seconds: float, **kw: object) -> None:
     async def main() -> None:
         tasks = start_background(db, ratio, path, **kw)
