@@ -325,13 +325,32 @@ def coercer(ftype: Any) -> Callable[[Any], Any]:
         return to_int
     if ftype == "timestamp":
         def to_ts(v: Any) -> Any:
-            return v if type(v) is Ts else coerce(v, "timestamp")
+            t = type(v)
+            if t is Ts:
+                return v
+            return make_ts(v) if t is int else coerce(v, "timestamp")
         return to_ts
     if ftype == "text":
         def to_text(v: Any) -> Any:
             return v if type(v) is str else coerce(v, "text")
         return to_text
+    if ftype == "json":
+        return to_json_flat
     return lambda v: coerce(v, ftype)
+
+
+def to_json_flat(v: Any) -> Any:
+    """`coerce(v, "json")` with a short way for an object of text keys and plain values (a job's
+    typical payload): its keys sorted, no call per value. Anything else goes the general way."""
+    if type(v) is dict:
+        for k, x in v.items():
+            t = type(x)
+            if type(k) is not str or not (t is str or x is None or t is bool
+                                          or (t is int and INT_MIN <= x <= INT_MAX)
+                                          or (t is float and math.isfinite(x))):
+                return coerce(v, "json")
+        return {k: v[k] for k in sorted(v)}
+    return coerce(v, "json")
 
 
 def to_point(v: Any) -> tuple[float, float]:

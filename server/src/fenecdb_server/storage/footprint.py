@@ -68,12 +68,15 @@ class Footprint:
         (engine/records.py: `["p", coll, id, row]`, `["k", key, hash, at, ttl, answers]`, ...);
         `documents(name)` is the collection's row count (the window of its mean)."""
         rest = size - _RECORD_ENVELOPE - len(str(seq))
-        rows: list[str] = []
+        rows: dict[str, int] = {}  # rows written per collection
+        n = 0
         for op in ops:
             kind = op[0]
             if kind == "p":
-                rows.append(op[1])
-                rest -= _P_OP_EXTRA + len(op[1])
+                name = op[1]
+                rows[name] = rows.get(name, 0) + 1
+                n += 1
+                rest -= _P_OP_EXTRA + len(name)
             elif kind == "k":
                 kept = op[5] if len(op) == 6 else op[4]  # the answers; an older file's body text
                 key = len(op[1]) + len(kept if type(kept) is str else str(kept)) + _KEY_OP_FIXED
@@ -84,15 +87,22 @@ class Footprint:
                 rest -= len(str(op))
             else:
                 rest -= _OTHER_OP + len(op[1])
-        if not rows:
+        if not n:
             return
-        share = max(rest, 0) / len(rows)
+        share = max(rest, 0) / n
         mean, weight = self._mean, self._weight
-        for name in rows:
-            w = min(weight.get(name, 0) + 1, max(documents(name), 1))
-            weight[name] = w
+        for name, k in rows.items():
+            # each row moves its collection's mean toward `share`, weighted by the rows seen (at
+            # most the documents): a collection's updates depend on its own alone, so they are
+            # made one collection at a time, in the order of its rows, as one row at a time would
+            cap = max(documents(name), 1)
+            w = weight.get(name, 0)
             m = mean.get(name, share)
-            mean[name] = m + (share - m) / w
+            for _ in range(k):
+                w = min(w + 1, cap)
+                m += (share - m) / w
+            weight[name] = w
+            mean[name] = m
 
     def row_bytes(self, name: str) -> float:
         """The estimated bytes of one of the collection's rows in a snapshot."""
