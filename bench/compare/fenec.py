@@ -24,6 +24,7 @@ CLAIM = ("set jobs {{owner: $1, run_at: now() + 30000, attempts: attempts + 1}} 
 ACK = "del jobs where id = $1 and owner = $2 require 1"
 PUT = "put jobs {payload: $1, run_at: now(), attempts: 0}"
 HOUR_MS = 3_600_000
+LOAD_IN_FLIGHT = 2  # measured: 147 000-149 000 jobs/s with one, 214 000-220 000 with two, 211 000-217 000 with three
 
 
 class Session:
@@ -57,7 +58,7 @@ class System:
     name = "FenecDB"
     durable_setting = "--sync always"
     everyday_setting = "--sync 250 (its default)"
-    load_method = "`put jobs $1`, 10 000 documents a request"
+    load_method = "`put jobs $1`, 10 000 documents a request, two requests in flight"
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
@@ -112,21 +113,52 @@ class System:
         self._admin().db.query(SCHEMA)
 
     def load(self, n: int, ready: bool, chunk: int = 10_000) -> None:
-        """`n` jobs ready now, or (ready=False) half delayed an hour and half leased for an hour."""
+        """`n` jobs ready now, or (ready=False) half delayed an hour and half leased for an hour:
+        requests of `chunk` documents on LOAD_IN_FLIGHT connections, each sending its next as soon
+        as its last is answered, so the client builds one while the server stores another, as
+        the peers' pipelined loads and PostgreSQL's COPY overlap theirs."""
+        self._admin()  # running
         now = int(time.time() * 1000)
-        for start in range(0, n, chunk):
-            docs = []
-            for i in range(start, min(n, start + chunk)):
-                doc: dict[str, Any] = {"payload": {"n": i}, "attempts": 0}
-                if ready:
-                    doc["run_at"] = now - 1000
-                else:
-                    doc["run_at"] = now + HOUR_MS
-                    if i % 2:
-                        doc["owner"] = "w0"
-                        doc["attempts"] = 1
-                docs.append(doc)
-            self._admin().db.query("put jobs $1", [docs])
+        starts = iter(range(0, n, chunk))
+        lock = threading.Lock()
+        failed: list[BaseException] = []
+
+        def sender() -> None:
+            client = fenecdb.Client(self.url, timeout=60)
+            try:
+                while not failed:
+                    with lock:
+                        start = next(starts, None)
+                    if start is None:
+                        return
+                    client.query("put jobs $1", [_jobs(start, min(n, start + chunk), ready, now)])
+            except BaseException as e:
+                failed.append(e)
+            finally:
+                client.close()
+
+        threads = [threading.Thread(target=sender) for _ in range(LOAD_IN_FLIGHT)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if failed:
+            raise failed[0]
+
+
+def _jobs(first: int, end: int, ready: bool, now: int) -> list[dict[str, Any]]:
+    docs = []
+    for i in range(first, end):
+        doc: dict[str, Any] = {"payload": {"n": i}, "attempts": 0}
+        if ready:
+            doc["run_at"] = now - 1000
+        else:
+            doc["run_at"] = now + HOUR_MS
+            if i % 2:
+                doc["owner"] = "w0"
+                doc["attempts"] = 1
+        docs.append(doc)
+    return docs
 
 
 def _read_stderr(err: IO[bytes], found: queue.Queue) -> None:
