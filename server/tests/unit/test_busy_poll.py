@@ -107,3 +107,23 @@ def test_the_flag_default_depends_on_the_cpus_and_an_explicit_value_is_kept(monk
         with pytest.raises(cli.Exit) as e:
             cli.parse_busy_poll(bad)
         assert e.value.status == 2 and "--busy-poll" in e.value.message
+
+
+def test_a_spin_left_on_a_closed_loop_does_not_keep_the_next_loop_from_polling() -> None:
+    clock = Clock()
+    busy = BusyPoll(1.0, clock)
+
+    async def touch_and_leave() -> None:
+        busy.touch(asyncio.get_running_loop())
+        await turns(3)
+        assert busy.spinning
+
+    asyncio.run(touch_and_leave())  # the loop closes with the spin still queued on it
+
+    async def again() -> None:
+        busy.touch(asyncio.get_running_loop())
+        clock.now += 2
+        await turns(5)
+        assert not busy.spinning and busy.expired == 1  # it ran, and ran out, on this loop
+
+    asyncio.run(again())
