@@ -148,12 +148,16 @@ class Tally:
 
     The write path only queues what a committed block did (`note`: one deque append under the
     write lock; in process a claim of 10 took 21.4 us at the median against 19.8 us with `note`
-    off, where classifying its rows in place cost 7-9 us more); `drain`, run by whoever reads the counters (a scrape, the once-a-second sampler)
-    or once PENDING_MAX blocks or PENDING_ROWS changed rows wait, classifies them (a bulk load of
-    blocks of 1 000 jobs with no scrape kept 4 096 blocks, four million rows, alive). A block's undo list holds each changed
+    off, where classifying its rows in place cost 7-9 us more); `drain`, run by whoever reads the
+    counters (a scrape, the once-a-second sampler) or once more than PENDING_MAX blocks or
+    PENDING_ROWS changed rows wait, classifies them (a bulk load of blocks of 1 000 jobs with no
+    scrape kept 4 096 blocks, four million rows, alive, when the bound was 4 096 blocks). A few
+    blocks at a time, their rows are still in the CPU's caches: over HTTP, claim + ack with 4 and
+    8 workers went from 40 000-40 800 to 42 300-43 900 jobs/s with the bound at 8 instead of 4 096,
+    the claim's p50 and p99 unchanged (bench/README.md). A block's undo list holds each changed
     row as it was before (its first entry per id), its ops the rows as written (the last)."""
 
-    PENDING_MAX = 4096
+    PENDING_MAX = 8
     PENDING_ROWS = 65_536
 
     def __init__(self, collections: dict[str, Collection]) -> None:
