@@ -50,7 +50,7 @@ FLAGS: list[tuple[str, str | None, str]] = [
     ("--auth-delay <ms>", "100", "delay before a 401, doubled per refusal from an address, max 5 s; 0 = off"),
     ("--http-read-only", "off", "every write over HTTP is refused 403"),
     ("--http-cors <origin>", "none", "send CORS headers for this origin (* allowed)"),
-    ("--busy-poll <us>", "100", "after a request, poll the sockets this many microseconds before sleeping "
+    ("--busy-poll <us>", "100", "after an answer, poll the sockets this many microseconds before sleeping "
      "(0 = off; by default off where the server may use only one CPU)"),
     ("--slow-ms <ms>", "off", "log each statement at least this slow (0 = every statement)"),
     ("--access-log <path>|-", "off", "one line per request (method, path, status, ms, bytes; - = stdout)"),

@@ -1,4 +1,4 @@
-"""After a request, the loop keeps polling its sockets for a short window before it sleeps.
+"""After an answer, the loop keeps polling its sockets for a short window before it sleeps.
 
 A worker's next request follows its answer within tens of microseconds: the client reads the
 answer, acks or claims again, and writes. If the server's loop has gone to sleep in `epoll_wait`
@@ -8,7 +8,9 @@ have idled into a deeper state, and the process resumes with cold caches. Measur
 polling": claim 10 p50 0.193 ms without, 0.141 ms with a 100 µs window; claim + ack with one
 worker 21 000 -> 28 000 jobs/s).
 
-So each request read (`touch`, from http/protocol.py) pushes a deadline `window` ahead, and while
+So each answer written (`touch`, from http/protocol.py's `_write_answer`) pushes a deadline
+`window` ahead (counted from the answer, not from the request's arrival: a window counted from the
+arrival ran out while the request was served, and measured no faster), and while
 the deadline is ahead the loop is kept from sleeping: `_spin` re-queues itself with `call_soon`,
 and a loop with a ready callback polls its sockets with a zero timeout. A request that arrives in
 the window is read on the next poll. Once the window has passed with nothing read, the spin
@@ -32,7 +34,7 @@ from collections.abc import Callable
 
 
 class BusyPoll:
-    """The window after the last request read in which the loop polls instead of sleeping."""
+    """The window after the last answer written in which the loop polls instead of sleeping."""
 
     __slots__ = ("window", "clock", "paused", "expired", "_until", "_loop", "_spinning")
 
@@ -50,7 +52,7 @@ class BusyPoll:
         return self._spinning
 
     def touch(self, loop: asyncio.AbstractEventLoop) -> None:
-        """A request was read: keep the loop polling until `window` from now."""
+        """An answer was written: keep the loop polling until `window` from now."""
         self._until = self.clock() + self.window
         if not self._spinning or loop is not self._loop:  # (a spin on a loop since closed never ends)
             self._spinning = True
