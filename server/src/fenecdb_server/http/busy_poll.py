@@ -5,8 +5,8 @@ answer, acks or claims again, and writes. If the server's loop has gone to sleep
 meanwhile, the request has to wake it: the kernel schedules the process back onto a CPU that may
 have idled into a deeper state, and the process resumes with cold caches. Measured over HTTP on a
 2-core machine, that sleep and wake is a quarter of a claim's round trip (bench/README.md, "Busy
-polling": claim 10 p50 0.193 ms without, 0.141 ms with a 100 µs window; claim + ack with one
-worker 21 000 -> 28 000 jobs/s).
+polling", alternated in one sitting: claim 10 p50 0.192-0.203 ms without, 0.142 ms with a 100 µs
+window; claim + ack with one worker 20 300-20 500 jobs/s without, 27 600-28 200 with).
 
 So each answer written (`touch`, from http/protocol.py's `_write_answer`) pushes a deadline
 `window` ahead (counted from the answer, not from the request's arrival: a window counted from the
