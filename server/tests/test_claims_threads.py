@@ -37,6 +37,8 @@ class Ledger:
         self.problems: list[str] = []
         # claims sent and not yet booked: while one is, a job may be held that `holder` lacks
         self.claiming = 0
+        # acks and fails released here and not yet written: until one lands, its job is still leased
+        self.writing = 0
 
     def claiming_one(self) -> None:
         with self.lock:
@@ -61,6 +63,15 @@ class Ledger:
                 self.problems.append(f"{owner} releases job {job} held by {self.holder.get(job)}")
             self.holder.pop(job, None)
             book[job] = book.get(job, 0) + 1
+            self.writing += 1
+
+    def written(self) -> None:
+        with self.lock:
+            self.writing -= 1
+
+    def held(self) -> bool:
+        with self.lock:
+            return bool(self.holder) or self.claiming > 0 or self.writing > 0
 
 
 def make_queue(clock: TestClock):
@@ -100,11 +111,10 @@ def run_workers(db, clock: TestClock, ledger: Ledger, fail_one_in: int | None) -
                     left = db.query("get jobs count")[0]["count"]
                     if left == 0:
                         return
-                    with ledger.lock:
-                        # a claim answered but not booked yet holds jobs too: moving the clock then
-                        # could lapse its lease (a GIL slice fits many empty claims)
-                        held = bool(ledger.holder) or ledger.claiming > 0
-                    if held:
+                    # a claim answered but not booked yet, or an ack released but not yet written, holds
+                    # its jobs too: moving the clock then could lapse their lease (one GIL slice fits
+                    # the sixty empty claims that move it past the 30 s lease)
+                    if ledger.held():
                         # other workers still hold jobs: wait for their acks, with the clock standing still
                         time.sleep(0.0005)
                         continue
@@ -122,6 +132,7 @@ def run_workers(db, clock: TestClock, ledger: Ledger, fail_one_in: int | None) -
                     else:
                         ledger.release(row["id"], owner, ledger.acked)
                         assert db.query(ACK, [row["id"], owner]) == {"affected": 1}
+                    ledger.written()
         except (AssertionError, FenecError, threading.BrokenBarrierError) as e:  # the test fails on any of these
             errors.append(e)
             first.abort()
