@@ -38,7 +38,7 @@ SMALL_RANGE = 4096
 class Query:
     """A compiled read: the filter (expiry folded in), the access terms, order and page."""
 
-    __slots__ = ("filter", "access", "order", "limit", "offset", "walk_filter", "head")
+    __slots__ = ("filter", "access", "order", "limit", "offset", "walk_filter", "head", "by_id")
 
     def __init__(self, filt: Callable[[dict, Env], Any] | None, access: Access,
                  order: list[tuple[Callable, bool]], limit: int | None, offset: int,
@@ -58,6 +58,12 @@ class Query:
             walk_filter is None and access.walk not in (None, "id") and not access.walk_desc
             and not access.eqs and not access.geos and access.geo_walk is None
             and list(access.ranges) == [access.walk] and len(order) == 1 and offset == 0) else None
+        # The one bound of `id = <bound>` when that is the only equality the index can answer:
+        # an ack, an extension or a failure (`where id = $1 and owner = $2`). `pick` then looks
+        # the row up at once, where the general plan reaches the same row through `_eq_ids`.
+        eqs = access.eqs
+        self.by_id = eqs[0].bounds[0] if (
+            len(eqs) == 1 and eqs[0].target == "id" and len(eqs[0].bounds) == 1) else None
 
 
 class _Empty(Exception):
@@ -223,6 +229,19 @@ def pick(coll: Collection, q: Query, env: Env, need_override: int | None = None)
                 raw = None
             if type(raw) is V.Ts or type(raw) is int:
                 return idx.page(None, True, raw, t.op == "<=", need, rows)
+    by_id = q.by_id
+    if by_id is not None:
+        # the general plan below with one candidate: a bound that raises, or that is not an int,
+        # goes that way and meets the same end
+        try:
+            v = by_id(None, env)
+        except Exception:
+            v = None
+        if type(v) is int:
+            row = rows.get(v)
+            if row is None:
+                return []
+            return _finish(coll, q, env, (row,), need, sorted_by_id=True)
     n = len(rows)
     try:
         cands: list[int] | None = None
