@@ -74,6 +74,12 @@ def _long_digits(raw: bytes) -> bool:
     return False
 
 
+def plain(raw: bytes) -> bool:
+    """Whether orjson reads every line of `raw` as `loads` would: orjson is there and no run of
+    digits needs the exact path."""
+    return orjson is not None and not _long_digits(raw)
+
+
 def loads(raw: bytes, text: str) -> Any:
     """The JSON value of a body (`text` is `raw` decoded). Raises OutOfRange, or ValueError (and
     RecursionError) for what is not JSON."""
