@@ -33,6 +33,17 @@ __all__ = ["Database", "Idem", "Result", "wrap"]
 log = logging.getLogger("fenecdb.database")
 
 
+def _hand_over() -> None:
+    """Between two chunks of a snapshot's encoding (a compaction's, a backup's, both in a worker
+    thread): the GIL to the thread waiting for it, the server's event loop. A compaction of a
+    million jobs under eight claiming and acking workers, measured over HTTP: they ran 38 600-42 200
+    jobs a second meanwhile against 47 800-48 600 without one, where with no hand-over (the encoder
+    let go only at the interpreter's 5 ms switch) they ran 20 800-23 700; it took 4.6 s instead of
+    2.3-2.7.
+    `os.sched_yield` lets go of the GIL too, but takes it back before the loop does (21 000-25 000)."""
+    time.sleep(0)
+
+
 class _LogAppender:
     """The engine's `Appender`: records go to the log, their bytes to the dead-bytes estimate."""
 
@@ -140,7 +151,7 @@ class Database(Engine):
         finally:
             self.lock.release_write()
         try:
-            payload, sizes = records.encode_snapshot(state)
+            payload, sizes = records.encode_snapshot(state, _hand_over)
             del state
             done = self._log.compaction_finish(payload, mark)
             done["write_lock_us"] = write_lock_us  # the copy of the row maps (writes wait for it)
@@ -168,7 +179,7 @@ class Database(Engine):
         the encoding); works in memory too."""
         with self.reading():
             state = records.snapshot_state(self)
-        payload, _ = records.encode_snapshot(state)
+        payload, _ = records.encode_snapshot(state, _hand_over)
         try:
             head = record_header(payload, snapshot=True)
         except ValueError as e:

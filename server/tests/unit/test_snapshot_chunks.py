@@ -24,3 +24,41 @@ def test_chunks_join_to_the_one_call_encoding() -> None:
     assert _rows_json(coll.schema, {}) == b"[]"
     seq, data = db.backup()
     assert seq == db.seq and data.startswith(b"FENECLOG")
+
+
+def test_a_pause_between_chunks_changes_no_byte() -> None:
+    db = Database()
+    db.query("create collection t (n int)")
+    db.query("put t $1", [[{"n": i} for i in range(3 * SNAPSHOT_CHUNK + 1)]])
+    coll = db.collections["t"]
+    paused: list[int] = []
+    got = _rows_json(coll.schema, coll.rows, lambda: paused.append(1))
+    assert got == _rows_json(coll.schema, coll.rows)
+    assert len(paused) == 4  # after each of the four chunks
+
+
+def test_compaction_and_backup_hand_the_interpreter_over_between_chunks(tmp_path, monkeypatch) -> None:
+    # the server's event loop runs between two chunks of a compaction's encoding (database.py `_hand_over`)
+    import fenecdb_server.database as database
+
+    calls: list[float] = []
+    real_sleep = database.time.sleep
+    monkeypatch.setattr(database.time, "sleep", lambda s: (calls.append(s), real_sleep(s)))
+    db = Database(str(tmp_path / "h.fenec"))
+    try:
+        db.query("create collection t (n int)")
+        db.query("put t $1", [[{"n": i} for i in range(5 * SNAPSHOT_CHUNK)]])
+        db.query("del t where n % 2 = 0")  # 2.5 chunks alive
+        db.compact()
+        assert calls == [0, 0, 0]
+        calls.clear()
+        db.backup()
+        assert calls == [0, 0, 0]
+        assert db.query("get t count") == [{"count": 5 * SNAPSHOT_CHUNK // 2}]
+    finally:
+        db.close()
+    db = Database(str(tmp_path / "h.fenec"))
+    try:
+        assert db.query("get t count") == [{"count": 5 * SNAPSHOT_CHUNK // 2}]
+    finally:
+        db.close()
