@@ -42,7 +42,7 @@ def _hand_over() -> None:
     2.3-2.7. Kept saturated (the jobs topped up between windows), an automatic compaction of 238 MB
     took about 14 s, the workers at 37 000-39 000 meanwhile: the requests come first. Handing over
     only once the encoder has run 1 ms gave them 29 400-31 400 for 3.3 s.
-    `os.sched_yield` lets go of the GIL too, but takes it back before the loop does (21 000-25 000)."""
+    `os.sched_yield` lets go of the GIL too, but takes it back before the loop does (23 800-25 500)."""
     time.sleep(0)
 
 
