@@ -62,3 +62,16 @@ def test_compaction_and_backup_hand_the_interpreter_over_between_chunks(tmp_path
         assert db.query("get t count") == [{"count": 5 * SNAPSHOT_CHUNK // 2}]
     finally:
         db.close()
+
+
+def test_the_hand_over_sleeps_only_with_another_thread_to_hand_to(monkeypatch) -> None:
+    import fenecdb_server.database as database
+
+    calls: list[float] = []
+    monkeypatch.setattr(database.time, "sleep", lambda s: calls.append(s))
+    monkeypatch.setattr(database.threading, "active_count", lambda: 1)
+    database._hand_over()
+    assert calls == []
+    monkeypatch.setattr(database.threading, "active_count", lambda: 3)
+    database._hand_over()
+    assert calls == [0]
