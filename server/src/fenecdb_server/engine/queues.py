@@ -199,14 +199,9 @@ class Tally:
 
     def _block(self, undo: list, ops: list) -> None:
         """Count what one block did: each row it changed, from its first state in `undo` to
-        its last in `ops`. One dict of the last states, taken out as the rows are met, so a
-        row changed twice counts once; per collection the shape, and without a queue field its
-        one counter list, are looked up once (a bulk put of 10 000 rows is one block). Measured in
-        process against the former per-row `_one` for every row: a claim of 10 counted in 4.3-4.5 us
-        instead of 7.1-7.2, a put 0.7-0.8 us a row instead of 1.0 (tests/unit/test_queues.py holds
-        the two to the same counts). A block whose rows are all of one collection (nearly every
-        block) keys that dict by id alone: a claim of 10 in 2.6-2.7 us instead of 3.3, ten acks 2.0
-        instead of 2.6, a bulk put 0.12 us a row instead of 0.26."""
+        its last in `ops`, one collection at a time (`_part`); nearly every block writes one.
+        Counters are kept per collection, so a block of several counts as its parts would.
+        tests/unit/test_queues.py holds this to the row-by-row rule on random blocks."""
         name = ""
         after: dict[int, dict | None] = {}
         for op in ops:
@@ -214,7 +209,7 @@ class Tally:
             if kind == "p" or kind == "d":
                 if op[1] != name:
                     if name:
-                        self._block_mixed(undo, ops)
+                        self._parts(undo, ops)
                         return
                     name = op[1]
                 after[op[2]] = op[3] if kind == "p" else None
@@ -222,8 +217,30 @@ class Tally:
             return
         for entry in undo:
             if entry[0].name != name:
-                self._block_mixed(undo, ops)
+                self._parts(undo, ops)
                 return
+        self._part(name, undo, after)
+
+    def _parts(self, undo: list, ops: list) -> None:
+        """`_block` of a block that wrote rows of several collections: each collection's part."""
+        parts: dict[str, tuple[list, dict[int, dict | None]]] = {}
+        for entry in undo:
+            parts.setdefault(entry[0].name, ([], {}))[0].append(entry)
+        for op in ops:
+            kind = op[0]
+            if kind == "p" or kind == "d":
+                parts.setdefault(op[1], ([], {}))[1][op[2]] = op[3] if kind == "p" else None
+        for name, (part_undo, after) in parts.items():
+            self._part(name, part_undo, after)
+
+    def _part(self, name: str, undo: list, after: dict[int, dict | None]) -> None:
+        """The rows of one collection a block changed, `after` their last states by id (taken
+        out as the rows are met, so a row changed twice counts once): the shape looked up once,
+        and without a queue field the three events every worker makes (a put, a claim, an ack)
+        added once, as `_one` counts them. Measured in process: a claim of 10 counted in 2.6-2.7
+        us, ten acks in 2.0, a bulk put 0.12 us a row (keyed by (name, id) for every block: 3.3,
+        2.6 and 0.26; before the short way for the three events: 7.1-7.2 for the claim, 1.0 a
+        put's row)."""
         shape = self.shape(name)
         if shape is None:
             return
@@ -256,51 +273,6 @@ class Tally:
             plain[0] += puts
             plain[1] += claims
             plain[2] += acks
-
-    def _block_mixed(self, undo: list, ops: list) -> None:
-        """`_block` of a block that wrote rows of several collections, keyed by (name, id)."""
-        after: dict[tuple[str, int], dict | None] = {}
-        for op in ops:
-            kind = op[0]
-            if kind == "p":
-                after[(op[1], op[2])] = op[3]
-            elif kind == "d":
-                after[(op[1], op[2])] = None
-        name = ""  # no collection yet (a name is never empty)
-        shape: Shape | None = None
-        plain: list[int] | None = None  # the counters of a collection without a queue field
-        for coll, rid, old in undo:
-            key = (coll.name, rid)
-            new = after.pop(key, _GONE)
-            if new is _GONE:
-                continue  # not written in the end, or a later undo entry of a row already counted
-            if key[0] != name:
-                name = key[0]
-                shape = self.shape(name)
-                plain = None
-            if shape is None:
-                continue
-            if shape.queue is None:  # the three every worker makes, as `_one` counts them
-                if new is None:  # an ack
-                    if old is not None and old.get(OWNER) is not None:
-                        if plain is None:
-                            plain = self._slot(name, "")
-                        plain[2] += 1
-                    continue
-                if old is None:  # a put
-                    if plain is None:
-                        plain = self._slot(name, "")
-                    plain[0] += 1
-                    if new.get(OWNER) is not None:
-                        plain[1] += 1
-                    continue
-                if old.get(OWNER) is None and new.get(shape.ready) is not None:  # a claim
-                    if new.get(OWNER) is not None and (new.get(ATTEMPTS) or 0) > (old.get(ATTEMPTS) or 0):
-                        if plain is None:
-                            plain = self._slot(name, "")
-                        plain[1] += 1
-                    continue
-            self._one(name, shape, old, new)
 
     def _slot(self, name: str, value: str) -> list[int]:
         key = (name, value)
