@@ -95,7 +95,7 @@ class Database(Engine):
                 self._footprint.record(len(payload), seq, ops, self._documents)
             self.appender = _LogAppender(self._log, self._footprint, self._documents)
 
-    def query(self, text: str, params: Any = None, *, wait: int = 0) -> Any:
+    def query(self, text: Any, params: Any = None, *, wait: Any = 0) -> Any:  # checked, not only typed: 400s
         """Run one statement and answer what `POST /query` answers.
 
         `wait` (ms, at most 30 000) holds a claim as `Fenec-Wait` does over HTTP: a `set` or `del`

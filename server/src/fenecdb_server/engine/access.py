@@ -21,6 +21,7 @@ Every row an index yields is still tested against the whole filter.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -161,6 +162,7 @@ def _eq_ids(coll: Collection, target: str, values: Iterable[Any]) -> list[int] |
 
 _FIELD_RANK = {"bool": 1, "int": 2, "float": 2, "timestamp": 2, "text": 3, "bytes": 3}
 _NONE = object()  # no row of the field can equal the value
+_SECOND = operator.itemgetter(1)  # the id of a (distance, id) pair
 _SCAN = object()  # rows may equal the value under keys the index cannot name: scan instead
 
 
@@ -426,7 +428,7 @@ def _geo_walk(coll: Collection, q: Query, env: Env, need: int, tgt: str) -> list
         return rows[rid][tgt]
     nearest = idx.nearest(pt[0], pt[1], point_of, max_cells=max(400, len(rows) >> 2))
     try:
-        return _first_kept((rid for _, rid in nearest), rows, q.filter, env, need)
+        return _first_kept(map(_SECOND, nearest), rows, q.filter, env, need)  # lazy: the walk stops early
     except GiveUp:
         return None
 

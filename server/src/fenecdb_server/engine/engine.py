@@ -198,7 +198,7 @@ class Engine:
     def parse(self, text: str) -> list[A.Statement]:
         return self._parse(text)[0]
 
-    def _parse(self, text: str) -> tuple[list[A.Statement], list[int]]:
+    def _parse(self, text: Any) -> tuple[list[A.Statement], list[int]]:  # anything but text: 400
         if not isinstance(text, str):
             raise FenecError("query", "`query` must be text")
         got = self._parsed.get(text)
@@ -279,7 +279,7 @@ class Engine:
             self.remember_plan(key, p, version)
         return ready
 
-    def _statements(self, statements: list[tuple[str, Any]], block: bool) -> list[Parsed]:
+    def _statements(self, statements: list[tuple[Any, Any]], block: bool) -> list[Parsed]:
         if not block:
             if len(statements) != 1:
                 raise FenecError("query", ONE_AT_A_TIME)
@@ -293,7 +293,7 @@ class Engine:
                 raise
         return out
 
-    def _statement(self, text: str, params: Any) -> Parsed:
+    def _statement(self, text: Any, params: Any) -> Parsed:  # text checked by `_parse`
         try:  # the cache's hit, without a call
             stmts, needs = self._parsed[text]
         except (KeyError, TypeError):  # not parsed yet, or not text (which _parse refuses)
@@ -317,9 +317,10 @@ class Engine:
 
     # ---------------------------------------------------------------- running
 
-    def execute(self, statements: list[tuple[str, Any]], *, block: bool = False,
+    def execute(self, statements: list[tuple[Any, Any]], *, block: bool = False,
                 idempotency: Idem | None = None, scope: Scope | None = None) -> Result:
-        """Run one statement, or with `block` several as one block. `scope` None runs as the
+        """Run one statement, or with `block` several as one block: each a (text, params) pair, the
+        text checked here (400 for anything but text). `scope` None runs as the
         server token; a `policy.Scope` runs under that token's rules (scoped.py), every
         statement authorized before any runs. With `idempotency`, a write keeps its answers
         under the key, and a retry of it is answered them (`Result.replayed`)."""
@@ -438,8 +439,8 @@ class Engine:
         except FenecError as e:
             self._failed = e.message
             raise
-        except Exception as e:
-            self._failed = f"internal error appending a record: {type(e).__name__}"
+        except Exception as error:  # named apart from the FenecError above: mypyc types a name once
+            self._failed = f"internal error appending a record: {type(error).__name__}"
             log.exception("internal error appending a record")
             raise FenecError("io", f"{self._failed}: this write was not applied, but the file may hold "
                                    "it; every later write is refused until restart") from None

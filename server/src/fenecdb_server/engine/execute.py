@@ -28,7 +28,7 @@ class Block:
     __slots__ = ("undo", "ops", "ids", "schema_undo", "touched", "writes", "taken")
 
     def __init__(self) -> None:
-        self.undo: list = []
+        self.undo: list[tuple[Collection, int, Any]] = []  # (collection, id, the row before or None)
         self.ops: list = []
         self.ids: dict[Collection, int] = {}  # the id counter each touched collection had
         self.schema_undo: list[Callable[[], None]] = []
@@ -43,11 +43,11 @@ class Block:
 
     def rollback(self) -> None:
         """Put everything back. Safe to call twice: the second call finds nothing to undo."""
-        for coll, rid, old in reversed(self.undo):
+        for coll, rid, old in self.undo[::-1]:
             coll.undo_one(rid, old)
         for coll, nid in self.ids.items():
             coll.next_id = nid
-        for fn in reversed(self.schema_undo):
+        for fn in self.schema_undo[::-1]:
             fn()
         self.undo.clear()
         self.ops.clear()

@@ -360,9 +360,9 @@ def choose(db: Engine, plan: Plan, env: Env, limit: int | None) -> tuple[list[di
             try:
                 vals = [f(old, env) if f is not None else c for f, c in zip(fns, fixed, strict=False)]
                 new = apply_entries(schema, old, patch, vals)
-            except Overflow as e:
+            except Overflow as past:  # named apart from the FenecError below: mypyc types a name once
                 if limit is None:
-                    e.row = old
+                    past.row = old
                     raise
                 continue  # a picking set passes over a row whose new values overflow (execute._pass_over)
             except FenecError as e:
