@@ -14,7 +14,8 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
 
 # `make serve` installs the server alone; `make test` adds the test tools and the Python client.
-$(SERVE_STAMP): server/pyproject.toml
+# the sources too: the install compiles the engine's hot modules from them (server/setup.py)
+$(SERVE_STAMP): server/pyproject.toml server/setup.py $(shell find server/src/fenecdb_server -name '*.py')
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -e server
 	@touch $(SERVE_STAMP)

@@ -35,15 +35,20 @@ CLIENTS = [
 ]
 
 
-def run(name: str, cmd: list[str], cwd: Path = ROOT) -> bool:
-    print(f"\n=== {name}: {' '.join(cmd)}", flush=True)
+def run(name: str, cmd: list[str], cwd: Path = ROOT, extra_env: dict[str, str] | None = None) -> bool:
+    shown = " ".join(f"{k}={v}" for k, v in (extra_env or {}).items())
+    print(f"\n=== {name}: {shown + ' ' if shown else ''}{' '.join(cmd)}", flush=True)
     started = time.monotonic()
-    env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", **(extra_env or {}))
     code = subprocess.call(cmd, cwd=cwd, env=env)
     print(f"=== {name}: {'ok' if code == 0 else f'FAILED (exit {code})'} in {time.monotonic() - started:.1f} s",
           flush=True)
     return code == 0
 
+
+COMPILED_CHECK = ("import sys; import fenecdb_server.engine.engine as e; from fenecdb_server import compiled; "
+                  "print('the engine runs from', e.__file__); sys.exit(0 if compiled.running() else "
+                  "'the engine was installed as pure Python: the install said why (server/setup.py)')")
 
 # What ruff and mypy read: every Python part (all written by hand).
 PY_CHECKED = ["server", "clients/python", "conformance", "bench", "scripts"]
@@ -90,7 +95,15 @@ def main() -> int:
         return summary(passed, failed, skipped)
 
     python = str(VENV_BIN / "python")
+    # the install compiles the engine's hot modules (server/setup.py): say so, or why not
+    if shutil.which("cc") or shutil.which("gcc"):
+        record("server-compiled", run("server-compiled", [python, "-c", COMPILED_CHECK]))
+    else:
+        skip("server-compiled", "no C compiler on PATH: the engine was installed as pure Python")
     record("server", run("server", [python, "-m", "pytest", "server/tests"]))
+    # the tests that replace a function inside the engine, on its sources (conftest.py: `sources`)
+    record("server-sources", run("server-sources", [python, "-m", "pytest", "-m", "sources", "server/tests"],
+                                 extra_env={"FENECDB_PURE_PYTHON": "1"}))
     # the queue-compare table's statistics and writer (no peer server needed)
     record("bench", run("bench", [python, "-m", "pytest", "bench/compare"]))
 

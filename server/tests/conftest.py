@@ -13,6 +13,35 @@ import pytest
 SPEC_EPOCH_MS = 1777800000000
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test marked `sources` replaces a function inside the engine, which a compiled module calls
+    past any replacement (fenecdb_server/compiled.py): where the engine runs compiled, it is left
+    to the run on the sources (scripts/test_all.py runs it next, with FENECDB_PURE_PYTHON=1) and
+    the count of those left is printed, never passed over in silence."""
+    import fenecdb_server  # noqa: F401 - loads the engine, compiled or not
+    from fenecdb_server import compiled
+
+    if not compiled.running():
+        return
+    import importlib
+
+    for module in ("engine.engine", "engine.access", "engine.execute", "http.app", "storage.log"):
+        importlib.import_module(f"fenecdb_server.{module}")  # the compiled ones, to check their age
+    old = compiled.stale()
+    if old:
+        pytest.exit(f"compiled modules older than their sources: {', '.join(old)}; run `make test` (it "
+                    "compiles them again) or set FENECDB_PURE_PYTHON=1", returncode=2)
+    left = [item for item in items if item.get_closest_marker("sources") is not None]
+    if not left:
+        return
+    config.hook.pytest_deselected(items=left)
+    items[:] = [item for item in items if item.get_closest_marker("sources") is None]
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"NOTE: {len(left)} test(s) marked `sources` left to the run on the sources "
+                            "(FENECDB_PURE_PYTHON=1 python -m pytest -m sources server/tests)", yellow=True)
+
+
 class TestClock:
     """A callable clock for `Database(clock=...)`: epoch milliseconds, moved by hand."""
 

@@ -25,6 +25,7 @@ RANK = {
     "errors": 0,
     "values": 0,
     "gc_policy": 0,  # how the process runs Python's cycle collector: imports nothing of ours
+    "compiled": 0,  # which modules run compiled, the switch to the sources: imports nothing of ours
     "ql": 1,
     "plan": 2,
     "policy": 2.5,  # access rules: parsed with ql, split with plan's helpers, enforced by engine/scoped

@@ -193,7 +193,7 @@ def q(c: httpx.Client, query: str, *params: Any, **headers: str) -> httpx.Respon
 # -- start-up, small routes ------------------------------------------------------------------
 
 def test_startup_lines_health_root_collections_openapi(server: Server, c: httpx.Client) -> None:
-    assert re.fullmatch(r"fenec-server \S+: in memory  \[sync=250 ms, busy-poll=(100 us|off)\]", server.log[-2]), server.log
+    assert re.fullmatch(r"fenec-server \S+: in memory  \[sync=250 ms, busy-poll=(100 us|off), engine=(compiled|python)\]", server.log[-2]), server.log
     assert re.fullmatch(r"fenec-http \S+ listening on: http://127\.0\.0\.1:\d+  \[no auth\]", server.log[-1])
     r = c.get("/_health")
     assert (r.status_code, r.json()) == (200, {"ok": True})
@@ -472,7 +472,7 @@ def busy_metrics(c: httpx.Client) -> tuple[float, int]:
 def test_the_busy_poll_window_ends_after_an_answer_and_is_counted() -> None:
     s = Server("--busy-poll", "100")  # explicit: kept even where the server may use only one CPU
     try:
-        assert re.fullmatch(r"fenec-server \S+: in memory  \[sync=250 ms, busy-poll=100 us\]", s.log[-2])
+        assert re.fullmatch(r"fenec-server \S+: in memory  \[sync=250 ms, busy-poll=100 us, engine=(compiled|python)\]", s.log[-2])
         with s.client() as c:
             assert busy_metrics(c) == (0.0001, 0)  # no answer on the short way yet: never polled
             assert q(c, "create collection t (a int)").status_code == 200
@@ -487,7 +487,7 @@ def test_the_busy_poll_window_ends_after_an_answer_and_is_counted() -> None:
         assert s.stop() == 0
     s = Server("--busy-poll", "0")
     try:
-        assert s.log[-2].endswith("[sync=250 ms, busy-poll=off]")
+        assert re.search(r"\[sync=250 ms, busy-poll=off, engine=(compiled|python)\]$", s.log[-2])
         with s.client() as c:
             assert q(c, "create collection t (a int)").status_code == 200
             assert busy_metrics(c) == (0.0, 0)
@@ -500,7 +500,7 @@ def test_file_database_sigterm_logs(tmp_path: Path) -> None:
     s = Server("--file", str(path), "--sync", "always")
     try:
         assert f"opened: {path}" in s.log
-        assert re.fullmatch(rf"fenec-server \S+: {re.escape(str(path))}  \[sync=every write, busy-poll=(100 us|off)\]", s.log[-2])
+        assert re.fullmatch(rf"fenec-server \S+: {re.escape(str(path))}  \[sync=every write, busy-poll=(100 us|off), engine=(compiled|python)\]", s.log[-2])
         with s.client() as c:
             q(c, JOBS)
             assert q(c, "put jobs {payload: 1, run_at: now(), attempts: 0}").json() == {"affected": 1}

@@ -125,7 +125,7 @@ class FakeDB:
         return Result(answers, self.seq, wrote, taken)
 
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.sources]  # an App over a fake engine: the sources' App (conftest)
 
 
 @pytest.fixture

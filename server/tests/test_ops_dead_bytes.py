@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 
+import pytest
 from fenecdb_server import Database
 from fenecdb_server.cli import compaction_due, start_background
 from fenecdb_server.database import Idem
@@ -139,6 +140,7 @@ def test_compaction_is_due_past_the_ratio_and_the_floor_only(tmp_path) -> None:
     db.close()
 
 
+@pytest.mark.sources  # a spy on the engine's walk (conftest)
 def test_the_compaction_check_reads_the_storage_counts_and_never_walks_the_jobs(tmp_path, monkeypatch) -> None:
     """Run every few seconds on a live server: a pass over every job's state (`db.stats()`) there
     cost a million-job server most of a second of CPU each time."""

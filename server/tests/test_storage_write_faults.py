@@ -27,6 +27,8 @@ from fenecdb_server.errors import FenecError
 from fenecdb_server.http.idempotency import namespaced, request_hash
 from fenecdb_server.storage.files import FaultyFiles
 
+pytestmark = pytest.mark.sources  # faults injected inside the engine: on the sources (conftest)
+
 PUT = "put jobs [{n: 1, tag: 'a'}, {n: 2, tag: 'b'}, {n: 3, tag: 'c'}]"
 KEY = Idem(namespaced(b"k-1"), request_hash("POST", b"/query", PUT.encode()), 60_000)
 

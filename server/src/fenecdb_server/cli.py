@@ -16,6 +16,8 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from . import compiled
+
 if TYPE_CHECKING:
     from .database import Database
 
@@ -366,6 +368,7 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
     ver = version()
     sync_label = {"always": "every write", "off": "on shutdown"}.get(sync, f"{sync} ms")  # type: ignore[arg-type]
     busy_label = f"{busy_us} us" if busy_us else "off"
+    engine_label = "compiled" if compiled.running() else "python"  # setup.py, compiled.py
     auth = "no auth" if (access.open if access is not None else not token) else "token"
     if opts.get("http-read-only"):
         auth += ", read only"
@@ -374,7 +377,12 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
         async def startup(self, sockets: Any = None) -> None:
             await super().startup(sockets=sockets)
             self._fenec_background = start_background(db, compact, path)
-            say(f"fenec-server {ver}: {path or 'in memory'}  [sync={sync_label}, busy-poll={busy_label}]")
+            say(f"fenec-server {ver}: {path or 'in memory'}  [sync={sync_label}, busy-poll={busy_label}, "
+                f"engine={engine_label}]")
+            old = compiled.stale()
+            if old:
+                say(f"warning: compiled modules older than their sources run the old code: {', '.join(old)} "
+                    "(pip install -e server compiles them again)")
             say(f"fenec-http {ver} listening on: http://{shown}  [{auth}]")
 
         def capture_signals(self) -> Any:

@@ -194,6 +194,7 @@ def _row_by_row(tally: Any, undo: list, ops: list) -> None:
             tally._one(key[0], shape, old, after[key])
 
 
+@pytest.mark.sources  # a spy on the engine's counter (conftest)
 @pytest.mark.parametrize("seed", range(6))
 def test_the_counting_of_a_block_follows_the_row_by_row_rule(clock: Clock, seed: int) -> None:
     """`Tally._block` counts the workers' everyday writes on a short way (a put, a claim, an ack in

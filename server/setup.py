@@ -1,0 +1,81 @@
+"""The server's build: pyproject.toml says what the package is; this file adds the modules of the
+request's hot path compiled to C by mypyc (mypy's compiler for type-annotated Python).
+
+They stay plain Python in the repository, checked by mypy as the rest is, and run as they are
+where they were not compiled: the interpreter loads a compiled module in place of its source
+when both are there. Why, with the numbers: the README's "Compiled modules".
+
+FENECDB_PURE_PYTHON=1 installs without compiling. Where the compiler is missing or fails, the
+install goes on in pure Python and says so on stderr; `fenec-server` says which it runs at start.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+# The modules every claim, ack and put runs through, from the parsed request to the log; each is
+# compiled with every other one here (calls among them are C calls).
+COMPILED = [
+    "fenecdb_server/database.py",
+    "fenecdb_server/engine/access.py",
+    "fenecdb_server/engine/collection.py",
+    "fenecdb_server/engine/engine.py",
+    "fenecdb_server/engine/execute.py",
+    "fenecdb_server/engine/prepare.py",
+    "fenecdb_server/engine/queues.py",
+    "fenecdb_server/engine/records.py",
+    "fenecdb_server/engine/scoped.py",
+    "fenecdb_server/engine/sorted_index.py",
+    "fenecdb_server/engine/sorted_ints.py",
+    "fenecdb_server/plan/compile.py",
+    "fenecdb_server/storage/footprint.py",
+    "fenecdb_server/storage/log.py",
+    "fenecdb_server/http/app.py",
+    "fenecdb_server/http/metrics.py",
+    "fenecdb_server/http/numbers.py",
+]
+
+
+def _say(message: str) -> None:
+    print(f"fenecdb-server build: {message}", file=sys.stderr)
+
+
+class OptionalBuildExt(build_ext):
+    """A compile that fails leaves the package in pure Python, said loudly, not a failed install.
+    All or none: the compiled modules share one runtime library, so a part of them is removed."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as error:  # noqa: BLE001 - any compiler or toolchain failure
+            for path in self.get_outputs():
+                if os.path.exists(path):
+                    os.remove(path)
+            _say(f"WARNING: the compiled modules were not built ({error}); installing pure Python")
+
+
+def _ext_modules() -> list:
+    if os.environ.get("FENECDB_PURE_PYTHON"):
+        _say("FENECDB_PURE_PYTHON is set: installing pure Python")
+        return []
+    try:
+        from mypyc.build import mypycify
+    except ImportError as error:
+        _say(f"WARNING: mypyc is not importable ({error}); installing pure Python")
+        return []
+    try:  # mypy names each module from its path: src/ holds the package
+        # the build's environment holds none of the runtime dependencies: their `type: ignore`s go unused
+        # (mypyc fails the build on mypy's notes too: the one about untyped functions is not asked for)
+        return mypycify(["--ignore-missing-imports", "--no-warn-unused-ignores",
+                         "--disable-error-code", "annotation-unchecked",
+                         *(os.path.join("src", path) for path in COMPILED)], opt_level="3")
+    except (Exception, SystemExit) as error:  # noqa: BLE001 - mypyc exits on a type error it finds
+        _say(f"WARNING: mypyc could not compile the hot modules ({error}); installing pure Python")
+        return []
+
+
+setup(ext_modules=_ext_modules(), cmdclass={"build_ext": OptionalBuildExt})
