@@ -34,8 +34,9 @@ serve: $(SERVE_STAMP) ## install the server in .venv and serve on 127.0.0.1:$(PO
 test: $(STAMP) ## set up .venv and run every test of every part whose toolchain is present
 	$(BIN)/python scripts/test_all.py
 
-test-server: $(STAMP) ## the server's tests only
+test-server: $(STAMP) ## the server's tests only (then those marked `sources` on the sources, as make test does)
 	$(BIN)/python -m pytest server/tests
+	FENECDB_PURE_PYTHON=1 $(BIN)/python -m pytest -m sources server/tests
 
 test-dashboard: $(STAMP) ## the dashboard clicked through in headless Chromium (/usr/bin/chromium; screenshots in server/tests/browser/artifacts)
 	bash server/tests/browser/test.sh
