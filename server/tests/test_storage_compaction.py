@@ -37,6 +37,25 @@ def test_compaction_keeps_the_snapshot_and_the_records_after_the_mark(tmp_path) 
     assert reopen(path) == (b"five live jobs", [b"after the mark", b"after the swap"])
 
 
+def test_a_snapshot_given_in_parts_is_written_as_the_one_they_make(tmp_path) -> None:
+    # records.encode_snapshot hands over its parts unjoined; they are written a MiB at a time
+    # (blocks that cut across parts), the header's length and crc32 those of the whole
+    parts = [b"{", os.urandom(700_000), b"", os.urandom(900_000), b"x" * 5, os.urandom(1_500_000), b"}"]
+    whole = b"".join(parts)
+    for i, snapshot in enumerate([parts, whole]):
+        path = str(tmp_path / f"db{i}.fenec")
+        lg = Log(path, sync="off")
+        lg.open()
+        lg.append(b"dead")
+        mark = lg.compaction_start()
+        lg.append(b"after the mark")
+        lg.compaction_finish(snapshot, mark)
+        lg.close()
+        assert reopen(path) == (whole, [b"after the mark"])
+    with open(tmp_path / "db0.fenec", "rb") as a, open(tmp_path / "db1.fenec", "rb") as b:
+        assert a.read() == b.read()
+
+
 def test_a_second_compaction_replaces_the_first_snapshot(tmp_path) -> None:
     path = str(tmp_path / "db.fenec")
     lg = Log(path, sync="off")

@@ -156,9 +156,9 @@ class Database(Engine):
         finally:
             self.lock.release_write()
         try:
-            payload, sizes = records.encode_snapshot(state, _hand_over)
+            parts, sizes = records.encode_snapshot(state, _hand_over)
             del state
-            done = self._log.compaction_finish(payload, mark)
+            done = self._log.compaction_finish(parts, mark)
             done["write_lock_us"] = write_lock_us  # the copy of the row maps (writes wait for it)
             self.last_compaction = done
             self.lock.acquire_write()
@@ -184,7 +184,8 @@ class Database(Engine):
         the encoding); works in memory too."""
         with self.reading():
             state = records.snapshot_state(self)
-        payload, _ = records.encode_snapshot(state, _hand_over)
+        parts, _ = records.encode_snapshot(state, _hand_over)
+        payload = b"".join(parts)
         try:
             head = record_header(payload, snapshot=True)
         except ValueError as e:

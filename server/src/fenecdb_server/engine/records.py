@@ -176,40 +176,63 @@ def _key_json(key: str, s: Stored) -> list:
     return [key, s.request_hash.hex(), s.at, s.ttl_ms, s.answers]
 
 
-def encode_snapshot(state: dict, pause: Callable[[], None] | None = None) -> tuple[bytes, dict]:
-    """The snapshot payload, and the sizes it measured on the way (for `Footprint.calibrate`)."""
-    colls = []
+def encode_snapshot(state: dict, pause: Callable[[], None] | None = None) -> tuple[list[bytes], dict]:
+    """The snapshot payload as its parts, to be written one after another (their concatenation is
+    the payload), and the sizes it measured on the way (for `Footprint.calibrate`). Never joined
+    here: a million rows are tens of MB, and each whole copy held the interpreter lock for tens of
+    ms, with the server's requests waiting (storage/compaction.py joins them a MiB at a time)."""
+    parts = [b'{"s":%d,"colls":[' % int(state["s"])]
     sizes: dict[str, tuple[int, int]] = {}
-    for schema_json, next_id, rows in state["colls"]:
+    for n, (schema_json, next_id, rows) in enumerate(state["colls"]):
         schema = Schema.from_json(schema_json)
-        rows_json = _rows_json(schema, rows, pause)
-        nbytes = len(rows_json)
+        rows_parts = _rows_parts(schema, rows, pause)
+        nbytes = sum(len(part) for part in rows_parts)
         sizes[schema_json["name"]] = (nbytes, len(rows))
-        colls.append(b'{"schema":%b,"next":%d,"bytes":%d,"rows":%b}'
-                     % (dumps(schema_json), int(next_id), nbytes, rows_json))
+        parts.append(b'%b{"schema":%b,"next":%d,"bytes":%d,"rows":'
+                     % (b"," if n else b"", dumps(schema_json), int(next_id), nbytes))
+        parts += rows_parts
+        parts.append(b"}")
     idem_json = dumps([_key_json(k, s) for k, s in state["idem"]])
     idem_bytes = len(idem_json)
-    payload = b'{"s":%d,"colls":[%b],"idem":%b,"idem_bytes":%d}' % (
-        int(state["s"]), b",".join(colls), idem_json, idem_bytes)
-    return payload, {"rows": sizes, "keys": (idem_bytes, len(state["idem"]))}
+    parts.append(b'],"idem":%b,"idem_bytes":%d}' % (idem_json, idem_bytes))
+    return parts, {"rows": sizes, "keys": (idem_bytes, len(state["idem"]))}
 
 
 def _rows_json(schema: Schema, rows: dict, pause: Callable[[], None] | None = None) -> bytes:
-    """A collection's rows as the snapshot's JSON array, encoded SNAPSHOT_CHUNK rows per call,
-    `pause()` after each: one encoder call holds the GIL for its whole run, so over a whole
-    collection at once it kept every other thread (the event loop, in the server) waiting for
-    all of it; between chunks they run. The server's compaction pauses with `time.sleep(0)`,
+    """A collection's rows as the snapshot's JSON array (`_rows_parts` joined)."""
+    return b"".join(_rows_parts(schema, rows, pause))
+
+
+def _snapshot_row(schema: Schema, row: dict) -> dict:
+    """A row as a snapshot holds it: where no field holds bytes (`Schema.plain`) and no value is
+    null, the row as it is stored, its id included (the id is not a field, so reading skips it;
+    orjson writes every other value as `encode_row` would have made it, a geo tuple as an array),
+    without the copy `encode_row` makes: a million rows encode in X s against Y."""
+    if schema.plain:
+        for v in row.values():
+            if v is None:
+                return encode_row(schema, row)
+        return row
+    return encode_row(schema, row)
+
+
+def _rows_parts(schema: Schema, rows: dict, pause: Callable[[], None] | None = None) -> list[bytes]:
+    """A collection's rows as the parts of the snapshot's JSON array, encoded SNAPSHOT_CHUNK rows
+    per call, `pause()` after each: one encoder call holds the GIL for its whole run, so over a
+    whole collection at once it kept every other thread (the event loop, in the server) waiting
+    for all of it; between chunks they run. The server's compaction pauses with `time.sleep(0)`,
     which hands the GIL to a thread waiting for it (`Database.compact`). A million rows encode
     in 0.67 s by chunks of 100 against 0.98 s by chunks of 1 000 (no pause).
     scripts/compaction_pause.py measures what a writer waits during a compaction."""
     ids = sorted(rows)
-    parts = []
+    parts = [b"["]
     for at in range(0, len(ids), SNAPSHOT_CHUNK):
-        chunk = dumps([[rid, encode_row(schema, rows[rid])] for rid in ids[at:at + SNAPSHOT_CHUNK]])
-        parts.append(chunk[1:-1])
+        chunk = dumps([[rid, _snapshot_row(schema, rows[rid])] for rid in ids[at:at + SNAPSHOT_CHUNK]])
+        parts.append(chunk[1:-1] if at == 0 else b"," + chunk[1:-1])
         if pause is not None:
             pause()
-    return b"[" + b",".join(parts) + b"]"
+    parts.append(b"]")
+    return parts
 
 
 def load_snapshot(eng: Engine, payload: bytes) -> tuple[dict[str, tuple[int, int]], tuple[int, int]]:

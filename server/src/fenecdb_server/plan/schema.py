@@ -33,6 +33,13 @@ class Schema:
     fields: dict[str, FieldInfo]
     # Indexes keyed by the target text: "run_at" or "meta.lang" -> kind
     indexes: dict[str, str] = field(default_factory=dict)
+    # no field holds bytes (nor a list of them): every value a row holds is one orjson writes as
+    # it is stored, so a snapshot writes such a row as it is (engine/records.py `_snapshot_row`).
+    # A field's type never changes once created (only its index), so this is taken once.
+    plain: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.plain = not any(f.type == "bytes" or f.type == ("list", "bytes") for f in self.fields.values())
 
     @property
     def ttl_field(self) -> FieldInfo | None:

@@ -36,10 +36,20 @@ def file_header() -> bytes:
 
 def record_header(payload: bytes, snapshot: bool = False) -> bytes:
     """The 12 bytes written before `payload`. Raises ValueError past `MAX_PAYLOAD`."""
-    n = len(payload)
+    return record_head(len(payload), zlib.crc32(payload), snapshot)
+
+
+def check_size(n: int) -> None:
+    """Raises ValueError when a payload of `n` bytes is past `MAX_PAYLOAD`."""
     if n > MAX_PAYLOAD:
         raise ValueError(f"a record of {n} bytes is over the {MAX_PAYLOAD}-byte limit")
-    head8 = _HEAD8.pack(n | SNAPSHOT_BIT if snapshot else n, zlib.crc32(payload))
+
+
+def record_head(n: int, crc: int, snapshot: bool = False) -> bytes:
+    """The 12 bytes written before a payload of `n` bytes whose crc32 is `crc` (a payload written
+    in parts: its crc carried from part to part, `zlib.crc32(part, crc)`)."""
+    check_size(n)
+    head8 = _HEAD8.pack(n | SNAPSHOT_BIT if snapshot else n, crc)
     return head8 + _U32.pack(zlib.crc32(head8))
 
 

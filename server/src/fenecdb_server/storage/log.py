@@ -452,8 +452,9 @@ class Log:
         with self._lock:
             self._compacting = False
 
-    def compaction_finish(self, snapshot: bytes, mark: tuple[int, int]) -> dict[str, int]:
-        """Write the side file, swap it in; return sizes and the time the log lock was held."""
+    def compaction_finish(self, snapshot: bytes | list[bytes], mark: tuple[int, int]) -> dict[str, int]:
+        """Write the side file, swap it in; return sizes and the time the log lock was held.
+        `snapshot`: the payload, whole or in the parts that make it (written without a join)."""
         try:
             return compaction.run(self, snapshot, mark)
         finally:
