@@ -207,7 +207,9 @@ def _snapshot_row(schema: Schema, row: dict) -> dict:
     """A row as a snapshot holds it: where no field holds bytes (`Schema.plain`) and no value is
     null, the row as it is stored, its id included (the id is not a field, so reading skips it;
     orjson writes every other value as `encode_row` would have made it, a geo tuple as an array),
-    without the copy `encode_row` makes: a million rows encode in X s against Y."""
+    without the copy `encode_row` makes. A million jobs' rows encoded (compiled, in process,
+    alternated): 0.60-0.78 s against 0.95-1.48 s with every row through `encode_row`, the
+    snapshot 84.7 MB against 72.8 (each id written twice)."""
     if schema.plain:
         for v in row.values():
             if v is None:
