@@ -37,7 +37,8 @@ Fields:
 
 Snapshot: `{"s": S, "colls": [coll, ...], "idem": [key, ...], "idem_bytes": n}`, each coll
 `{"schema": schema, "next": next_id, "bytes": n, "rows": [[id, row], ...]}` (rows in id order,
-`bytes` the size of its `rows` array), each key `[key, hash, at, ttl_ms, answers]` (or, written up
+`bytes` the size of its `rows` array; a row of a collection with no bytes field and no null is
+written as it is stored, so it also holds `"id": id`, which reading skips), each key `[key, hash, at, ttl_ms, answers]` (or, written up
 to 52ba4c8, `[key, hash, status, body, at, ttl_ms]`); `bytes` and `idem_bytes` calibrate the
 dead-bytes estimate (storage/footprint.py) and are absent in the oldest snapshots.
 
