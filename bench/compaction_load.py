@@ -1,0 +1,58 @@
+"""Claims and acks while a compaction runs: `python bench/compaction_load.py [rounds]`.
+
+Starts a `fenec-server` on a file (the harness of `make queue-compare`, bench/compare), loads a
+million ready jobs, then per round runs eight claim-and-ack worker processes for 3 s twice: once
+alone, once with `POST /_admin/compact` sent as the window starts. Prints each window's jobs a second
+and how long the compaction took; the jobs taken are put back between windows. Run from the
+repository's root (`.venv/bin/python bench/compaction_load.py`); bench/README.md has the numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.compare import fenec, loadgen  # noqa: E402 - after the path to the repository
+
+
+def main() -> int:
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+    system = fenec.System()
+    with tempfile.TemporaryDirectory() as workdir:
+        system.start(workdir, durable=False)
+        try:
+            system.load(1_000_000, ready=True)
+            for _ in range(rounds):
+                for compact in (False, True):
+                    done: dict = {}
+
+                    def compaction(done: dict = done) -> None:
+                        started = time.perf_counter()
+                        request = urllib.request.Request(system.url + "/_admin/compact", method="POST", data=b"")
+                        with urllib.request.urlopen(request, timeout=300) as answer:
+                            done.update(json.loads(answer.read()))
+                        done["seconds"] = time.perf_counter() - started
+
+                    thread = threading.Thread(target=compaction) if compact else None
+                    if thread is not None:
+                        thread.start()
+                    result = loadgen.run_workers(system, "claim-ack", 8, 3.0)
+                    if thread is not None:
+                        thread.join()
+                    took = f", the compaction took {done['seconds']:.2f} s" if compact else ""
+                    print(f"compaction={compact}: {result['rate']:.0f} jobs/s{took}", flush=True)
+                    system.load(result["done"], ready=True)
+        finally:
+            system.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
