@@ -1,25 +1,22 @@
-"""Claims and acks while a compaction runs: `python bench/compaction_load.py [rounds]`.
+"""Claims and acks while a compaction runs: `python -m bench.compare.compaction_load [rounds]`.
 
 Starts a `fenec-server` on a file (the harness of `make queue-compare`, bench/compare), loads a
 million ready jobs, then per round runs eight claim-and-ack worker processes for 3 s twice: once
 alone, once with `POST /_admin/compact` sent as the window starts. Prints each window's jobs a second
 and how long the compaction took; the jobs taken are put back between windows. Run from the
-repository's root (`.venv/bin/python bench/compaction_load.py`); bench/README.md has the numbers.
+repository's root (`.venv/bin/python -m bench.compare.compaction_load`); bench/README.md has the numbers.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
 import threading
 import time
 import urllib.request
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bench.compare import fenec, loadgen  # noqa: E402 - after the path to the repository
+from . import fenec, loadgen
 
 
 def main() -> int:
