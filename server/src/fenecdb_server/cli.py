@@ -346,7 +346,8 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
                          slow_ms=slow_ms, sync_always=bool(path) and sync == "always",
                          auth=access.auth if access else None, auth_delay_ms=access.delay_ms if access else 100,
                          max_statement_bytes=opts.get("max-statement-bytes", 1 << 20), closes_told=True),
-              connections=lambda: len(server_box[0].server_state.connections) if server_box else 0, busy=poll)
+              connections=lambda: len(server_box[0].server_state.connections) if server_box else 0, busy=poll,
+              requests=lambda: server_box[0].server_state.total_requests if server_box else 0)
 
     class Protocol(FenecProtocol):
         # the claim's short way (protocol.py), unless the access log must see every request
@@ -376,7 +377,7 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
     class Server(uvicorn.Server):
         async def startup(self, sockets: Any = None) -> None:
             await super().startup(sockets=sockets)
-            self._fenec_background = start_background(db, compact, path)
+            self._fenec_background = start_background(db, compact, path, requests=app.requests)
             say(f"fenec-server {ver}: {path or 'in memory'}  [sync={sync_label}, busy-poll={busy_label}, "
                 f"engine={engine_label}]")
             old = compiled.stale()
@@ -456,8 +457,15 @@ def compaction_due(db: Database, ratio: float, min_dead: int = COMPACT_MIN_DEAD)
     return bool(size) and dead >= min_dead and dead / size >= ratio
 
 
+def compact_paced(db: Database, requests: Callable[[], int] | None) -> dict:
+    """An automatic compaction, its encoder resting while the server answers (`database.Pace`)."""
+    from .database import Pace
+
+    return db.compact(auto=True, pace=Pace(requests) if requests is not None else None)
+
+
 def start_background(db: Database, compact: str, path: str | None, *, every_s: float = COMPACT_CHECK_S,
-                     min_dead: int = COMPACT_MIN_DEAD) -> Any:
+                     min_dead: int = COMPACT_MIN_DEAD, requests: Callable[[], int] | None = None) -> Any:
     """The TTL sweeper (expired `@ttl` rows and Idempotency-Keys, physically deleted by
     `db.sweep()`, which itself keeps them a minute past their time), and auto-compaction
     (server.md §1.2): every `every_s`, compact once `compaction_due`. Both run in a worker
@@ -483,7 +491,7 @@ def start_background(db: Database, compact: str, path: str | None, *, every_s: f
             try:
                 if not await loop.run_in_executor(None, compaction_due, db, ratio, min_dead):
                     continue
-                done = await loop.run_in_executor(None, lambda: db.compact(auto=True))
+                done = await loop.run_in_executor(None, compact_paced, db, requests)
                 say(f"compacted: {done['bytes_before']:,} -> {done['bytes_after']:,} bytes, "
                     f"log lock held {done['lock_us'] / 1000:.1f} ms")
             except Exception as e:

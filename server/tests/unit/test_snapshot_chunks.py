@@ -108,3 +108,53 @@ def test_a_row_of_plain_fields_is_written_as_stored_and_reads_back_the_same(tmp_
         assert back.query("get p where t > 0")[0]["n"] == 1
     finally:
         back.close()
+
+
+def test_the_pace_rests_only_while_the_loop_answers_requests(monkeypatch) -> None:
+    # a server's compaction (database.Pace): after each slice it rests if requests were answered
+    # since its last look, and runs on if none were (an idle server's compaction runs flat out)
+    import fenecdb_server.database as database
+
+    slept: list[float] = []
+    monkeypatch.setattr(database.time, "sleep", lambda s: slept.append(s))
+    monkeypatch.setattr(database.threading, "active_count", lambda: 2)
+    answered = [0]
+    pace = database.Pace(lambda: answered[0], slice_s=0.0, rest_s=0.009)  # every call ends a slice
+    pace()
+    assert slept == [0] and pace.rests == 0  # handed over; nothing answered: no rest
+    answered[0] += 3
+    pace()
+    assert slept == [0, 0, 0.009] and pace.rests == 1
+    pace()
+    assert slept == [0, 0, 0.009, 0] and pace.rests == 1  # nothing answered since
+    answered[0] += 1  # answered during the last call's hand-over, or a rest
+    pace()
+    assert slept[-1] == 0.009 and pace.rests == 2
+    long = database.Pace(lambda: answered[0], slice_s=3600.0)
+    answered[0] += 5
+    long()
+    assert long.rests == 0  # within its slice: hands over only
+
+
+def test_a_paced_compaction_answers_its_rests_and_loses_nothing(tmp_path) -> None:
+    import fenecdb_server.database as database
+
+    db = Database(str(tmp_path / "p.fenec"))
+    try:
+        db.query("create collection t (n int)")
+        db.query("put t $1", [[{"n": i} for i in range(5 * SNAPSHOT_CHUNK)]])
+        db.query("del t where n % 2 = 0")
+        answered = iter(range(10 ** 6))  # a loop that answers between every two looks
+        done = db.compact(pace=database.Pace(lambda: next(answered), slice_s=0.0, rest_s=0.0))
+        assert done["rests"] == 3  # after each of the 2.5 chunks
+        assert done["bytes_after"] < done["bytes_before"]
+        assert {"encode_ms", "write_ms", "write_lock_us", "lock_us"} <= set(done)
+        seq, data = db.backup(pace=database.Pace(lambda: 0))
+        assert seq == db.seq and data.startswith(b"FENECLOG")
+    finally:
+        db.close()
+    db = Database(str(tmp_path / "p.fenec"))
+    try:
+        assert db.query("get t count") == [{"count": 5 * SNAPSHOT_CHUNK // 2}]
+    finally:
+        db.close()

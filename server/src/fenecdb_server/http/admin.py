@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
+from ..database import Pace
 from ..errors import FenecError
 from . import errors as E
 
@@ -55,7 +56,7 @@ def add_admin_routes(api: FastAPI, app: App) -> None:
                             media_type=JSON)
         loop = asyncio.get_running_loop()
         try:
-            done = await loop.run_in_executor(None, app.db.compact)
+            done = await loop.run_in_executor(None, lambda: app.db.compact(pace=Pace(app.requests)))
         except FenecError as e:
             status, body = E.answer(e)
             return Response(body, status_code=status, media_type=JSON)
@@ -71,7 +72,7 @@ def add_admin_routes(api: FastAPI, app: App) -> None:
             return refused
         loop = asyncio.get_running_loop()
         try:
-            seq, data = await loop.run_in_executor(None, app.db.backup)
+            seq, data = await loop.run_in_executor(None, lambda: app.db.backup(pace=Pace(app.requests)))
         except FenecError as e:
             status, body = E.answer(e)
             return Response(body, status_code=status, media_type=JSON)

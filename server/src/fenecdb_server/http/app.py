@@ -215,10 +215,12 @@ class Refusal(Exception):
 
 class App:
     def __init__(self, db: Database, config: Config | None = None, *,
-                 connections: Callable[[], int] = lambda: 0, busy: BusyPoll | None = None) -> None:
+                 connections: Callable[[], int] = lambda: 0, busy: BusyPoll | None = None,
+                 requests: Callable[[], int] = lambda: 0) -> None:
         self.db = db
         self.config = config or Config()
         self.connections = connections
+        self.requests = requests  # requests answered so far: a compaction rests while it moves (database.Pace)
         self.metrics = Metrics(self.config.version)
         self.busy = self.metrics.busy = busy  # the protocol's polling window (busy_poll.py), or None
         self.recent = Recent()  # per-second samples for the dashboard (admin.py)
