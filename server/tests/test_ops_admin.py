@@ -95,7 +95,7 @@ def test_compaction_under_writes_loses_nothing(path: Path) -> None:
             assert writers.failed == []
             assert len(writers.answered) == WRITERS * PER_WRITER
             for done in runs:
-                assert set(done) >= {"bytes_before", "bytes_after", "lock_us", "write_lock_us"}
+                assert set(done) >= {"bytes_before", "bytes_after", "lock_us", "write_lock_us", "encode_ms", "write_ms", "rests"}
             assert runs[0]["bytes_after"] < before  # the 500 deleted rows are gone from the file
             assert keys(c) == set(writers.answered) | {-i for i in range(1, 501)}
         assert s.stop() == 0
