@@ -59,7 +59,7 @@ class Pace:
 
     Measured over HTTP on a 2-core machine (`python -m bench.compare.compaction_load 2 4 1`: a
     million jobs, eight claiming and acking workers for 4 s, the compaction asked for 1 s in; the
-    trees alternated, 8 windows each): the workers ran 18 300-20 400 jobs a second during a
+    trees alternated, 4 windows of each kind per tree): the workers ran 18 300-20 400 jobs a second during a
     compaction, against 12 200-18 200 with hand-overs alone (20 100-22 500 and 18 500-22 400 with
     none); the compaction took 4.9-5.1 s against 4.3-4.8 (our reading: the encoder spent most of its
     time waiting for the GIL after each hand-over, so the rests take little from it). A rest of 19 ms
