@@ -57,7 +57,18 @@ def rows(jobs: int) -> list[Row]:
             Row("few_p99", f"claim with {n} leased/delayed and 3 ready, p99", "ms", "lower")]
     out += [Row(f"durable_{w}", f"durable writes, {w} writer{'s' if w > 1 else ''}", "writes/s", "higher")
             for w in WRITERS]
+    out.append(Row("host_ms", "host check: 1 000 000 additions in Python, mean of 3 in the round", "ms", ""))
     return out
+
+
+def host_check() -> float:
+    """The harness's own interpreter timing a fixed loop, with no server running: how fast the machine was at
+    that moment, so a round run while a neighbour held the host shows in the table (ms)."""
+    t0 = time.perf_counter()
+    s = 0
+    for i in range(1_000_000):
+        s += i
+    return (time.perf_counter() - t0) * 1000
 
 
 PHASES_PER_ROUND = 7 + len(WORKERS) + len(WRITERS) - 1  # the `phase` calls of `one_round`
@@ -124,7 +135,9 @@ def one_round(system: Any, sizes: Sizes, dirs: Workdirs, record: Callable[[str, 
     Three server starts, each on a fresh data directory: the wake rows and the million ready jobs; the
     million leased or delayed (a fresh server rather than a dropped queue, so no system is still reclaiming
     the last million — FenecDB's auto-compaction, Redis's AOF rewrite, beanstalkd's old tube, PostgreSQL's
-    dead rows — while the row is measured); the durable writes at the strongest setting."""
+    dead rows — while the row is measured); the durable writes at the strongest setting. The host is timed
+    before each start (`host_check`)."""
+    host = [host_check()]
     with server(system, dirs, durable=False):
         r = loadgen.wake_latency(system, sizes.wakes, None)
         record("wake_block_p50", r["p50"])
@@ -155,6 +168,7 @@ def one_round(system: Any, sizes: Sizes, dirs: Workdirs, record: Callable[[str, 
             record(f"tput_{w}", r["rate"])
             taken = r["done"]
         phase(f"restart, load {sizes.jobs} leased/delayed")
+    host.append(host_check())
     with server(system, dirs, durable=False):
         system.load(sizes.jobs, ready=False)
         phase("claim 3 ready among the leased")
@@ -163,11 +177,13 @@ def one_round(system: Any, sizes: Sizes, dirs: Workdirs, record: Callable[[str, 
         record("few_p50", r["p50"])
         record("few_p99", r["p99"])
         phase("restart, durable")
+    host.append(host_check())
     with server(system, dirs, durable=True):
         for i, w in enumerate(WRITERS):
             if i:
                 phase(f"durable writes, {w} writers")
             record(f"durable_{w}", loadgen.run_workers(system, "put", w, sizes.durable_seconds)["rate"])
+    record("host_ms", sum(host) / len(host))
     phase("done")
 
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from . import targets
 from .stats import Row, ratios, summary
 
 FENEC = "fenecdb"
@@ -91,6 +92,8 @@ def markdown(results: dict[str, Any], summed: dict[str, Any]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Ratios are FenecDB's speed over the peer's in the same round (above 1: FenecDB ahead; below 1: "
               "behind): the peer's time over FenecDB's for a latency, FenecDB's rate over the peer's for a rate."]
+    if FENEC in present:
+        lines += [""] + targets.markdown(targets.check(results, summed))
     skipped = [f"{systems[k]['name']}: {systems[k]['skipped']}" for k in systems if "skipped" in systems[k]]
     if skipped:
         lines += ["", "Skipped: " + "; ".join(skipped) + "."]
@@ -107,5 +110,5 @@ def write(results: dict[str, Any], outdir: Path, stem: str = "queue-compare") ->
     outdir.mkdir(parents=True, exist_ok=True)
     md, js = outdir / f"{stem}.md", outdir / f"{stem}.json"
     md.write_text(text)
-    js.write_text(json.dumps({**results, "summary": summed}, indent=2))
+    js.write_text(json.dumps({**results, "summary": summed, "targets": targets.check(results, summed)}, indent=2))
     return md, js, text

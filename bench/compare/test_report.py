@@ -80,7 +80,9 @@ def test_markdown_table_has_a_row_each_and_names_what_was_skipped(tmp_path) -> N
     lines = text.splitlines()
     header = next(line for line in lines if line.startswith("| Workload"))
     assert header == "| Workload | FenecDB | Redis | FenecDB vs Redis |"
-    body = [line for line in lines if line.startswith("| ") and not line.startswith("| Workload")]
+    table = lines[lines.index(header):]
+    table = table[:table.index("")]
+    body = table[2:]
     assert len(body) == 3
     assert body[0] == "| claim 10, p50 (ms) | 2.00 (1.00–3.00) | 0.500 (0.500–1.50) | 0.50× (0.25–0.50) |"
     assert body[1].startswith("| claim + ack (jobs/s) | 2 000 (1 000–3 000) | 7 000 (4 000–10 000) | 0.30×")
@@ -131,3 +133,29 @@ def test_the_harness_rows_are_the_issues_workloads() -> None:
         assert key in keys
     labels = " / ".join(r.label for r in rows(1_000_000))
     assert "claim 10 of 1 000 000 ready" in labels and "1 000 000 leased/delayed and 3 ready" in labels
+
+
+def test_the_targets_say_which_are_met_and_which_could_not_be_measured(tmp_path) -> None:
+    results = sample()
+    results["rows"].append(Row("claim_p99", "claim 10, p99", "ms", "lower").__dict__)
+    results["values"]["claim_p99"] = {"fenecdb": {"0": 0.9, "1": 1.2, "2": 1.5}}  # median 1.2: over 1 ms
+    results["values"]["claim_p50"]["redis"] = {"0": 1.5, "1": 2.0, "2": 3.0}  # ratios 1.5, 1, 1: median 1
+    _, js, text = report.write(results, tmp_path)
+    by = {(c["row"], c["asks"]): c for c in json.loads(js.read_text())["targets"]}
+    assert by[("claim_p50", "≥ 1× Redis")]["met"] is True  # exactly at the bound is met
+    assert by[("claim_p99", "≤ 1 ms")]["met"] is False
+    assert by[("claim_p50", "≥ 2× PostgreSQL")]["met"] is None  # PostgreSQL not in this run
+    assert by[("tput_1", "≥ 0.9× Redis")]["met"] is False  # 0.3×
+    assert "tput_4" not in {c["row"] for c in by.values()}  # a row this run has not: no target shown
+    assert "FenecDB's own targets: 1 of 3 met in this run (2 not measured)." in text
+    assert "| claim 10, p99 | ≤ 1 ms | 1.2 ms | **no** |" in text
+    assert "| claim 10, p50 | ≥ 1× Redis | 1.00× | yes |" in text
+
+
+def test_the_targets_cover_the_rows_they_name() -> None:
+    from .harness import rows
+    from .targets import TARGETS
+
+    keys = {r.key for r in rows(1_000_000)}
+    assert {t.row for t in TARGETS} <= keys
+    assert len(TARGETS) == 14  # claim 3, claim + ack 6, wake 2, durable 2, load 1
