@@ -65,7 +65,7 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def markdown(results: dict[str, Any], summed: dict[str, Any]) -> str:
+def markdown(results: dict[str, Any], summed: dict[str, Any], checked: list[dict[str, Any]]) -> str:
     systems = results["systems"]
     present = [k for k in systems if "skipped" not in systems[k]]
     peers = [k for k in present if k != FENEC]
@@ -93,7 +93,7 @@ def markdown(results: dict[str, Any], summed: dict[str, Any]) -> str:
     lines += ["", "Ratios are FenecDB's speed over the peer's in the same round (above 1: FenecDB ahead; below 1: "
               "behind): the peer's time over FenecDB's for a latency, FenecDB's rate over the peer's for a rate."]
     if FENEC in present:
-        lines += [""] + targets.markdown(targets.check(results, summed))
+        lines += [""] + targets.markdown(checked)
     skipped = [f"{systems[k]['name']}: {systems[k]['skipped']}" for k in systems if "skipped" in systems[k]]
     if skipped:
         lines += ["", "Skipped: " + "; ".join(skipped) + "."]
@@ -106,9 +106,10 @@ def markdown(results: dict[str, Any], summed: dict[str, Any]) -> str:
 
 def write(results: dict[str, Any], outdir: Path, stem: str = "queue-compare") -> tuple[Path, Path, str]:
     summed = summarize(results)
-    text = markdown(results, summed)
+    checked = targets.check(results, summed)
+    text = markdown(results, summed, checked)
     outdir.mkdir(parents=True, exist_ok=True)
     md, js = outdir / f"{stem}.md", outdir / f"{stem}.json"
     md.write_text(text)
-    js.write_text(json.dumps({**results, "summary": summed, "targets": targets.check(results, summed)}, indent=2))
+    js.write_text(json.dumps({**results, "summary": summed, "targets": checked}, indent=2))
     return md, js, text

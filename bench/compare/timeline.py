@@ -8,7 +8,8 @@ A tracepoint costs about a microsecond, where strace stops the server at every c
 times are close to the untraced ones. Needs `perf` (Debian's linux-perf) and the right to trace
 (root, or kernel.perf_event_paranoid at -1). The server sleeps through the harness's pause before
 each put, so each wake starts with a poll that waited: the first read after it is the put, a write
-to that connection is the put's answer, a write to another is the worker's.
+to that connection is the put's answer, a write to the connection read last before the sleep (the
+worker's waiting claim) is the worker's, and any other write is an append to the server's file.
 """
 
 from __future__ import annotations
