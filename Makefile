@@ -15,7 +15,7 @@ help: ## list the targets
 
 # `make serve` installs the server alone; `make test` adds the test tools and the Python client.
 # the sources too: the install compiles the engine's hot modules from them (server/setup.py)
-$(SERVE_STAMP): server/pyproject.toml server/setup.py $(shell find server/src/fenecdb_server -name '*.py')
+$(SERVE_STAMP): server/pyproject.toml server/setup.py $(shell find server/src/fenecdb_server -name '*.py' -o -name '*.c')
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -e server
 	@touch $(SERVE_STAMP)

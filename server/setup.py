@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 # The modules every claim, ack and put runs through, from the parsed request to the log; each is
@@ -38,6 +38,8 @@ COMPILED = [
     "fenecdb_server/http/metrics.py",
     "fenecdb_server/http/numbers.py",
 ]
+
+DATASYNC_THREAD = "fenecdb_server/storage/datasync_thread.c"  # a C module of its own, no Python source
 
 
 def _say(message: str) -> None:
@@ -67,12 +69,17 @@ def _ext_modules() -> list:
     except ImportError as error:
         _say(f"WARNING: mypyc is not importable ({error}); installing pure Python")
         return []
+    if sys.platform.startswith("linux"):
+        # the fdatasync thread of --sync always, in C (storage/sync_thread.py says why)
+        extra = [Extension("fenecdb_server.storage._datasync_thread", [os.path.join("src", DATASYNC_THREAD)])]
+    else:
+        extra = []
     try:  # mypy names each module from its path: src/ holds the package
         # the build's environment holds none of the runtime dependencies: their `type: ignore`s go unused
         # (mypyc fails the build on mypy's notes too: the one about untyped functions is not asked for)
         return mypycify(["--ignore-missing-imports", "--no-warn-unused-ignores",
                          "--disable-error-code", "annotation-unchecked",
-                         *(os.path.join("src", path) for path in COMPILED)], opt_level="3")
+                         *(os.path.join("src", path) for path in COMPILED)], opt_level="3") + extra
     except (Exception, SystemExit) as error:  # noqa: BLE001 - mypyc exits on a type error it finds
         _say(f"WARNING: mypyc could not compile the hot modules ({error}); installing pure Python")
         return []

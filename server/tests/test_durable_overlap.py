@@ -22,8 +22,8 @@ import pytest
 from fenecdb_server import Database
 from fenecdb_server.http.app import App, Config
 from fenecdb_server.http.busy_poll import BusyPoll
-from fenecdb_server.storage import StorageFailed
-from fenecdb_server.storage.files import FaultyFiles
+from fenecdb_server.storage import StorageFailed, sync_thread
+from fenecdb_server.storage.files import FaultyFiles, OsFiles
 from fenecdb_server.storage.kernel_aio import DatasyncRing, drain_eventfd
 from fenecdb_server.storage.log import Log
 
@@ -110,6 +110,89 @@ def test_the_kernel_ring_runs_an_fdatasync_and_tells_it_through_its_eventfd(tmp_
         finally:
             ring.close()
         assert DatasyncRing.open(-1) is None  # never a ring for a bad descriptor
+    finally:
+        os.close(fd)
+
+
+# -- the thread of its own (storage/sync_thread.py) -----------------------------------------
+
+def test_a_compiled_install_runs_its_fdatasyncs_on_the_thread_of_its_own(tmp_path) -> None:
+    from fenecdb_server import compiled
+
+    if not compiled.running():
+        pytest.skip("installed without compiling: the kernel's ring (or a sync in place) stands in")
+    assert sync_thread.built()
+    log = Log(tmp_path / "f.fenec", sync="always")
+    log.open()
+    try:
+        assert isinstance(log.datasync_ring(), sync_thread.DatasyncThread)
+    finally:
+        log.close()
+
+
+def test_the_thread_runs_an_fdatasync_and_tells_it_through_its_eventfd(tmp_path) -> None:
+    if not sync_thread.built():
+        pytest.skip("installed without compiling: no thread of its own here")
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        ring = sync_thread.open_thread(fd)
+        assert ring is not None
+        try:
+            assert ring.reap(block=False) is None and ring.reap(block=True) is None  # nothing in flight
+            for round_ in range(3):
+                os.pwrite(fd, b"record %d\n" % round_, round_ * 9)
+                ring.submit(fd)
+                assert ring.in_flight
+                with pytest.raises(RuntimeError):
+                    ring.submit(fd)  # one at a time
+                readable, _, _ = select.select([ring.fileno()], [], [], DEADLINE)
+                assert readable == [ring.fileno()]
+                ring.clear()  # as the loop does once woken
+                assert select.select([ring.fileno()], [], [], 0)[0] == []
+                assert ring.reap(block=False) == 0 and not ring.in_flight
+                assert ring.reap(block=False) is None
+            ring.submit(fd)
+            assert ring.reap(block=True) == 0  # a waiter that cannot wait for the loop...
+            assert select.select([ring.fileno()], [], [], DEADLINE)[0] == [ring.fileno()]  # ...and the loop woken
+            ring.clear()
+            os.close(os.dup(fd))
+            spare = os.dup(fd)
+            os.close(spare)
+            ring.submit(spare)  # a descriptor closed meanwhile: its errno, told as the kernel's ring tells it
+            assert ring.reap(block=True) == -errno.EBADF
+            with pytest.raises(OSError):
+                ring.submit(-1)
+            ring.submit(fd)
+        finally:
+            ring.close()  # waits for the sync in flight, then ends the thread
+        assert not ring.in_flight
+        ring.close()  # a second close does nothing
+        with pytest.raises(ValueError):
+            ring.submit(fd)
+    finally:
+        os.close(fd)
+
+
+def test_no_thread_for_a_descriptor_that_cannot_be_synced(tmp_path) -> None:
+    r, w = os.pipe()
+    try:
+        assert sync_thread.open_thread(w) is None
+        assert sync_thread.open_thread(-1) is None
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_a_log_without_the_thread_falls_back_to_the_kernel_ring(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(sync_thread, "DatasyncThread", None)
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        ring = OsFiles().datasync_ring(fd)
+        try:
+            assert ring is None or isinstance(ring, DatasyncRing)
+        finally:
+            if ring is not None:
+                ring.close()
     finally:
         os.close(fd)
 

@@ -18,10 +18,13 @@ stops and the loop sleeps as before: an idle server costs no CPU, and a server a
 request every few seconds spends at most one window of one core on each.
 
 It is a trade of CPU for latency, so it stands down where the CPU is needed elsewhere:
-- while an fdatasync runs on the kernel's AIO (`--sync always`, http/durable.py): the kernel runs
-  that sync in a worker on the CPU that submitted it, the very CPU the spin would hold (measured
+- while an fdatasync runs on the log's ring (`--sync always`, http/durable.py): the kernel runs
+  an AIO sync in a worker on the CPU that submitted it, the very CPU the spin would hold (measured
   with the spin left on: eight writers of durable puts fell from 9 400 to 5 600 writes/s, and one
-  writer with every sync on the AIO from 2 900 to 1 800);
+  writer with every sync on the AIO from 2 900 to 1 800). The thread of storage/sync_thread.py
+  may run on another CPU, but on a busy machine it shares the loop's: with the spin left on
+  during its syncs, eight writers measured 6 490-7 200 writes/s against 6 590-7 380 with it
+  standing down (alternated, one sitting), so it stands down for either;
 - by default, when the process may run on a single CPU (its affinity, or its cgroup's quota):
   there the client it waits for may need that CPU to send the request (cli.py decides).
 """

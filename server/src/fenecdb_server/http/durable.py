@@ -5,9 +5,10 @@ Redis's pattern for `appendfsync always`: a write runs on the loop as any reques
 engine appends its record to the OS file at once, `storage/log.py`), but its answer is parked;
 the first write of a turn schedules a flush with `call_soon`, which runs after every callback
 already ready, i.e. once this turn's requests have all run. The flush starts one fdatasync for
-every record appended so far (the log's leader step, `Log.sync_begin`) on the kernel's AIO
-(`storage/kernel_aio.py`) and the loop goes on reading and running requests; the kernel tells
-the end through an eventfd the loop watches, and `_reaped` releases every answer the sync
+every record appended so far (the log's leader step, `Log.sync_begin`) on the log's ring (a
+thread of its own, `storage/sync_thread.py`, or the kernel's AIO, `storage/kernel_aio.py`) and
+the loop goes on reading and running requests; the ring tells the end through an eventfd the
+loop watches, and `_reaped` releases every answer the sync
 covered, then starts the next one for the writes parked meanwhile. So the busier the server,
 the more writes share one fdatasync, and the loop is never idle for a disk.
 
@@ -22,9 +23,11 @@ A turn with a lone write syncs it in place (`Log.sync_upto`, the loop waits): wi
 overlap, the ring's round trip (submit, the eventfd's wake, reap) only adds to the answer's
 time. Measured over HTTP, one writer of puts: 2 950 writes/s in place, 2 545 through the ring;
 eight writers: 9 850-10 230 writes/s with the rule as here, 9 020-9 100 with every sync in
-place, 9 620-10 000 with every sync on the ring (this 2-core machine, one sitting). Where the
-kernel, the architecture or a sandbox has no AIO fdatasync, every sync runs in place, as it
-did before.
+place, 9 620-10 000 with every sync on the ring (this 2-core machine, one sitting). Starting
+the sync at a write's append rather than after the turn was tried with the thread: one writer
+2 550-2 780 writes/s against 2 790-2 920, eight 5 920-6 850 against 7 320-7 360 (another
+2-core machine, one sitting); the turn's flush stays. Where there is neither the thread nor an
+AIO fdatasync, every sync runs in place, as it did before.
 
 The `Log.deferred()` scope is what keeps `Database.execute` from waiting itself: inside it, on
 the loop thread, `wait_durable` notes the record's ticket instead of blocking, and `App.run`
@@ -42,7 +45,8 @@ writers and a third `write` (the pool waking the loop), and only 1.2-1.3 writes 
 fsync: the threads fought over the GIL while the server was CPU-bound. A single syncer thread
 was tried twice and dropped: it needs the GIL back to say it is done, and the busy loop gives
 it up only at the interpreter's 5 ms switch interval (8 writers: 5 859-6 583 writes/s against
-7 235-7 349 with the sync in place, same sitting). The kernel's AIO needs no GIL to finish.
+7 235-7 349 with the sync in place, same sitting). Neither the kernel's AIO nor the C thread of
+`storage/sync_thread.py` needs the GIL to finish.
 
 A failed fdatasync fails every write parked on it with the log's "outcome unknown" 500, and the
 log refuses every later write (`Log._finish_ring`, `Log._lead_sync`), as before.
@@ -75,11 +79,11 @@ class TurnSync:
 
     @property
     def overlapped(self) -> bool:
-        """True when fdatasyncs run while the loop goes on (kernel AIO), False when in place."""
+        """True when fdatasyncs run while the loop goes on (the ring), False when in place."""
         return self._ring is not None
 
     def syncing(self) -> bool:
-        """An fdatasync runs on the kernel's AIO now (the loop goes on meanwhile)."""
+        """An fdatasync runs on the ring now (the loop goes on meanwhile)."""
         return bool(self._covered)
 
     def after(self, ticket: int, then: Callable[[StorageFailed | None], None]) -> None:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .kernel_aio import DatasyncRing, Ring
+from .sync_thread import open_thread
 
 _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 _fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
@@ -58,9 +59,10 @@ class OsFiles:
         _fdatasync(fd)
 
     def datasync_ring(self, fd: int) -> Ring | None:
-        """A way to run fdatasyncs of `fd` while the caller goes on (kernel AIO), tried once on
-        it, or None where there is none here: the caller then runs `datasync` in place."""
-        return DatasyncRing.open(fd)
+        """A way to run fdatasyncs of `fd` while the caller goes on, tried once on it: a thread of
+        its own (`sync_thread.py`), else the kernel's AIO, else None: the caller then runs
+        `datasync` in place."""
+        return open_thread(fd) or DatasyncRing.open(fd)
 
     def allocate(self, fd: int, offset: int, length: int) -> None:
         """Reserve `length` bytes at `offset`, reading as zeros (the file grows to cover them).
@@ -230,7 +232,8 @@ EIO = errno.EIO
 
 
 class _CountedRing:
-    """A `DatasyncRing` whose submits count, and fail as scheduled, as `datasync` calls."""
+    """A ring (the thread or the kernel's AIO) whose submits count, and fail as scheduled, as
+    `datasync` calls."""
 
     def __init__(self, files: FaultyFiles, ring: Ring) -> None:
         self._files = files

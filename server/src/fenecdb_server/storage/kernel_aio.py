@@ -8,6 +8,9 @@ is done, and a busy loop hands the GIL over only at the interpreter's switch int
 measured slower (`http/durable.py`). Here the kernel runs the fdatasync on its own worker and
 bumps the eventfd; no Python thread and no GIL are involved until the loop reads it.
 
+The log uses it where the thread of `sync_thread.py` was not built (an install without a
+compiler): the kernel runs this sync on a worker bound to the submitting CPU, the loop's own.
+
 Only the three calls are used, through `ctypes` and the C library's `syscall` (no library is
 needed: glibc has no wrapper for them). One sync is in flight at a time (the log's leader
 step, `log.py`). Where the kernel, the architecture or a sandbox does not allow it,

@@ -344,12 +344,12 @@ class Log:
             if self._async_ring is None and self._fd >= 0 and self._failure is None and not self._syncing:
                 self._async_ring = self.files.datasync_ring(self._fd)
                 if self._async_ring is None:
-                    log.info("%s: each fdatasync runs in place (no kernel AIO for it here)", self.path)
+                    log.info("%s: each fdatasync runs in place (no sync thread or kernel AIO here)", self.path)
             return self._async_ring
 
     def sync_begin(self, ring: Ring) -> bool:
         """Start an fdatasync covering every record appended so far, without waiting for it
-        (kernel AIO, `kernel_aio.py`): the caller watches `ring` and calls `sync_reap`. False
+        (`sync_thread.py`, `kernel_aio.py`): the caller watches `ring` and calls `sync_reap`. False
         if there is nothing to start: nothing dirty, or a sync is already running. The same
         leader step as `_lead_sync`; raises StorageFailed as it does."""
         with self._cond:
