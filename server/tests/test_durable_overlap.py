@@ -183,6 +183,27 @@ def test_no_thread_for_a_descriptor_that_cannot_be_synced(tmp_path) -> None:
         os.close(w)
 
 
+def test_the_environment_picks_the_way_for_a_measurement(tmp_path, monkeypatch) -> None:
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        monkeypatch.setenv("FENECDB_DATASYNC", "inplace")
+        assert OsFiles().datasync_ring(fd) is None  # every sync in place, on the loop
+        monkeypatch.setenv("FENECDB_DATASYNC", "aio")
+        ring = OsFiles().datasync_ring(fd)
+        try:
+            assert ring is None or isinstance(ring, DatasyncRing)
+        finally:
+            if ring is not None:
+                ring.close()
+        if sync_thread.built():
+            monkeypatch.setenv("FENECDB_DATASYNC", "thread")
+            ring = OsFiles().datasync_ring(fd)
+            assert isinstance(ring, sync_thread.DatasyncThread)
+            ring.close()
+    finally:
+        os.close(fd)
+
+
 def test_a_log_without_the_thread_falls_back_to_the_kernel_ring(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(sync_thread, "DatasyncThread", None)
     fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o644)

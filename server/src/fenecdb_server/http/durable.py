@@ -25,8 +25,8 @@ time. Measured over HTTP, one writer of puts: 2 950 writes/s in place, 2 545 thr
 eight writers: 9 850-10 230 writes/s with the rule as here, 9 020-9 100 with every sync in
 place, 9 620-10 000 with every sync on the ring (this 2-core machine, one sitting). Starting
 the sync at a write's append rather than after the turn was tried with the thread: one writer
-2 550-2 780 writes/s against 2 790-2 920, eight 5 920-6 850 against 7 320-7 360 (another
-2-core machine, one sitting); the turn's flush stays. Where there is neither the thread nor an
+2 550-2 780 writes/s against 2 790-2 920, eight 5 920-6 850 against 7 320-7 360 (processes of the
+Python client, on a 2-core AMD machine, one sitting); the turn's flush stays. Where there is neither the thread nor an
 AIO fdatasync, every sync runs in place, as it did before.
 
 The `Log.deferred()` scope is what keeps `Database.execute` from waiting itself: inside it, on

@@ -27,6 +27,9 @@ _fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)  # macOS 
 _fallocate: Callable[[int, int, int], None] | None = getattr(os, "posix_fallocate", None)
 
 
+DATASYNC_ENV = "FENECDB_DATASYNC"  # thread (the default), aio or inplace: OsFiles.datasync_ring
+
+
 class OsFiles:
     """Real file calls. Every method raises `OSError` on failure, as `os` does."""
 
@@ -61,8 +64,12 @@ class OsFiles:
     def datasync_ring(self, fd: int) -> Ring | None:
         """A way to run fdatasyncs of `fd` while the caller goes on, tried once on it: a thread of
         its own (`sync_thread.py`), else the kernel's AIO, else None: the caller then runs
-        `datasync` in place."""
-        return open_thread(fd) or DatasyncRing.open(fd)
+        `datasync` in place. FENECDB_DATASYNC=aio or =inplace in the environment skips the ways
+        before it (to measure one against another: bench/durable_cost.py)."""
+        way = os.environ.get(DATASYNC_ENV, "")
+        if way == "inplace":
+            return None
+        return (None if way == "aio" else open_thread(fd)) or DatasyncRing.open(fd)
 
     def allocate(self, fd: int, offset: int, length: int) -> None:
         """Reserve `length` bytes at `offset`, reading as zeros (the file grows to cover them).
