@@ -34,6 +34,8 @@ import sys
 import tempfile
 import time
 
+from server_cost import wait_for_server  # run as a script: bench/ is on the path
+
 PUT = "put jobs {payload: $1, run_at: now(), attempts: 0}"
 SCHEMA = "create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int, error text)"
 WARM = 2000
@@ -90,15 +92,7 @@ def main() -> int:
                              "--sync", args.sync, "--busy-poll", "0", "--max-connections", "0"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("fenec-server did not start") from None
-                time.sleep(0.1)
+        wait_for_server(port, proc)
         conns = [socket.create_connection(("127.0.0.1", port), timeout=60) for _ in range(args.connections)]
         for c in conns:
             c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -25,6 +25,19 @@ CLAIM = ("set jobs {owner: $1, run_at: now() + 30000, attempts: attempts + 1} "
          "where run_at <= now() order run_at limit 10 returning *")
 
 
+def wait_for_server(port: int, proc: subprocess.Popen, seconds: float = 60) -> None:
+    """Until the server started as `proc` accepts a connection on `port` (also bench/durable_cost.py)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError("fenec-server did not start") from None
+            time.sleep(0.1)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--claims", type=int, default=3000)
@@ -38,15 +51,7 @@ def main() -> int:
     proc = subprocess.Popen([server, "--http", f"127.0.0.1:{port}"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        wait_for_server(port, proc)
         conn = http.client.HTTPConnection("127.0.0.1", port)
 
         def query(body: dict) -> bytes:

@@ -189,12 +189,7 @@ def test_the_environment_picks_the_way_for_a_measurement(tmp_path, monkeypatch) 
         monkeypatch.setenv("FENECDB_DATASYNC", "inplace")
         assert OsFiles().datasync_ring(fd) is None  # every sync in place, on the loop
         monkeypatch.setenv("FENECDB_DATASYNC", "aio")
-        ring = OsFiles().datasync_ring(fd)
-        try:
-            assert ring is None or isinstance(ring, DatasyncRing)
-        finally:
-            if ring is not None:
-                ring.close()
+        _kernel_ring_or_none(fd)
         if sync_thread.built():
             monkeypatch.setenv("FENECDB_DATASYNC", "thread")
             ring = OsFiles().datasync_ring(fd)
@@ -208,14 +203,17 @@ def test_a_log_without_the_thread_falls_back_to_the_kernel_ring(tmp_path, monkey
     monkeypatch.setattr(sync_thread, "DatasyncThread", None)
     fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        ring = OsFiles().datasync_ring(fd)
-        try:
-            assert ring is None or isinstance(ring, DatasyncRing)
-        finally:
-            if ring is not None:
-                ring.close()
+        _kernel_ring_or_none(fd)
     finally:
         os.close(fd)
+
+
+def _kernel_ring_or_none(fd: int) -> None:
+    """The files' way is the kernel's ring, or in place where this machine has none."""
+    ring = OsFiles().datasync_ring(fd)
+    if ring is not None:
+        assert isinstance(ring, DatasyncRing)
+        ring.close()
 
 
 def test_a_ring_refused_on_a_descriptor_is_none_and_the_log_syncs_in_place(tmp_path) -> None:
