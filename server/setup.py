@@ -5,6 +5,10 @@ They stay plain Python in the repository, checked by mypy as the rest is, and ru
 where they were not compiled: the interpreter loads a compiled module in place of its source
 when both are there. Why, with the numbers: the README's "Compiled modules".
 
+It also builds one module written in C, `storage/datasync_thread.c` (the fdatasync thread of
+`--sync always`; `storage/sync_thread.py` says why), with the same all-or-none fallback: without it
+the server syncs on the kernel's AIO or in place.
+
 FENECDB_PURE_PYTHON=1 installs without compiling. Where the compiler is missing or fails, the
 install goes on in pure Python and says so on stderr; `fenec-server` says which it runs at start.
 """
