@@ -41,6 +41,7 @@ COMPILED = [
     "fenecdb_server/http/app.py",
     "fenecdb_server/http/metrics.py",
     "fenecdb_server/http/numbers.py",
+    "fenecdb_server/convert.py",
 ]
 
 DATASYNC_THREAD = "fenecdb_server/storage/datasync_thread.c"  # a C module of its own, no Python source

@@ -1,7 +1,7 @@
 """The server is one-way: ql -> plan -> engine -> storage -> held -> database -> http (server README).
 
-A module may import only from its own layer or the layers before it; `errors` and `values`
-are the base every layer may use. The test reads every module's imports from its source, and
+A module may import only from its own layer or the layers before it; `errors`, `values` and
+`convert` are the base every layer may use. The test reads every module's imports from its source, and
 checks the README's picture of the layers against RANK and the package's files.
 
 Calls follow the imports only if the engine is typed where it is handed on: a parameter or an
@@ -24,6 +24,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 RANK = {
     "errors": 0,
     "values": 0,
+    "convert": 0,  # conversion on write, beside values so that it is compiled: imports errors and values
     "gc_policy": 0,  # how the process runs Python's cycle collector: imports nothing of ours
     "compiled": 0,  # which modules run compiled, the switch to the sources: imports nothing of ours
     "ql": 1,

@@ -189,6 +189,13 @@ ODD_HEADS: list[list[bytes]] = [
     [b"POST /query HTTP/1.1\r\nHost: x\r\nX-A: 1\r\nUser-Agent: t/1 (\x80\xff)\r\nX-Tab: a\tb\r\n" + _LEN + b"\r\n" + _BODY],
     [b"POST /query HTTP/1.1\r\nHost: x\r\nX-Empty:\r\nX-Spaces:   v   \r\n" + _LEN + b"\r\n" + _BODY],
     [b"POST /query HTTP/1.1\r\nHost: x\r\nBad Name: 1\r\n" + _LEN + b"\r\n" + _BODY],  # a space in a name
+    [b"POST /query HTTP/1.1\r\nHost: x\r\n: no name\r\n" + _LEN + b"\r\n" + _BODY],
+    [b"POST /query HTTP/1.1\r\nHost: x\r\nNo-Colon\r\n" + _LEN + b"\r\n" + _BODY],
+    [b"POST /query HTTP/1.1\r\nHost: x\r\n Folded: 1\r\n" + _LEN + b"\r\n" + _BODY],  # a line starting blank
+    [b"POST /query HTTP/1.1\r\nHost: x\r\nX-Ctl: a\x01b\r\n" + _LEN + b"\r\n" + _BODY],  # a control byte
+    [b"POST /query HTTP/1.1\r\nHost: x\r\nX-Del: a\x7fb\r\n" + _LEN + b"\r\n" + _BODY],
+    [b"POST /query HTTP/1.1\r\nHost: x\r\nX-Cr: a\rb\r\n" + _LEN + b"\r\n" + _BODY],  # a bare CR in a value
+    [b"POST /query HTTP/1.1\r\nHost: x\r\nX-Lf: a\nb\r\n" + _LEN + b"\r\n" + _BODY],  # a bare LF
     [b"POST /query HTTP/1.1\r\nHost: x\r\n" + _LEN + _LEN + b"\r\n" + _BODY],  # Content-Length twice
     [b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: 1" + b"0" * 20 + b"\r\n\r\n" + _BODY],
     [b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n" + _BODY],

@@ -1,11 +1,11 @@
-"""values: conversion on write (fenecql.md §3.2), the total order (§3.4), truth (§9.6), time (§11.1)."""
+"""values and convert: conversion on write (fenecql.md §3.2), the total order (§3.4), truth (§9.6), time (§11.1)."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
-from fenecdb_server import FenecError
+from fenecdb_server import FenecError, convert
 from fenecdb_server import values as V
 
 TS = V.Ts(1777800000000)  # 2026-05-03T09:20:00Z
@@ -13,7 +13,7 @@ TS = V.Ts(1777800000000)  # 2026-05-03T09:20:00Z
 
 def refused(v, ftype, needle=None):
     with pytest.raises(FenecError) as ei:
-        V.coerce(v, ftype)
+        convert.coerce(v, ftype)
     assert ei.value.status == 400
     if needle:
         assert needle in ei.value.message
@@ -23,28 +23,28 @@ def refused(v, ftype, needle=None):
 # ---------------------------------------------------------------- §3.2 row by row
 
 def test_bool_accepts_bool_only():
-    assert V.coerce(True, "bool") is True
+    assert convert.coerce(True, "bool") is True
     refused(1, "bool", "expected bool, found int")
     refused("true", "bool", "expected bool, found text")
 
 
 def test_int_row():
-    assert V.coerce(7, "int") == 7
-    got = V.coerce(3.0, "int")
+    assert convert.coerce(7, "int") == 7
+    got = convert.coerce(3.0, "int")
     assert got == 3 and type(got) is int
-    got = V.coerce(TS, "int")
+    got = convert.coerce(TS, "int")
     assert got == 1777800000000 and type(got) is int
     refused(2.5, "int", "expected int, found float")
     refused("3", "int", "expected int, found text")
     refused({"a": 1}, "int", "expected int, found object")
     refused(2**63, "int")
-    assert V.coerce(2**63 - 1, "int") == 2**63 - 1
-    assert V.coerce(-(2**63), "int") == -(2**63)
+    assert convert.coerce(2**63 - 1, "int") == 2**63 - 1
+    assert convert.coerce(-(2**63), "int") == -(2**63)
 
 
 def test_float_row():
-    assert V.coerce(2.5, "float") == 2.5
-    got = V.coerce(4, "float")
+    assert convert.coerce(2.5, "float") == 2.5
+    got = convert.coerce(4, "float")
     assert got == 4.0 and type(got) is float
     refused("1.5", "float", "expected float, found text")
     refused(math.nan, "float")
@@ -52,35 +52,35 @@ def test_float_row():
 
 
 def test_text_row():
-    assert V.coerce("ada", "text") == "ada"
-    assert V.coerce(TS, "text") == "2026-05-03T09:20:00Z"
+    assert convert.coerce("ada", "text") == "ada"
+    assert convert.coerce(TS, "text") == "2026-05-03T09:20:00Z"
     refused(1, "text", "expected text, found int")
     refused(1.5, "text")
     refused(True, "text", "found bool")
 
 
 def test_bytes_row():
-    assert V.coerce(b"\x00\xff", "bytes") == b"\x00\xff"
-    assert V.coerce("é", "bytes") == "é".encode()
+    assert convert.coerce(b"\x00\xff", "bytes") == b"\x00\xff"
+    assert convert.coerce("é", "bytes") == "é".encode()
     refused(3, "bytes", "expected bytes, found int")
 
 
 def test_timestamp_row():
-    assert V.coerce(TS, "timestamp") == TS
-    got = V.coerce(1789821296000, "timestamp")
+    assert convert.coerce(TS, "timestamp") == TS
+    got = convert.coerce(1789821296000, "timestamp")
     assert type(got) is V.Ts and got == 1789821296000
-    assert V.coerce("2026-09-19T12:34:56Z", "timestamp") == 1789821296000
+    assert convert.coerce("2026-09-19T12:34:56Z", "timestamp") == 1789821296000
     refused(1.5, "timestamp")
     refused("yesterday", "timestamp", "not a time")
 
 
 def test_json_row():
-    got = V.coerce({"b": 1, "a": {"d": 2, "c": 3}}, "json")
+    got = convert.coerce({"b": 1, "a": {"d": 2, "c": 3}}, "json")
     assert list(got) == ["a", "b"] and list(got["a"]) == ["c", "d"]
-    assert V.coerce(19.99, "json") == 19.99
-    assert type(V.coerce(3, "json")) is int
-    assert V.coerce([TS], "json") == ["2026-05-03T09:20:00Z"]
-    assert V.coerce(None, "json") is None
+    assert convert.coerce(19.99, "json") == 19.99
+    assert type(convert.coerce(3, "json")) is int
+    assert convert.coerce([TS], "json") == ["2026-05-03T09:20:00Z"]
+    assert convert.coerce(None, "json") is None
     refused(b"x", "json", "expected json, found bytes")
     refused(math.inf, "json")
     deep = 1
@@ -90,12 +90,12 @@ def test_json_row():
     ok = 1
     for _ in range(64):
         ok = {"k": ok}
-    V.coerce(ok, "json")
+    convert.coerce(ok, "json")
 
 
 def test_geo_row():
-    assert V.coerce([13.3, 38.1], "geo") == (13.3, 38.1)
-    assert V.coerce([180, -90], "geo") == (180.0, -90.0)
+    assert convert.coerce([13.3, 38.1], "geo") == (13.3, 38.1)
+    assert convert.coerce([180, -90], "geo") == (180.0, -90.0)
     refused([13.3], "geo")
     refused([38.1, 91], "geo", "out of range")
     refused([181, 0], "geo", "out of range")
@@ -105,8 +105,8 @@ def test_geo_row():
 
 
 def test_list_row():
-    assert V.coerce([1, 2.0], ("list", "int")) == [1, 2]
-    assert V.coerce(["2026-01-01"], ("list", "timestamp")) == [V.parse_time("2026-01-01")]
+    assert convert.coerce([1, 2.0], ("list", "int")) == [1, 2]
+    assert convert.coerce(["2026-01-01"], ("list", "timestamp")) == [V.parse_time("2026-01-01")]
     refused(3, ("list", "int"), "expected [int], found int")
     refused([1, "x"], ("list", "int"))
 
@@ -114,7 +114,7 @@ def test_list_row():
 @pytest.mark.parametrize("ftype", ["bool", "int", "float", "text", "bytes", "timestamp", "json", "geo",
                                    ("list", "int")])
 def test_null_converts_to_every_type(ftype):
-    assert V.coerce(None, ftype) is None
+    assert convert.coerce(None, ftype) is None
 
 
 # ---------------------------------------------------------------- §3.4 the total order
@@ -243,7 +243,7 @@ def test_format_parse_round_trip_over_the_whole_range():
 
 def test_timestamp_out_of_range_refused():
     with pytest.raises(FenecError) as ei:
-        V.coerce(2**63, "timestamp")
+        convert.coerce(2**63, "timestamp")
     assert ei.value.status == 400
 
 
@@ -268,7 +268,7 @@ def nest_objects(n, innermost):
 
 
 def test_json_64_levels_of_objects_accepted_65_refused():
-    V.coerce(nest_objects(64, 1), "json")
+    convert.coerce(nest_objects(64, 1), "json")
     refused(nest_objects(65, 1), "json", "deeper")
 
 
@@ -277,8 +277,8 @@ def test_json_65_levels_refused_whatever_the_innermost_holds():
     refused(nest_objects(64, []), "json", "deeper")
     refused(nest_objects(63, [[]]), "json", "deeper")
     refused(nest_objects(63, [[1, 2]]), "json", "deeper")
-    assert V.coerce(nest_objects(63, {}), "json") == nest_objects(63, {})  # 64 objects
-    assert V.coerce(nest_objects(63, [None]), "json") == nest_objects(63, [None])
+    assert convert.coerce(nest_objects(63, {}), "json") == nest_objects(63, {})  # 64 objects
+    assert convert.coerce(nest_objects(63, [None]), "json") == nest_objects(63, [None])
     refused(nest_objects(63, [{}]), "json", "deeper")  # 63 objects, a list, an object
 
 
@@ -287,7 +287,7 @@ def test_json_holds_64_bit_integers_only_as_an_int_field_does():
         refused(v, "json", "out of range (64-bit)")
         refused({"a": [1, v]}, "json", "out of range (64-bit)")
         refused(v, "int", "out of range (64-bit)")
-    assert V.coerce({"hi": 2**63 - 1, "lo": -(2**63)}, "json") == {"hi": 2**63 - 1, "lo": -(2**63)}
+    assert convert.coerce({"hi": 2**63 - 1, "lo": -(2**63)}, "json") == {"hi": 2**63 - 1, "lo": -(2**63)}
 
 
 def test_a_year_of_thousands_of_digits_is_out_of_range_not_a_crash():

@@ -25,6 +25,7 @@ import operator
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from .. import convert as C
 from .. import values as V
 from ..errors import FenecError
 from ..plan.compile import Env
@@ -418,7 +419,7 @@ def _geo_walk(coll: Collection, q: Query, env: Env, need: int, tgt: str) -> list
         p = point(None, env)
         if p is None:
             return None
-        pt = V.to_point(p)
+        pt = C.to_point(p)
     except Exception:
         return None
     idx = coll.index(tgt)
@@ -449,7 +450,7 @@ def _geo_ids(coll: Collection, g: Any, env: Env) -> list[int] | None:
             raise _Empty()
         if type(r) not in (int, float):
             return None
-        pt = V.to_point(p)
+        pt = C.to_point(p)
         return idx.radius_ids(pt[0], pt[1], float(r), budget)
     except _Empty:
         raise

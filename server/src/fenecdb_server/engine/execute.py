@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .. import convert as C
 from .. import values as V
 from ..errors import FenecError, Overflow
 from ..plan.compile import Env
@@ -147,10 +148,10 @@ def apply_entries(schema: Schema, base: dict, entries: list, vals: list) -> dict
     try:
         for (target, _, ftype, _), v in zip(entries, vals, strict=False):
             if target.keys:
-                jv = V.to_json_value(v)
+                jv = C.to_json_value(v)
                 row[target.name] = _set_path(row.get(target.name), target.keys, jv, target.text)
             else:
-                row[target.name] = V.coerce(v, ftype)
+                row[target.name] = C.coerce(v, ftype)
     except FenecError as e:
         raise (_in_field(e, target.text) if target is not None else e) from None
     return row
@@ -263,7 +264,7 @@ def _rewrite_plain(plain: tuple[list, list], picked: list[dict], env: Env) -> li
     try:
         if len(per_row) == 1:  # a claim's `attempts: attempts + 1`
             name, fn, convert = per_row[0]
-            if convert is V.same:
+            if convert is C.same:
                 for old, new in zip(picked, news, strict=True):
                     new[name] = fn(old, env)
             else:
@@ -360,21 +361,21 @@ def _document(schema: Schema, d: dict) -> dict:
             f = schema.field(name)
             if f.type != "json":
                 raise FenecError("query", f"`{k}` writes into `{name}`, which is not json")
-            row[name] = _set_path(row.get(name), tuple(keys), V.to_json_value(v), k)
+            row[name] = _set_path(row.get(name), tuple(keys), C.to_json_value(v), k)
         else:
             try:
-                row[k] = V.coerce(v, schema.field(k).type)
+                row[k] = C.coerce(v, schema.field(k).type)
             except FenecError as e:
                 raise _in_field(e, k) from None
     return row
 
 
 def _bulk_documents(schema: Schema, src: list[dict]) -> list[dict]:
-    """`_document` of each, through each field's converter (`V.coercer`) looked up by name; a
+    """`_document` of each, through each field's converter (`C.coercer`) looked up by name; a
     document naming anything else (its `id`, a path, a field the schema lacks) goes the
     general way. Measured in process, 10 000 jobs a statement: tests/unit/test_bulk_documents.py
     holds the two ways to the same rows and the same refusals."""
-    get = {name: V.coercer(f.type) for name, f in schema.fields.items()}.get
+    get = {name: C.coercer(f.type) for name, f in schema.fields.items()}.get
     out = []
     for d in src:
         row: dict[str, Any] = {}
@@ -398,10 +399,10 @@ def _doc_values(schema: Schema, entries: list, env: Env) -> dict:
         if target.name == "id" and not target.keys:
             row["id"] = v
         elif target.keys:
-            row[target.name] = _set_path(row.get(target.name), target.keys, V.to_json_value(v), target.text)
+            row[target.name] = _set_path(row.get(target.name), target.keys, C.to_json_value(v), target.text)
         else:
             try:
-                row[target.name] = V.coerce(v, ftype)
+                row[target.name] = C.coerce(v, ftype)
             except FenecError as e:
                 raise _in_field(e, target.name) from None
     return row

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, final
 
+from .. import convert as C
 from .. import values as V
 from ..errors import FenecError
 from ..plan.compile import Ctx, Fn, compile_expr, field_reader, guard_missing, static_type
@@ -238,7 +239,7 @@ def _plain(schema: Schema, entries: tuple[A.Entry, ...], patch: list) -> tuple[l
     for e, (t, fn, ftype, reads) in zip(entries, patch, strict=True):
         # A value already of its field's type needs no conversion (plan/compile.static_type):
         # a claim's ten `attempts + 1` skip ten calls.
-        convert = V.same if static_type(e.value, schema) == ftype else V.coercer(ftype)
+        convert = C.same if static_type(e.value, schema) == ftype else C.coercer(ftype)
         (per_row if reads else fixed).append((t.name, fn, convert))
     return fixed, per_row
 

@@ -32,6 +32,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .. import convert as C
 from .. import values as V
 from ..errors import FenecError, Overflow
 from ..plan.compile import Ctx, Env, compile_expr, guard_missing
@@ -419,7 +420,7 @@ class TokenPut(PutRules):
             try:
                 for name, fn, ftype in ins.pins:
                     if name not in filled:
-                        filled[name] = V.coerce(fn(None, env), ftype)
+                        filled[name] = C.coerce(fn(None, env), ftype)
             except Exception:  # a refused value, or a pin reading a claim the token lacks
                 continue
             row = super().admit(coll, filled, rid, env)

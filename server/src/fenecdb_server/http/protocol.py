@@ -37,7 +37,6 @@ requests are answered in order, whichever path each takes.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -76,8 +75,11 @@ DIRECT_BODY = 64 << 10  # the app's OFF_LOOP_BODY: a larger body is decoded in a
 QUICK_LINES = (b"POST /query HTTP/1.1\r\n", b"POST /batch HTTP/1.1\r\n")
 QUICK_LINE = len(QUICK_LINES[0])
 QUICK_HEAD = 8 << 10  # a longer head goes the long way (which enforces HEAD_CEILING)
-_HEADER_LINE = re.compile(rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*([\x21-\x7e\x80-\xff](?:[\x20-\x7e\x80-\xff\t]*"
-                          rb"[\x21-\x7e\x80-\xff])?)?[ \t]*")
+# A header line is a name of token bytes, a colon, and a value of visible bytes, spaces and tabs
+# (RFC 9110 §5.1, §5.5): each set below is deleted by `bytes.translate`, and what is left is the
+# bytes outside it (two C passes over the line; a regex's match took 3 300 instructions a line).
+_TOKEN = b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+_FIELD_VALUE = b"\t" + bytes(range(0x20, 0x7F)) + bytes(range(0x80, 0x100))
 _REFUSED_HERE = frozenset({b"transfer-encoding", b"expect", b"upgrade", b"content-length"})
 
 
@@ -285,11 +287,11 @@ class FenecProtocol(HttpToolsProtocol):
             keep = True
             if end > first - 2:
                 for line in data[first:end].split(b"\r\n"):
-                    m = _HEADER_LINE.fullmatch(line)
-                    if m is None:
+                    name, colon, value = line.partition(b":")
+                    value = value.strip(b" \t")
+                    if not name or not colon or name.translate(None, _TOKEN) or value.translate(None, _FIELD_VALUE):
                         return data[pos:]
-                    name = m.group(1).lower()
-                    value = m.group(2) or b""
+                    name = name.lower()
                     if name in _REFUSED_HERE:
                         if name != b"content-length" or length >= 0 or not value.isdigit() or len(value) > 9:
                             return data[pos:]

@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable
 from typing import Any, cast
 
+from .. import convert as C
 from .. import values as V
 from ..errors import FenecError, Overflow
 from ..ql import ast as A
@@ -133,7 +134,7 @@ def _ts_arith(op: str, a: Any, b: Any) -> Any:
     ta, tb = type(a), type(b)
     if ta is V.Ts and tb is V.Ts:
         if op == "-":
-            return V.check_int(int(a) - int(b))  # from the first to the last moment is past 64 bits
+            return C.check_int(int(a) - int(b))  # from the first to the last moment is past 64 bits
         raise terr(f"cannot apply `{op}` to timestamp and timestamp")
     if ta is V.Ts:
         other = b
@@ -223,8 +224,8 @@ CMP = {"=": eq, "!=": ne, "<": lt, "<=": le, ">": gt, ">=": ge}
 def distance(a: Any, b: Any) -> float | None:
     if a is None or b is None:
         return None
-    p = V.to_point(a) if type(a) is not tuple else a
-    q = V.to_point(b) if type(b) is not tuple else b
+    p = C.to_point(a) if type(a) is not tuple else a
+    q = C.to_point(b) if type(b) is not tuple else b
     return haversine(p[0], p[1], q[0], q[1])
 
 
@@ -240,7 +241,7 @@ def haversine(lon1: float, lat1: float, lon2: float, lat2: float) -> float:
 def within(p: Any, box: Any) -> bool:
     if p is None or box is None:
         return False
-    pt = V.to_point(p) if type(p) is not tuple else p
+    pt = C.to_point(p) if type(p) is not tuple else p
     if type(box) not in (list, tuple) or len(box) != 4 or not all(_num(x) for x in box):
         raise terr("within takes a box [west, south, east, north]")
     w, s, e, n = box
@@ -300,7 +301,7 @@ def bucket(t: Any, iv: tuple[int, str]) -> Any:
         r = V._days_from_civil(yy, mm, 1) * 86_400_000
     if tt is V.Ts:
         return V.make_ts(r)  # a bucket far wider than the time may start past the 64-bit range
-    return V.check_int(r)
+    return C.check_int(r)
 
 
 # ---------------------------------------------------------------- the compiler
