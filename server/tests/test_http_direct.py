@@ -249,3 +249,31 @@ def test_heads_the_quick_read_leaves_are_answered_as_the_asgi_path_answers_them(
             assert got == want, (parts[0][:80], got, want)
     finally:
         assert direct.stop() == 0 and asgi.stop() == 0
+
+
+def test_a_connection_of_short_way_answers_is_closed_once_idle_not_while_requests_come(tmp_path: Path) -> None:
+    """The short way keeps one keep-alive timer armed while requests come (protocol.py `_answered`):
+    requests spaced less than --idle-timeout apart keep the connection, however long they go on past
+    the first answer's timeout; once none comes for the timeout, the server closes it."""
+    s = server(tmp_path, "250", "idle", "--idle-timeout", "3")
+    before = direct_count(s)
+    body = json.dumps({"query": "get jobs count"}).encode()
+    ask = b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+        len(body), body)
+    try:
+        with socket.create_connection(s.addr, timeout=30) as k:
+            first = time.monotonic()
+            for _ in range(5):  # one second apart: the last comes 4 s after the first answer, past its 3 s
+                k.sendall(ask)
+                answer = k.recv(65536)
+                assert answer.startswith(b"HTTP/1.1 404 "), answer  # no collection: answered, not closed
+                last = time.monotonic()
+                time.sleep(1.0)
+            assert last - first > 3
+            rest = k.recv(4096)  # then silence: the server closes the connection
+            while rest:
+                rest = k.recv(4096)
+            assert time.monotonic() - last >= 2.9  # not before its timeout (a bound that cannot flake)
+        assert direct_count(s) - before == 5  # every request went the short way
+    finally:
+        assert s.stop() == 0

@@ -349,6 +349,7 @@ def test_garbage_after_the_zeros_is_a_torn_tail_but_a_record_there_refuses(tmp_p
     assert caught.value.offset == end and f"valid record follows at {end + 100_000}" in caught.value.message
 
 
+@pytest.mark.sources  # replaces a function of format.py, which is compiled
 def test_megabytes_of_zeros_are_skipped_not_searched_byte_by_byte(tmp_path, monkeypatch) -> None:
     path = str(tmp_path / "db.fenec")
     end = crashed(path, [b"a"])

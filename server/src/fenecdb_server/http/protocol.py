@@ -27,7 +27,7 @@ cycle, no task, no message dicts: per claim that was about a third of the server
 `--sync always`, written by its loop turn's fdatasync (`App.release`, durable.py), and a held
 claim's (`Fenec-Wait`) that took nothing, parked in the held lines (`App.park`) and written when
 a run takes something for it or at its deadline; its client's close is told to the lines in the
-turn it is read (`eof_received`). While one is owed, an `_Owed` stands as the connection's
+turn it is read (`eof_received`). While one is owed, an `Owed` stands as the connection's
 cycle, so uvicorn queues the next request behind it. Whatever that path cannot answer at once
 (a refused token, whose 401 waits out the address's delay; a long text not parsed yet) goes to
 the ASGI app as if its head had just been read, through uvicorn's own cycle. The other routes,
@@ -42,10 +42,11 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from . import errors as E
 from .app import Answer, Pending
+from .wire import STATUS_LINE, Owed, read_head, render
 
 if TYPE_CHECKING:
     from .app import App
@@ -70,37 +71,11 @@ SPARE_PATHS = frozenset({b"/_health", b"/_metrics"})
 DIRECT_PATHS = frozenset({b"/query", b"/batch"})
 DIRECT_BODY = 64 << 10  # the app's OFF_LOOP_BODY: a larger body is decoded in a worker thread
 
-# The quick read (`_quick`): the request lines it takes, and what a header line must look like for
-# it to read the head itself. Anything else is left to httptools, as every request was before.
+# The quick read (`_quick`): the request lines it takes; what a header line must look like for it
+# to read the head itself is `wire.read_head`'s. Anything else is left to httptools.
 QUICK_LINES = (b"POST /query HTTP/1.1\r\n", b"POST /batch HTTP/1.1\r\n")
 QUICK_LINE = len(QUICK_LINES[0])
 QUICK_HEAD = 8 << 10  # a longer head goes the long way (which enforces HEAD_CEILING)
-# A header line is a name of token bytes, a colon, and a value of visible bytes, spaces and tabs
-# (RFC 9110 §5.1, §5.5): each set below is deleted by `bytes.translate`, and what is left is the
-# bytes outside it (two C passes over the line; a regex's match took 3 300 instructions a line).
-_TOKEN = b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-_FIELD_VALUE = b"\t" + bytes(range(0x20, 0x7F)) + bytes(range(0x80, 0x100))
-_REFUSED_HERE = frozenset({b"transfer-encoding", b"expect", b"upgrade", b"content-length"})
-
-
-class _Owed:
-    """Stands as the connection's `cycle` while a short-way answer is owed (its write's fdatasync,
-    the held claim its write woke, a parked claim's wake or deadline), so that uvicorn treats the
-    connection as one with an answer not sent yet: a request read
-    meanwhile is queued (`pipeline`, reading paused), shutdown leaves it to close after its
-    answer, and a lost connection marks it (the attributes uvicorn touches)."""
-
-    __slots__ = ("keep_alive", "response_complete", "disconnected", "message_event", "gone")
-
-    def __init__(self, keep_alive: bool) -> None:
-        self.keep_alive = keep_alive
-        self.response_complete = False
-        self.disconnected = False
-        self.message_event = self
-        self.gone: Callable[[], None] | None = None  # a held claim's `forget`, while it waits
-
-    def set(self) -> None:  # as `message_event`: no one waits on it
-        pass
 
 
 class FenecProtocol(HttpToolsProtocol):
@@ -125,6 +100,12 @@ class FenecProtocol(HttpToolsProtocol):
         # told the moment the client's close is read (a held claim's `Lines.forget`, http.md §8.10):
         # uvicorn's own path to the app (connection_lost, the receive() watcher) takes more loop turns
         self._leaving: list[Callable[[], None]] = []
+        self._idle_timer: Any = None  # the short way's keep-alive timer (`_answered`)
+        self._idle_since: float | None = None  # when its last answer was written; None: a request runs
+        # the last head the quick read read, and what it read (its headers list is shared by the requests
+        # that repeat it: nothing changes a scope's headers)
+        self._head_seen: bytes | None = None
+        self._head_read: tuple[list[tuple[bytes, bytes]], int, bool] | None = None
 
     def connection_made(self, transport: Any) -> None:
         limit = self.max_connections
@@ -145,6 +126,9 @@ class FenecProtocol(HttpToolsProtocol):
         if self._refused:
             return
         self._disarm()
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
         if self._spare:
             self._spare = False
             type(self).spares -= 1
@@ -282,27 +266,15 @@ class FenecProtocol(HttpToolsProtocol):
             end = data.find(b"\r\n\r\n", first - 2, pos + QUICK_HEAD)
             if end < 0:
                 break
-            headers: list[tuple[bytes, bytes]] = []
-            length = -1
-            keep = True
-            if end > first - 2:
-                for line in data[first:end].split(b"\r\n"):
-                    name, colon, value = line.partition(b":")
-                    value = value.strip(b" \t")
-                    if not name or not colon or name.translate(None, _TOKEN) or value.translate(None, _FIELD_VALUE):
-                        return data[pos:]
-                    name = name.lower()
-                    if name in _REFUSED_HERE:
-                        if name != b"content-length" or length >= 0 or not value.isdigit() or len(value) > 9:
-                            return data[pos:]
-                        length = int(value)
-                    elif name == b"connection":
-                        token = value.lower()
-                        if token == b"close":
-                            keep = False
-                        elif token != b"keep-alive":
-                            return data[pos:]
-                    headers.append((name, value))
+            block = data[first:end] if end > first else b""  # `end` is first - 2 when there is no header line
+            if block == self._head_seen:  # a client sends the same head again and again
+                head = self._head_read
+            else:
+                head = read_head(block)
+                self._head_seen, self._head_read = block, head
+            if head is None:
+                return data[pos:]
+            headers, length, keep = head
             stop = end + 4 + length
             if length < 0 or length > DIRECT_BODY or size < stop:
                 break
@@ -364,7 +336,7 @@ class FenecProtocol(HttpToolsProtocol):
         # an answer owed later (its write's fdatasync, a held claim's wake or deadline): the
         # connection's next request waits behind it as behind any answer not sent yet (uvicorn
         # queues it in `pipeline`)
-        owed = _Owed(keep)
+        owed = Owed(keep)
         self.cycle = owed  # type: ignore[assignment]
         if isinstance(answer, Pending):
             front.release(answer, lambda a: self._release(owed, a))
@@ -374,7 +346,7 @@ class FenecProtocol(HttpToolsProtocol):
             self._leaving.append(owed.gone)  # told in the turn its client's close is read
         return True
 
-    def _release(self, owed: _Owed, answer: Answer) -> None:
+    def _release(self, owed: Owed, answer: Answer) -> None:
         owed.response_complete = True
         if owed.gone is not None and owed.gone in self._leaving:
             self._leaving.remove(owed.gone)
@@ -387,7 +359,7 @@ class FenecProtocol(HttpToolsProtocol):
         self._write_answer(answer.status, answer.body, front.headers_for(answer.body, answer.headers, api=True),
                            keep_alive=keep)
         if keep:
-            self.on_response_complete()  # counted; reading resumed; the next request or the keep-alive timer
+            self._answered()
 
     def _write_answer(self, status: int, body: bytes, headers: list[tuple[bytes, bytes]], *,
                       keep_alive: bool) -> None:
@@ -397,19 +369,44 @@ class FenecProtocol(HttpToolsProtocol):
         if not headers:  # a fault's answer
             headers = [(b"content-type", b"application/json; charset=utf-8"),
                        (b"content-length", str(len(body)).encode())]
-        out = [STATUS_LINE[status]]
-        for name, value in self.server_state.default_headers:
-            out += (name, b": ", value, b"\r\n")
-        for name, value in headers:
-            out += (name, b": ", value, b"\r\n")
-        if not keep_alive:
-            out.append(b"connection: close\r\n")
-        out += (b"\r\n", body)
-        transport.write(b"".join(out))
+        transport.write(render(status, self.server_state.default_headers, headers, body, keep_alive))
         if not keep_alive:
             transport.close()
         elif self.busy is not None:  # the client's next request is likely a few tens of µs away
             self.busy.touch(self.loop)
+
+    # -- the keep-alive timer of the short way --
+
+    def _answered(self) -> None:
+        """uvicorn's `on_response_complete` after a short-way answer (counted, reading resumed, a
+        request queued meanwhile started), with the keep-alive timer armed lazily: uvicorn arms a
+        timer after every answer and cancels it at the next request, a timer made and dropped per
+        request (5 000 instructions of a put's 190 000, bench/README.md). Here one timer stays armed
+        while requests come, and when it fires it closes the connection only if the last answer is
+        `timeout_keep_alive` old with no request since; otherwise it is armed again for what is left."""
+        if self.pipeline or self.transport.is_closing():
+            self.on_response_complete()
+            return
+        self.server_state.total_requests += 1
+        self.flow.resume_reading()
+        self._idle_since = self.loop.time()
+        if self._idle_timer is None:
+            self._idle_timer = self.loop.call_later(self.timeout_keep_alive, self._idle_check)
+
+    def _unset_keepalive_if_required(self) -> None:
+        super()._unset_keepalive_if_required()  # uvicorn's own timer, after an answer of the ASGI path
+        self._idle_since = None  # bytes of a request came: the connection is not idle
+
+    def _idle_check(self) -> None:
+        self._idle_timer = None
+        since = self._idle_since
+        if since is None:
+            return  # a request runs: its answer arms the timer again
+        left = since + self.timeout_keep_alive - self.loop.time()
+        if left > 0:
+            self._idle_timer = self.loop.call_later(left, self._idle_check)
+        else:
+            self.timeout_keep_alive_handler()
 
     def _hand_to_asgi(self, body: bytes) -> None:
         """The request to the ASGI app, as if its head had just been read and its body with it."""
