@@ -273,7 +273,9 @@ def test_a_connection_of_short_way_answers_is_closed_once_idle_not_while_request
             rest = k.recv(4096)  # then silence: the server closes the connection
             while rest:
                 rest = k.recv(4096)
-            assert time.monotonic() - last >= 2.9  # not before its timeout (a bound that cannot flake)
+            # not before its timeout: counted by the server from its answer's write, which comes before `last`
+            # by the answer's way to this process, and on the loop's cached clock; half a second covers both
+            assert time.monotonic() - last >= 2.5
         assert direct_count(s) - before == 5  # every request went the short way
     finally:
         assert s.stop() == 0
