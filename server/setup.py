@@ -45,6 +45,7 @@ COMPILED = [
     "fenecdb_server/http/durable.py",
     "fenecdb_server/http/metrics.py",
     "fenecdb_server/http/numbers.py",
+    "fenecdb_server/http/protocol.py",
     "fenecdb_server/http/wire.py",
     "fenecdb_server/convert.py",
 ]

@@ -314,7 +314,7 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
 
     from .http.app import App, Config
     from .http.busy_poll import BusyPoll
-    from .http.protocol import FenecProtocol
+    from .http.protocol import Front
 
     access_log = None
     if opts.get("access-log"):
@@ -349,20 +349,16 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
               connections=lambda: len(server_box[0].server_state.connections) if server_box else 0, busy=poll,
               requests=lambda: server_box[0].server_state.total_requests if server_box else 0)
 
-    class Protocol(FenecProtocol):
-        # the claim's short way (protocol.py), unless the access log must see every request
-        front = app if access_log is None else None
-        max_connections = max_conn
-        busy = poll
-        header_timeout = opts.get("header-timeout", 10.0)
-        body_timeout = opts.get("body-timeout", 60.0)
+    # the claim's short way (protocol.py), unless the access log must see every request
+    front = Front(app if access_log is None else None, max_connections=max_conn, busy=poll,
+                  header_timeout=opts.get("header-timeout", 10.0), body_timeout=opts.get("body-timeout", 60.0))
 
     asgi: Any = app
     if access_log is not None:
         from .http.access_log import AccessLog
 
         asgi = AccessLog(app, access_log)
-    config = uvicorn.Config(asgi, http=Protocol, loop="uvloop", lifespan="on", log_config=None,
+    config = uvicorn.Config(asgi, http=front.protocol, loop="uvloop", lifespan="on", log_config=None,
                             access_log=False, server_header=False, date_header=True,
                             timeout_keep_alive=idle if idle > 0 else 10 ** 9,
                             timeout_graceful_shutdown=2)

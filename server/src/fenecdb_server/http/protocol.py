@@ -78,17 +78,34 @@ QUICK_LINE = len(QUICK_LINES[0])
 QUICK_HEAD = 8 << 10  # a longer head goes the long way (which enforces HEAD_CEILING)
 
 
-class FenecProtocol(HttpToolsProtocol):
-    # set by the command line (a subclass per server); 0 = unlimited / never
-    max_connections = 0
-    header_timeout = 10.0
-    body_timeout = 60.0
-    spares = 0  # connections now open in the reserve past max_connections (counted per subclass)
-    front: App | None = None  # the app whose /query and /batch are answered directly (None: never)
-    busy: BusyPoll | None = None  # the loop's polling window after each answer written (None: off)
+class Front:
+    """What every connection of one server shares, set by the command line: its limits, the app
+    whose `/query` and `/batch` it answers on the short way, and the count of reserve connections."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    __slots__ = ("app", "max_connections", "header_timeout", "body_timeout", "busy", "spares")
+
+    def __init__(self, app: App | None = None, *, max_connections: int = 0, header_timeout: float = 10.0,
+                 body_timeout: float = 60.0, busy: BusyPoll | None = None) -> None:
+        self.app = app  # None: every request takes the ASGI path (the access log must see each)
+        self.max_connections = max_connections  # 0 = unlimited
+        self.header_timeout = header_timeout  # 0 = never
+        self.body_timeout = body_timeout  # 0 = never
+        self.busy = busy  # the loop's polling window after each answer written (None: off)
+        self.spares = 0  # connections now open in the reserve past max_connections
+
+    def protocol(self, **kwargs: Any) -> FenecProtocol:
+        """A connection's protocol: what uvicorn's `http=` calls with its config and state."""
+        return FenecProtocol(self, **kwargs)
+
+
+class FenecProtocol(HttpToolsProtocol):
+    """One connection. Compiled (setup.py): the short way below runs once or twice a request."""
+
+    def __init__(self, shared: Front, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.shared = shared
+        self.front: App | None = shared.app
+        self.busy: BusyPoll | None = shared.busy
         self._refused = False
         self._spare = False
         self._in_head = True
@@ -106,21 +123,22 @@ class FenecProtocol(HttpToolsProtocol):
         # that repeat it: nothing changes a scope's headers)
         self._head_seen: bytes | None = None
         self._head_read: tuple[list[tuple[bytes, bytes]], int, bool] | None = None
+        self._scope_base: dict[str, Any] | None = None  # what every quick read's scope holds alike
 
     def connection_made(self, transport: Any) -> None:
-        limit = self.max_connections
-        cls = type(self)
-        if limit and len(self.connections) - cls.spares >= limit:
-            if cls.spares >= RESERVE:
+        shared = self.shared
+        limit = shared.max_connections
+        if limit and len(self.connections) - shared.spares >= limit:
+            if shared.spares >= RESERVE:
                 self._refused = True
                 self.transport = transport
                 transport.write(_raw_answer(503, E.body(E.TOO_MANY), b"retry-after: 1\r\n"))
                 transport.close()
                 return
             self._spare = True
-            cls.spares += 1
+            shared.spares += 1
         super().connection_made(transport)
-        self._arm(self.header_timeout, "head")
+        self._arm(shared.header_timeout, "head")
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._refused:
@@ -131,7 +149,7 @@ class FenecProtocol(HttpToolsProtocol):
             self._idle_timer = None
         if self._spare:
             self._spare = False
-            type(self).spares -= 1
+            self.shared.spares -= 1
         self._left()
         super().connection_lost(exc)
 
@@ -200,7 +218,7 @@ class FenecProtocol(HttpToolsProtocol):
         self._in_head = True
         self._head_size = 0
         if self._timer is None:  # a later request on the connection: timed from its first byte
-            self._arm(self.header_timeout, "head")
+            self._arm(self.shared.header_timeout, "head")
 
     def on_url(self, url: bytes) -> None:
         super().on_url(url)
@@ -213,7 +231,7 @@ class FenecProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._head_bytes = 0
-        self._arm(self.body_timeout, "body")
+        self._arm(self.shared.body_timeout, "body")
         if self._may_answer_directly():
             self._direct = []
             return
@@ -279,9 +297,16 @@ class FenecProtocol(HttpToolsProtocol):
             if length < 0 or length > DIRECT_BODY or size < stop:
                 break
             url = data[pos + 5:pos + 11]
-            scope = {"type": "http", "http_version": "1.1", "method": "POST", "path": url.decode("ascii"),
-                     "raw_path": url, "query_string": b"", "headers": headers, "client": self.client,
-                     "server": self.server, "scheme": self.scheme, "root_path": self.root_path}
+            base = self._scope_base
+            if base is None:
+                base = self._scope_base = {
+                    "type": "http", "http_version": "1.1", "method": "POST", "query_string": b"",
+                    "client": self.client, "server": self.server, "scheme": self.scheme,
+                    "root_path": self.root_path}
+            scope = base.copy()  # a scope of its own for each request, as uvicorn makes
+            scope["path"] = "/query" if url == b"/query" else "/batch"
+            scope["raw_path"] = url
+            scope["headers"] = headers
             self._disarm()  # the head timer armed when the connection opened
             if not self._answer(scope, data[end + 4:stop], keep):
                 break  # the app will not answer it here: httptools reads it, for the ASGI path
@@ -388,13 +413,18 @@ class FenecProtocol(HttpToolsProtocol):
             self.on_response_complete()
             return
         self.server_state.total_requests += 1
-        self.flow.resume_reading()
+        flow = self.flow
+        if flow.read_paused:  # uvicorn's `resume_reading`, its test here (a call a request saved)
+            flow.resume_reading()
         self._idle_since = self.loop.time()
         if self._idle_timer is None:
             self._idle_timer = self.loop.call_later(self.timeout_keep_alive, self._idle_check)
 
     def _unset_keepalive_if_required(self) -> None:
-        super()._unset_keepalive_if_required()  # uvicorn's own timer, after an answer of the ASGI path
+        task = self.timeout_keep_alive_task  # uvicorn's own timer, after an answer of the ASGI path
+        if task is not None:
+            task.cancel()
+            self.timeout_keep_alive_task = None
         self._idle_since = None  # bytes of a request came: the connection is not idle
 
     def _idle_check(self) -> None:
