@@ -358,7 +358,8 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
         from .http.access_log import AccessLog
 
         asgi = AccessLog(app, access_log)
-    config = uvicorn.Config(asgi, http=front.protocol, loop="uvloop", lifespan="on", log_config=None,
+    # uvicorn makes each connection's protocol by calling `http` with its config and state, as a class
+    config = uvicorn.Config(asgi, http=front.protocol, loop="uvloop", lifespan="on", log_config=None,  # type: ignore[arg-type]
                             access_log=False, server_header=False, date_header=True,
                             timeout_keep_alive=idle if idle > 0 else 10 ** 9,
                             timeout_graceful_shutdown=2)

@@ -55,6 +55,7 @@ from .idempotency import (
 )
 from .limits import BODY_CEILING, METHODS, parse_length, parse_wait
 from .metrics import Metrics, Recent
+from .wire import lines
 
 try:  # measured: see dumps() below
     import orjson
@@ -168,14 +169,10 @@ class Config:
         self.closes_told = closes_told
 
 
-# The headers a request's answer depends on, by name (uvicorn gives them lower-cased), and where
-# each is kept; `transfer-encoding` is only noted (a chunked body is refused).
-_HEADER_SLOTS = {b"content-length": "length", b"authorization": "auth", b"fenec-wait": "wait",
-                 b"idempotency-key": "idem", b"origin": "origin"}
-
-
 class Request:
-    """The few things read from the headers, in one pass."""
+    """The few things read from the headers (uvicorn gives their names lower-cased), in one pass:
+    those a request's answer depends on; `transfer-encoding` is only noted (a chunked body is
+    refused). Compared name by name: a setattr by a looked-up name cost a compiled class more."""
 
     __slots__ = ("method", "path", "target", "length", "chunked", "auth", "wait", "idem", "origin", "peer",
                  "caller", "leaving")
@@ -197,10 +194,17 @@ class Request:
         self.caller: Caller = OPEN
         # the connection's hooks for the moment its client leaves (protocol.py), where the server has them
         self.leaving: list[Callable[[], None]] | None = scope.get("fenec.leaving")
-        for name, value in scope["headers"]:
-            slot = _HEADER_SLOTS.get(name)
-            if slot is not None:
-                setattr(self, slot, value)  # the last of a repeated header is the one kept
+        for name, value in scope["headers"]:  # the last of a repeated header is the one kept
+            if name == b"content-length":
+                self.length = value
+            elif name == b"authorization":
+                self.auth = value
+            elif name == b"fenec-wait":
+                self.wait = value
+            elif name == b"idempotency-key":
+                self.idem = value
+            elif name == b"origin":
+                self.origin = value
             elif name == b"transfer-encoding":
                 self.chunked = True
 
@@ -240,6 +244,9 @@ class App:
                 (b"access-control-expose-headers", b"fenec-seq, fenec-next, idempotent-replayed"),
                 (b"vary", b"Origin"),
             ]
+        # the same as lines, for the short way's answers (protocol.py, wire.render_api)
+        self.version_line = lines([self.version_header])
+        self.cors_lines = lines(self.cors_headers)
         from .routes import build_routes
 
         self.cold = build_routes(self)

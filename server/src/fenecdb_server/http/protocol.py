@@ -46,7 +46,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from . import errors as E
 from .app import Answer, Pending
-from .wire import STATUS_LINE, Owed, read_head, render
+from .wire import STATUS_LINE, Owed, lines, read_head, render, render_api
 
 if TYPE_CHECKING:
     from .app import App
@@ -124,6 +124,8 @@ class FenecProtocol(HttpToolsProtocol):
         self._head_seen: bytes | None = None
         self._head_read: tuple[list[tuple[bytes, bytes]], int, bool] | None = None
         self._scope_base: dict[str, Any] | None = None  # what every quick read's scope holds alike
+        self._dated: Any = None  # the server's headers last written as lines (its date), and those lines
+        self._dated_lines = b""
 
     def connection_made(self, transport: Any) -> None:
         shared = self.shared
@@ -381,10 +383,23 @@ class FenecProtocol(HttpToolsProtocol):
     def _finish(self, answer: Answer, keep: bool) -> None:
         front = self.front
         assert front is not None
-        self._write_answer(answer.status, answer.body, front.headers_for(answer.body, answer.headers, api=True),
-                           keep_alive=keep)
-        if keep:
-            self._answered()
+        transport = self.transport
+        if transport.is_closing():
+            if keep:
+                self._answered()  # uvicorn's end of a cycle, as after any answer
+            return
+        dated = self.server_state.default_headers  # a new list each second (uvicorn's clock tick)
+        if dated is not self._dated:
+            self._dated = dated
+            self._dated_lines = lines(dated)
+        transport.write(render_api(answer.status, self._dated_lines, answer.body, front.version_line,
+                                   answer.headers, front.cors_lines, keep))
+        if not keep:
+            transport.close()
+            return
+        if self.busy is not None:  # the client's next request is likely a few tens of µs away
+            self.busy.touch(self.loop)
+        self._answered()
 
     def _write_answer(self, status: int, body: bytes, headers: list[tuple[bytes, bytes]], *,
                       keep_alive: bool) -> None:

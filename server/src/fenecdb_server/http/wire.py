@@ -98,6 +98,33 @@ def render(status: int, first: list[tuple[bytes, bytes]], headers: list[tuple[by
     return b"".join(out)
 
 
+def lines(headers: list[tuple[bytes, bytes]]) -> bytes:
+    """Header lines, each `name: value` and CRLF."""
+    return b"".join([name + b": " + value + b"\r\n" for name, value in headers])
+
+
+API_TYPE = b"content-type: application/json; charset=utf-8\r\ncontent-length: "
+
+
+def render_api(status: int, first: bytes, body: bytes, version: bytes, extra: list[tuple[bytes, bytes]],
+               last: bytes, keep: bool) -> bytes:
+    """`render` of an answer of /query or /batch, with what every such answer holds already as
+    lines: `first` (the server's date), `version` and `last` (the CORS headers, if any); the same
+    bytes, in the same order, as `render` of `App.headers_for`'s list (test_http_direct.py)."""
+    out = [STATUS_LINE[status], first, API_TYPE, str(len(body)).encode(), b"\r\n", version]
+    for name, value in extra:
+        out.append(name)
+        out.append(b": ")
+        out.append(value)
+        out.append(b"\r\n")
+    out.append(last)
+    if not keep:
+        out.append(b"connection: close\r\n")
+    out.append(b"\r\n")
+    out.append(body)
+    return b"".join(out)
+
+
 class Owed:
     """Stands as the connection's `cycle` while a short-way answer is owed (its write's fdatasync,
     the held claim its write woke, a parked claim's wake or deadline), so that uvicorn treats the
