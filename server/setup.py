@@ -36,6 +36,7 @@ COMPILED = [
     "fenecdb_server/engine/scoped.py",
     "fenecdb_server/engine/sorted_index.py",
     "fenecdb_server/engine/sorted_ints.py",
+    "fenecdb_server/held/lines.py",
     "fenecdb_server/plan/compile.py",
     "fenecdb_server/storage/footprint.py",
     "fenecdb_server/storage/format.py",

@@ -52,7 +52,6 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from .bidding import Auctions
@@ -69,13 +68,20 @@ A = TypeVar("A")
 MAX_WAIT_MS = 30_000
 
 
-@dataclass(slots=True)
 class Outcome(Generic[A]):
     """What one run of a held claim gave. `final` ends the wait (rows taken, an error other
-    than a `require` miss, a replayed answer); otherwise `answer` is what a deadline answers."""
+    than a `require` miss, a replayed answer); otherwise `answer` is what a deadline answers.
+    (A plain class: this module is compiled (setup.py), where a generic dataclass with slots
+    cannot be made.)"""
 
-    final: bool
-    answer: A
+    __slots__ = ("final", "answer")
+
+    def __init__(self, final: bool, answer: A) -> None:
+        self.final = final
+        self.answer = answer
+
+    def __repr__(self) -> str:
+        return f"Outcome(final={self.final!r}, answer={self.answer!r})"
 
 
 _arrivals = itertools.count()

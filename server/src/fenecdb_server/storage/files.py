@@ -51,15 +51,15 @@ class OsFiles:
     def read(self, fd: int, n: int, offset: int) -> bytes:
         return os.pread(fd, n, offset)
 
-    def writev(self, fd: int, buffers: Sequence[bytes], offset: int) -> int:
-        return os.pwritev(fd, buffers, offset)
+    # The two calls of every durable write are the OS's own functions, not methods that call them:
+    # the log calls them from compiled code (setup.py), and a method of this class would run in
+    # the interpreter. `writev(fd, buffers, offset)` returns the bytes written; `datasync(fd)` is
+    # fdatasync where the OS has it (not the mtime; the size only when it changed), else fsync.
+    writev: Callable[[int, Sequence[bytes], int], int] = staticmethod(os.pwritev)
+    datasync: Callable[[int], None] = staticmethod(_fdatasync)
 
     def fsync(self, fd: int) -> None:
         os.fsync(fd)
-
-    def datasync(self, fd: int) -> None:
-        """fdatasync where the OS has it (not the mtime; the size only when it changed), else fsync."""
-        _fdatasync(fd)
 
     def datasync_ring(self, fd: int) -> Ring | None:
         """A way to run fdatasyncs of `fd` while the caller goes on, tried once on it: a thread of
