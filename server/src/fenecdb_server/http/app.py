@@ -28,7 +28,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -106,41 +106,56 @@ else:  # pragma: no cover
     dumps = _dumps_json
 
 
-@dataclass(slots=True)
+# Answer, Pending and Parked are plain classes, not dataclasses: mypyc compiles a dataclass with
+# slots as a Python class whose __init__ runs in the interpreter (three of them cost a put about
+# 4 500 instructions, bench/README.md); these are native classes.
+
+
 class Answer:
     """A whole HTTP answer: status, body and the extra headers it carries."""
 
-    status: int
-    body: bytes
-    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    __slots__ = ("status", "body", "headers")
+
+    def __init__(self, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+        self.status = status
+        self.body = body
+        self.headers: list[tuple[bytes, bytes]] = [] if headers is None else headers
+
+    def __repr__(self) -> str:
+        return f"Answer({self.status!r}, {self.body!r}, {self.headers!r})"
 
 
 FAULT = Answer(500, b'{"error":"internal fault"}')  # a held run that raised
 
 
-@dataclass(slots=True)
 class Pending:
     """A short-way answer that waits: for its loop turn's fdatasync (`--sync always`,
     durable.py), or (ticket 0) for the run of the held claim its write woke. `App.release`
     hands it over then."""
 
-    answer: Answer
-    ticket: int
-    block: bool
+    __slots__ = ("answer", "ticket", "block")
+
+    def __init__(self, answer: Answer, ticket: int, block: bool) -> None:
+        self.answer = answer
+        self.ticket = ticket
+        self.block = block
 
 
-@dataclass(slots=True)
 class Parked:
     """A short-way held claim whose first run took nothing: `App.park` holds it in the lines
     with the protocol's way to answer it."""
 
-    claim: Claim
-    work: Work
-    last: Answer
-    seen: int
-    started: float
-    req: Request
-    raw: bytes
+    __slots__ = ("claim", "work", "last", "seen", "started", "req", "raw")
+
+    def __init__(self, claim: Claim, work: Work, last: Answer, seen: int, started: float, req: Request,
+                 raw: bytes) -> None:
+        self.claim = claim
+        self.work = work
+        self.last = last
+        self.seen = seen
+        self.started = started
+        self.req = req
+        self.raw = raw
 
 
 class Config:
@@ -777,15 +792,14 @@ class App:
         its own; under --sync always on the loop its write's fdatasync is owed (`synced`) rather
         than waited for here: one per loop turn for all its writes (durable.py)."""
         # only a scoped token passes a scope: the server token runs as it always did
-        scoped = {"scope": work.caller.scope} if work.caller.scoped else {}
+        scope = work.caller.scope if work.caller.scoped else None
         owed: Deferred | None = None
-        execute = self._bulk_execute if work.bulk else self.db.execute
         try:
             if self.turns is not None:
                 with self.turns.log.deferred() as owed:
-                    result = execute(work.statements, block=work.block, idempotency=work.idem, **scoped)
+                    result = self._execute(work, scope)
             else:
-                result = execute(work.statements, block=work.block, idempotency=work.idem, **scoped)
+                result = self._execute(work, scope)
         except FenecError as e:
             status, body = E.answer(e, batch=work.block)
             kind = "write" if e.kind in ("unmet", "exists", "conflict", "io") else "read"
@@ -801,10 +815,14 @@ class App:
         outcome, kind = self._outcome(work, result, held)
         return outcome, kind, _ticket(owed)
 
-    def _bulk_execute(self, *args: Any, **kwargs: Any) -> Any:
-        """`db.execute` of a body over OFF_LOOP_BODY (thousands of rows at once): with the cycle
-        collector held off while it runs, and what it stored frozen after (gc_policy.py)."""
-        result = collection.deferred(partial(self.db.execute, *args, **kwargs))
+    def _execute(self, work: Work, scope: Any) -> Any:
+        """`db.execute` of the work (a direct call: its arguments named, no dict of them). A body
+        over OFF_LOOP_BODY (thousands of rows at once) runs with the cycle collector held off, and
+        what it stored is frozen after (gc_policy.py)."""
+        if not work.bulk:
+            return self.db.execute(work.statements, block=work.block, idempotency=work.idem, scope=scope)
+        result = collection.deferred(partial(self.db.execute, work.statements, block=work.block,
+                                                     idempotency=work.idem, scope=scope))
         if result.wrote:
             gc_policy.after_bulk()
         return result
