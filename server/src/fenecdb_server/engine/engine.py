@@ -25,7 +25,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from .. import values as V
 from ..errors import FenecError
@@ -83,16 +83,24 @@ class Appender(Protocol):
         """Return once the record of `ticket` is as durable as configured."""
 
 
-class Result(NamedTuple):
+class Result:
     """What `Engine.execute` answers: the answers, one per statement, the change number after
     it, whether it wrote, how many rows its set/del statements took, and, for a retried
-    Idempotency-Key, the stored answer (`replayed`; nothing ran)."""
+    Idempotency-Key, the stored answer (`replayed`; nothing ran). A plain class: compiled, a
+    NamedTuple is made by a `__new__` that runs in the interpreter, once a statement."""
 
-    answers: list
-    seq: int
-    wrote: bool
-    taken: int
-    replayed: Stored | None
+    __slots__ = ("answers", "seq", "wrote", "taken", "replayed")
+
+    def __init__(self, answers: list, seq: int, wrote: bool, taken: int, replayed: Stored | None) -> None:
+        self.answers = answers
+        self.seq = seq
+        self.wrote = wrote
+        self.taken = taken
+        self.replayed = replayed
+
+    def __repr__(self) -> str:
+        return (f"Result(answers={self.answers!r}, seq={self.seq!r}, wrote={self.wrote!r}, "
+                f"taken={self.taken!r}, replayed={self.replayed!r})")
 
 
 def wall_ms() -> int:
