@@ -184,32 +184,22 @@ class Config:
         self.closes_told = closes_told
 
 
-class Request:
-    """The few things read from the headers (uvicorn gives their names lower-cased), in one pass:
-    those a request's answer depends on; `transfer-encoding` is only noted (a chunked body is
-    refused). Compared name by name: a setattr by a looked-up name cost a compiled class more."""
+class Head:
+    """The few things read from a request's headers (uvicorn gives their names lower-cased), in
+    one pass: those its answer depends on; `transfer-encoding` is only noted (a chunked body is
+    refused). The last of a repeated header is the one kept. The short way reads a connection's
+    repeated head once (protocol.py), and this with it (`scope["fenec.head"]`)."""
 
-    __slots__ = ("method", "path", "target", "length", "chunked", "auth", "wait", "idem", "origin", "peer",
-                 "caller", "leaving")
+    __slots__ = ("length", "chunked", "auth", "wait", "idem", "origin")
 
-    def __init__(self, scope: Scope) -> None:
-        self.method: str = scope["method"]
-        self.path: str = scope["path"]
-        qs = scope.get("query_string") or b""
-        raw = scope.get("raw_path") or self.path.encode()
-        self.target: bytes = raw + (b"?" + qs if qs else b"")
+    def __init__(self, headers: list[tuple[bytes, bytes]]) -> None:
         self.length: bytes | None = None
         self.chunked = False
         self.auth: bytes | None = None
         self.wait: bytes | None = None
         self.idem: bytes | None = None
         self.origin: bytes | None = None
-        client = scope.get("client")
-        self.peer: str = client[0] if client else ""
-        self.caller: Caller = OPEN
-        # the connection's hooks for the moment its client leaves (protocol.py), where the server has them
-        self.leaving: list[Callable[[], None]] | None = scope.get("fenec.leaving")
-        for name, value in scope["headers"]:  # the last of a repeated header is the one kept
+        for name, value in headers:  # name by name: a setattr by a looked-up name costs a compiled class more
             if name == b"content-length":
                 self.length = value
             elif name == b"authorization":
@@ -222,6 +212,34 @@ class Request:
                 self.origin = value
             elif name == b"transfer-encoding":
                 self.chunked = True
+
+
+class Request:
+    """What the app reads of a request: where it goes, its `Head`, who sent it."""
+
+    __slots__ = ("method", "path", "target", "length", "chunked", "auth", "wait", "idem", "origin", "peer",
+                 "caller", "leaving")
+
+    def __init__(self, scope: Scope) -> None:
+        self.method: str = scope["method"]
+        self.path: str = scope["path"]
+        qs = scope.get("query_string") or b""
+        raw = scope.get("raw_path") or self.path.encode()
+        self.target: bytes = raw + (b"?" + qs if qs else b"")
+        head: Head | None = scope.get("fenec.head")
+        if head is None:
+            head = Head(scope["headers"])
+        self.length: bytes | None = head.length
+        self.chunked: bool = head.chunked
+        self.auth: bytes | None = head.auth
+        self.wait: bytes | None = head.wait
+        self.idem: bytes | None = head.idem
+        self.origin: bytes | None = head.origin
+        client = scope.get("client")
+        self.peer: str = client[0] if client else ""
+        self.caller: Caller = OPEN
+        # the connection's hooks for the moment its client leaves (protocol.py), where the server has them
+        self.leaving: list[Callable[[], None]] | None = scope.get("fenec.leaving")
 
 
 class Refusal(Exception):
@@ -237,6 +255,7 @@ class App:
                  connections: Callable[[], int] = lambda: 0, busy: BusyPoll | None = None,
                  requests: Callable[[], int] = lambda: 0) -> None:
         self.db = db
+        self._cached: Callable[[str], bool] | None = getattr(db, "cached", None)  # a text parsed already
         self.config = config or Config()
         self.connections = connections
         self.requests = requests  # requests answered so far: a compaction rests while it moves (database.Pace)
@@ -650,9 +669,14 @@ class App:
     def text_size(self, statements: list[tuple[str, Any]]) -> tuple[int, int]:
         """(UTF-8 bytes of the request's distinct statement texts, characters of those not parsed
         yet). A text repeated in a batch is parsed once (the cache), so it counts once."""
+        cached = self._cached
+        if len(statements) == 1:  # a /query: one text
+            text = statements[0][0]
+            n = len(text)
+            size = n if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+            return size, 0 if cached is not None and cached(text) else n
         size = 0
         fresh = 0
-        cached = getattr(self.db, "cached", None)
         for text in {t for t, _ in statements}:
             n = len(text)
             size += n if text.isascii() else len(text.encode("utf-8", "surrogatepass"))

@@ -45,7 +45,7 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from . import errors as E
-from .app import Answer, Pending
+from .app import Answer, Head, Pending
 from .wire import STATUS_LINE, Owed, lines, read_head, render, render_api
 
 if TYPE_CHECKING:
@@ -123,6 +123,7 @@ class FenecProtocol(HttpToolsProtocol):
         # that repeat it: nothing changes a scope's headers)
         self._head_seen: bytes | None = None
         self._head_read: tuple[list[tuple[bytes, bytes]], int, bool] | None = None
+        self._head_app: Head | None = None
         self._scope_base: dict[str, Any] | None = None  # what every quick read's scope holds alike
         self._dated: Any = None  # the server's headers last written as lines (its date), and those lines
         self._dated_lines = b""
@@ -292,9 +293,12 @@ class FenecProtocol(HttpToolsProtocol):
             else:
                 head = read_head(block)
                 self._head_seen, self._head_read = block, head
+                self._head_app = None
             if head is None:
                 return data[pos:]
             headers, length, keep = head
+            if self._head_app is None:
+                self._head_app = Head(headers)  # what the app reads of it, once too
             stop = end + 4 + length
             if length < 0 or length > DIRECT_BODY or size < stop:
                 break
@@ -309,6 +313,7 @@ class FenecProtocol(HttpToolsProtocol):
             scope["path"] = "/query" if url == b"/query" else "/batch"
             scope["raw_path"] = url
             scope["headers"] = headers
+            scope["fenec.head"] = self._head_app
             self._disarm()  # the head timer armed when the connection opened
             if not self._answer(scope, data[end + 4:stop], keep):
                 break  # the app will not answer it here: httptools reads it, for the ASGI path
