@@ -149,7 +149,10 @@ class Log:
         self._snapshot_end = 0
         self._records = 0  # write records in the file after its snapshot
         self._lock = threading.Lock()  # the log's own lock: appends vs. compaction's swap
-        self._cond = threading.Condition()  # group commit: _syncing, _durable, _failed
+        # group commit: _syncing, _durable, _failed. The hot paths take `_cond_lock` itself (`with` on the
+        # Condition runs its __enter__ in the interpreter; on the lock it is a C call): the same lock
+        self._cond_lock = threading.RLock()
+        self._cond = threading.Condition(self._cond_lock)
         self._appended = 0  # records appended since open; a ticket is one of these
         self._durable = 0  # records appended since open that an fsync has covered
         self._syncing = False
@@ -319,8 +322,7 @@ class Log:
         self._sync_upto(ticket)
 
     def _sync_upto(self, ticket: int) -> None:
-        cond = self._cond
-        with cond:
+        with self._cond_lock:
             while self._durable < ticket:
                 if self._failure is not None:
                     raise StorageFailed(_unknown(self._failure))
@@ -352,7 +354,7 @@ class Log:
         (`sync_thread.py`, `kernel_aio.py`): the caller watches `ring` and calls `sync_reap`. False
         if there is nothing to start: nothing dirty, or a sync is already running. The same
         leader step as `_lead_sync`; raises StorageFailed as it does."""
-        with self._cond:
+        with self._cond_lock:
             if self._failure is not None:
                 raise StorageFailed(_unknown(self._failure))
             if self._syncing or self._durable >= self._appended or self._fd < 0:
@@ -369,7 +371,7 @@ class Log:
     def sync_reap(self) -> bool:
         """After `sync_begin`, once its ring is readable: True if the fdatasync is over (then
         `durable` and `failure` tell its outcome), False if it is still running."""
-        with self._cond:
+        with self._cond_lock:
             ring = self._ring
             if ring is None:
                 return True  # reaped already (by a thread that waited for it)
