@@ -87,7 +87,7 @@ class FakeDB:
         return Hold(self, texts[0], any(t in ("claim", "claimB") for t in texts))
 
     def execute(self, statements: list[tuple[str, Any]], *, block: bool = False, idempotency: Any = None,
-                render: Any = None) -> Result:
+                render: Any = None, scope: Any = None) -> Result:
         answers: list[Any] = []
         wrote = False
         taken = 0
