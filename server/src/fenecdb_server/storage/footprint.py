@@ -68,6 +68,14 @@ class Footprint:
         (engine/records.py: `["p", coll, id, row]`, `["k", key, hash, at, ttl, answers]`, ...);
         `documents(name)` is the collection's row count (the window of its mean)."""
         rest = size - _RECORD_ENVELOPE - len(str(seq))
+        if len(ops) == 1 and ops[0][0] == "p":  # a put, a claim of one, an update: the loop below, for one row
+            name = ops[0][1]
+            share = float(max(rest - _P_OP_EXTRA - len(name), 0))
+            w = min(self._weight.get(name, 0) + 1, max(documents(name), 1))
+            m = self._mean.get(name, share)
+            self._weight[name] = w
+            self._mean[name] = m + (share - m) / w
+            return
         rows: dict[str, int] = {}  # rows written per collection
         n = 0
         for op in ops:
