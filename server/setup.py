@@ -87,7 +87,8 @@ def _ext_modules() -> list:
     else:
         extra = []
     try:  # mypy names each module from its path: src/ holds the package
-        # the build's environment holds none of the runtime dependencies: their `type: ignore`s go unused
+        # the build's environment holds none of the runtime dependencies but uvicorn (pyproject.toml):
+        # their `type: ignore`s go unused
         # (mypyc fails the build on mypy's notes too: the one about untyped functions is not asked for)
         return mypycify(["--ignore-missing-imports", "--no-warn-unused-ignores",
                          "--disable-error-code", "annotation-unchecked",

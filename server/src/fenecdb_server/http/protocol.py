@@ -441,10 +441,8 @@ class FenecProtocol(HttpToolsProtocol):
             self._idle_timer = self.loop.call_later(self.timeout_keep_alive, self._idle_check)
 
     def _unset_keepalive_if_required(self) -> None:
-        task = self.timeout_keep_alive_task  # uvicorn's own timer, after an answer of the ASGI path
-        if task is not None:
-            task.cancel()
-            self.timeout_keep_alive_task = None
+        if self.timeout_keep_alive_task is not None:  # uvicorn's own timer, after an answer of the ASGI path
+            super()._unset_keepalive_if_required()
         self._idle_since = None  # bytes of a request came: the connection is not idle
 
     def _idle_check(self) -> None:
@@ -461,7 +459,7 @@ class FenecProtocol(HttpToolsProtocol):
     def _hand_to_asgi(self, body: bytes) -> None:
         """The request to the ASGI app, as if its head had just been read and its body with it."""
         HttpToolsProtocol.on_headers_complete(self)
-        cycle = self.cycle
+        cycle: Any = self.cycle  # uvicorn's cycle, made just now
         cycle.body = bytearray(body)
         cycle.more_body = False
         cycle.message_event.set()
