@@ -107,21 +107,23 @@ class Metrics:
             head(name, kind, text)
             out.append(f"{name} {value}")
 
+        kinds = self.kinds
         head("fenec_statements_total", "counter", "Statements answered (a /batch is one).")
         for k in KINDS:
-            out.append(f'fenec_statements_total{{transport="http",kind="{k}"}} {self.kinds[k].statements}')
+            out.append(f'fenec_statements_total{{transport="http",kind="{k}"}} {kinds[k].statements}')
         head("fenec_statement_errors_total", "counter", "Statements answered with an error.")
         for k in KINDS:
-            out.append(f'fenec_statement_errors_total{{transport="http",kind="{k}"}} {self.kinds[k].errors}')
+            out.append(f'fenec_statement_errors_total{{transport="http",kind="{k}"}} {kinds[k].errors}')
         head("fenec_statement_duration_seconds", "histogram", "Arrival to answer.")
         for k in KINDS:
+            c = kinds[k]
             running = 0
-            for bound, n in zip(BUCKETS, self.kinds[k].counts, strict=False):
+            for bound, n in zip(BUCKETS, c.counts, strict=False):
                 running += n
                 out.append(f'fenec_statement_duration_seconds_bucket{{transport="http",kind="{k}",le="{bound}"}} {running}')
-            running += self.kinds[k].counts[-1]
+            running += c.counts[-1]
             out.append(f'fenec_statement_duration_seconds_bucket{{transport="http",kind="{k}",le="+Inf"}} {running}')
-            out.append(f'fenec_statement_duration_seconds_sum{{transport="http",kind="{k}"}} {self.kinds[k].seconds:.6f}')
+            out.append(f'fenec_statement_duration_seconds_sum{{transport="http",kind="{k}"}} {c.seconds:.6f}')
             out.append(f'fenec_statement_duration_seconds_count{{transport="http",kind="{k}"}} {running}')
         one("fenec_http_direct_total", "counter", "Requests to /query and /batch answered without the ASGI app.", self.direct)
         busy = self.busy

@@ -68,13 +68,9 @@ class Footprint:
         (engine/records.py: `["p", coll, id, row]`, `["k", key, hash, at, ttl, answers]`, ...);
         `documents(name)` is the collection's row count (the window of its mean)."""
         rest = size - _RECORD_ENVELOPE - len(str(seq))
-        if len(ops) == 1 and ops[0][0] == "p":  # a put, a claim of one, an update: the loop below, for one row
+        if len(ops) == 1 and ops[0][0] == "p":  # a put, a claim of one, an update: one row, no tally
             name = ops[0][1]
-            share = float(max(rest - _P_OP_EXTRA - len(name), 0))
-            w = min(self._weight.get(name, 0) + 1, max(documents(name), 1))
-            m = self._mean.get(name, share)
-            self._weight[name] = w
-            self._mean[name] = m + (share - m) / w
+            self._move(name, float(max(rest - _P_OP_EXTRA - len(name), 0)), 1, max(documents(name), 1))
             return
         rows: dict[str, int] = {}  # rows written per collection
         n = 0
@@ -98,19 +94,21 @@ class Footprint:
         if not n:
             return
         share = max(rest, 0) / n
-        mean, weight = self._mean, self._weight
         for name, k in rows.items():
-            # each row moves its collection's mean toward `share`, weighted by the rows seen (at
-            # most the documents): a collection's updates depend on its own alone, so they are
-            # made one collection at a time, in the order of its rows, as one row at a time would
-            cap = max(documents(name), 1)
-            w = weight.get(name, 0)
-            m = mean.get(name, share)
-            for _ in range(k):
-                w = min(w + 1, cap)
-                m += (share - m) / w
-            weight[name] = w
-            mean[name] = m
+            # a collection's updates depend on its own alone, so they are made one collection at a
+            # time, in the order of its rows, as one row at a time would
+            self._move(name, share, k, max(documents(name), 1))
+
+    def _move(self, name: str, share: float, k: int, cap: int) -> None:
+        """`k` rows of `name` move its mean toward `share`, each weighted by the rows seen (at most
+        `cap`, the collection's documents)."""
+        w = self._weight.get(name, 0)
+        m = self._mean.get(name, share)
+        for _ in range(k):
+            w = min(w + 1, cap)
+            m += (share - m) / w
+        self._weight[name] = w
+        self._mean[name] = m
 
     def row_bytes(self, name: str) -> float:
         """The estimated bytes of one of the collection's rows in a snapshot."""
