@@ -116,14 +116,14 @@ class Metrics:
             out.append(f'fenec_statement_errors_total{{transport="http",kind="{k}"}} {kinds[k].errors}')
         head("fenec_statement_duration_seconds", "histogram", "Arrival to answer.")
         for k in KINDS:
-            c = kinds[k]
+            kc = kinds[k]  # not `c`: mypyc types a name once, and `c` is a collection's stats below
             running = 0
-            for bound, n in zip(BUCKETS, c.counts, strict=False):
+            for bound, n in zip(BUCKETS, kc.counts, strict=False):
                 running += n
                 out.append(f'fenec_statement_duration_seconds_bucket{{transport="http",kind="{k}",le="{bound}"}} {running}')
-            running += c.counts[-1]
+            running += kc.counts[-1]
             out.append(f'fenec_statement_duration_seconds_bucket{{transport="http",kind="{k}",le="+Inf"}} {running}')
-            out.append(f'fenec_statement_duration_seconds_sum{{transport="http",kind="{k}"}} {c.seconds:.6f}')
+            out.append(f'fenec_statement_duration_seconds_sum{{transport="http",kind="{k}"}} {kc.seconds:.6f}')
             out.append(f'fenec_statement_duration_seconds_count{{transport="http",kind="{k}"}} {running}')
         one("fenec_http_direct_total", "counter", "Requests to /query and /batch answered without the ASGI app.", self.direct)
         busy = self.busy
