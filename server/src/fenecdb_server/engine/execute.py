@@ -394,7 +394,7 @@ def _bulk_documents(schema: Schema, src: list[dict]) -> list[dict]:
 
 def _doc_values(schema: Schema, entries: list, env: Env) -> dict:
     row: dict[str, Any] = {}
-    for target, fn, ftype, _ in entries:
+    for target, fn, _, convert in entries:  # prepare._doc's
         v = fn(None, env)
         if target.name == "id" and not target.keys:
             row["id"] = v
@@ -402,7 +402,7 @@ def _doc_values(schema: Schema, entries: list, env: Env) -> dict:
             row[target.name] = _set_path(row.get(target.name), target.keys, C.to_json_value(v), target.text)
         else:
             try:
-                row[target.name] = C.coerce(v, ftype)
+                row[target.name] = convert(v)
             except FenecError as e:
                 raise _in_field(e, target.name) from None
     return row

@@ -33,6 +33,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .. import gc_policy
+from ..engine.engine import Result
 from ..errors import FenecError
 from ..held import Lines, Outcome, Waiter
 from ..held.on_asyncio import SETTLE_TURNS, AsyncioDriver, park
@@ -81,6 +82,7 @@ MAX_STATEMENT_BYTES = 1 << 20
 # parsed once and cached, and never leaves the loop.
 OFF_LOOP_BODY = 64 << 10
 OFF_LOOP_TEXT = 2 << 10
+_NOT_READ: Any = object()  # query_work: the body not read by orjson's short way
 
 
 def _dumps_json(value: Any) -> bytes:
@@ -630,8 +632,17 @@ class App:
         turns.after(pending.ticket, durable)
 
     def query_work(self, req: Request, raw: bytes) -> Work:
+        # a body orjson reads as `decode` would (numbers.plain) goes to it as bytes, with no str made
+        # of it first: orjson refuses every body that is not UTF-8, as `decode` does; one it refuses
+        # is read again by `decode`, which words its refusal
+        doc: Any = _NOT_READ
+        if numbers.plain(raw):
+            try:
+                doc = orjson.loads(raw)
+            except Exception:
+                pass
         try:
-            text, params = self.statement(self.decode(raw))
+            text, params = self.statement(self.decode(raw) if doc is _NOT_READ else doc)
         except ValueError as e:
             raise Refusal(400, E.body(str(e))) from None
         return self.work_of(req, raw, [(text, params)], block=False)
@@ -839,7 +850,7 @@ class App:
         outcome, kind = self._outcome(work, result, held)
         return outcome, kind, _ticket(owed)
 
-    def _execute(self, work: Work, scope: Any) -> Any:
+    def _execute(self, work: Work, scope: Any) -> Result:
         """`db.execute` of the work (a direct call: its arguments named, no dict of them). A body
         over OFF_LOOP_BODY (thousands of rows at once) runs with the cycle collector held off, and
         what it stored is frozen after (gc_policy.py)."""
@@ -851,7 +862,7 @@ class App:
             gc_policy.after_bulk()
         return result
 
-    def _outcome(self, work: Work, result: Any, held: bool) -> tuple[Outcome[Answer], str]:
+    def _outcome(self, work: Work, result: Result, held: bool) -> tuple[Outcome[Answer], str]:
         kind = "write" if result.wrote else "read"
         stored = result.replayed
         if stored is not None:
