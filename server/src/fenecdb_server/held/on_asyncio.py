@@ -38,7 +38,7 @@ class AsyncioDriver(Generic[A]):
         self.settle_turns = settle_turns
         self.runner = runner
         self.fault = fault  # the answer of a run that raised (the runner answers its own errors)
-        self._thread = threading.get_ident()
+        self._loop_thread = threading.get_ident()  # (not `_thread`: compiled, that is a C keyword)
 
     def time(self) -> float:
         return self.loop.time()
@@ -47,7 +47,7 @@ class AsyncioDriver(Generic[A]):
         return self.loop.call_at(when, fn)
 
     def soon(self, fn: Callable[[], None]) -> None:
-        if threading.get_ident() == self._thread:
+        if threading.get_ident() == self._loop_thread:
             self.loop.call_soon(fn)
         else:
             self.loop.call_soon_threadsafe(fn)
