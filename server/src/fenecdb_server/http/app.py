@@ -82,7 +82,6 @@ MAX_STATEMENT_BYTES = 1 << 20
 # parsed once and cached, and never leaves the loop.
 OFF_LOOP_BODY = 64 << 10
 OFF_LOOP_TEXT = 2 << 10
-_NOT_READ: Any = object()  # query_work: the body not read by orjson's short way
 
 
 def _dumps_json(value: Any) -> bytes:
@@ -631,18 +630,21 @@ class App:
 
         turns.after(pending.ticket, durable)
 
-    def query_work(self, req: Request, raw: bytes) -> Work:
-        # a body orjson reads as `decode` would (numbers.plain) goes to it as bytes, with no str made
-        # of it first: orjson refuses every body that is not UTF-8, as `decode` does; one it refuses
-        # is read again by `decode`, which words its refusal
-        doc: Any = _NOT_READ
+    def read(self, raw: bytes) -> Any:
+        """`decode`, by orjson straight from the bytes where it reads them as `decode` would
+        (numbers.plain), with no str made of them first: orjson refuses every body that is not
+        UTF-8, as `decode` does, and a body it refuses is read again by `decode`, which words the
+        refusal."""
         if numbers.plain(raw):
             try:
-                doc = orjson.loads(raw)
+                return orjson.loads(raw)
             except Exception:
                 pass
+        return self.decode(raw)
+
+    def query_work(self, req: Request, raw: bytes) -> Work:
         try:
-            text, params = self.statement(self.decode(raw) if doc is _NOT_READ else doc)
+            text, params = self.statement(self.read(raw))
         except ValueError as e:
             raise Refusal(400, E.body(str(e))) from None
         return self.work_of(req, raw, [(text, params)], block=False)
