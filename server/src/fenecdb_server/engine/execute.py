@@ -394,7 +394,7 @@ def _bulk_documents(schema: Schema, src: list[dict]) -> list[dict]:
 
 def _doc_values(schema: Schema, entries: list, env: Env) -> dict:
     row: dict[str, Any] = {}
-    for target, fn, _, convert in entries:  # prepare._doc's
+    for target, fn, convert in entries:  # prepare._doc's
         v = fn(None, env)
         if target.name == "id" and not target.keys:
             row["id"] = v

@@ -245,13 +245,13 @@ def _plain(schema: Schema, entries: tuple[A.Entry, ...], patch: list) -> tuple[l
 
 
 def _doc(schema: Schema, entries: tuple[A.Entry, ...], coll: str, ctx: Ctx) -> list:
-    """(target, value closure, field type, conversion) per entry: the conversion picked once, as
-    `_plain` picks a patch's (a put's `now()` and `0` need none, a json field's `$1` its short way)."""
+    """(target, value closure, conversion) per entry: the conversion picked once, as `_plain` picks
+    a patch's (a put's `now()` and `0` need none, a json field's `$1` its short way)."""
     out = []
     for e in entries:
         ftype = _target_type(schema, e.target, coll)
         convert = C.same if static_type(e.value, schema) == ftype else C.coercer(ftype)
-        out.append((e.target, compile_expr(e.value, ctx), ftype, convert))
+        out.append((e.target, compile_expr(e.value, ctx), convert))
     return out
 
 
