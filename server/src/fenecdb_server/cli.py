@@ -33,7 +33,7 @@ FLAGS: list[tuple[str, str | None, str]] = [
     ("--insecure", "off", "allow a non-loopback bind with no token"),
     ("--sync off|always|<ms>", "250", "when writes reach the disk"),
     ("--auto-compact <ratio>|off", "0.5", "compact once this share of the file is dead (and >= 64 MB)"),
-    ("--max-connections <n>", "100", "concurrent connections, held claims included, 0 = unlimited; at it a new "
+    ("--max-connections <n>", "100", "concurrent connections, held claims included, 0 = unlimited; at it (with tokens) a new "
      "one closes the longest-idle one that presented no accepted token, else 503 (8 more may ask /_health or "
      "/_metrics)"),
     ("--idle-timeout <s>", "60", "close a keep-alive connection silent this long, and cut one that reads none of "
@@ -361,6 +361,7 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
 
     # the claim's short way (protocol.py), unless the access log must see every request
     front = Front(app if access_log is None else None, max_connections=max_conn, busy=poll,
+                  evict=access is not None and not access.open,
                   header_timeout=opts.get("header-timeout", 10.0), body_timeout=opts.get("body-timeout", 60.0))
 
     asgi: Any = app

@@ -14,8 +14,8 @@ ASGI app sees a request:
   are counted as they arrive, so a head that never ends cannot grow without bound);
 * a request the parser cannot read is a JSON 400 (uvicorn writes plain text), an unknown
   method a 501;
-* at the ceiling, a new connection closes the longest-idle one that has not presented an
-  accepted token (`credentialed`) and is between requests: no request being read or run, no
+* at the ceiling, on a server that takes tokens, a new connection closes the longest-idle one
+  that has not presented an accepted token (`credentialed`) and is between requests: no request being read or run, no
   answer owed, no held claim. Connections that only ask `/_health` cannot keep a token holder
   out; a held claim, or a connection in the middle of a request, is never closed for another;
 * an answer the client does not read: while the transport is paused (its buffer past the high
@@ -91,10 +91,10 @@ class Front:
     """What every connection of one server shares, set by the command line: its limits, the app
     whose `/query` and `/batch` it answers on the short way, and the count of reserve connections."""
 
-    __slots__ = ("app", "max_connections", "header_timeout", "body_timeout", "busy", "spares", "cut")
+    __slots__ = ("app", "max_connections", "header_timeout", "body_timeout", "busy", "spares", "cut", "evict")
 
     def __init__(self, app: App | None = None, *, max_connections: int = 0, header_timeout: float = 10.0,
-                 body_timeout: float = 60.0, busy: BusyPoll | None = None) -> None:
+                 body_timeout: float = 60.0, busy: BusyPoll | None = None, evict: bool = False) -> None:
         self.app = app  # None: every request takes the ASGI path (the access log must see each)
         self.max_connections = max_connections  # 0 = unlimited
         self.header_timeout = header_timeout  # 0 = never
@@ -102,6 +102,9 @@ class Front:
         self.busy = busy  # the loop's polling window after each answer written (None: off)
         self.spares = 0  # connections now open in the reserve past max_connections
         self.cut = 0  # connections closed for a newcomer at the ceiling, not gone yet
+        # the server takes tokens: an idle connection that presented none may be closed for a newcomer
+        # (on an open server no connection is a token holder's, and none is closed for another)
+        self.evict = evict
 
     def protocol(self, **kwargs: Any) -> FenecProtocol:
         """A connection's protocol: what uvicorn's `http=` calls with its config and state."""
@@ -147,7 +150,8 @@ class FenecProtocol(HttpToolsProtocol):
     def connection_made(self, transport: Any) -> None:
         shared = self.shared
         limit = shared.max_connections
-        if limit and len(self.connections) - shared.spares - shared.cut >= limit and not self._evict():
+        if limit and len(self.connections) - shared.spares - shared.cut >= limit \
+                and not (shared.evict and self._evict()):
             if shared.spares >= RESERVE:
                 self._refused = True
                 self.transport = transport
