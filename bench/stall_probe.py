@@ -9,6 +9,8 @@ stall), beside the longest they waited for with no attack (the baseline).
     python bench/stall_probe.py                # the attacks of issue 18 (a few minutes)
     python bench/stall_probe.py --only quote   # one of them
     python bench/stall_probe.py --held 200     # what a held claim costs the server (RSS)
+    python bench/stall_probe.py --large 100000 # a claim, a put and a /batch of that many rows (issue 40)
+    python bench/stall_probe.py --unread 6     # six `get jobs` of 1 000 000 rows nobody reads (RSS)
 
 The 16 MB statements run twice: against the default `--max-statement-bytes` (refused, 413)
 and with the ceiling off (`--max-statement-bytes 0`: parsed in a worker thread).
@@ -149,6 +151,86 @@ def probe(name: str, flags: list[str], make: Callable[[], str]) -> dict[str, obj
         server.stop()
 
 
+JOBS = "create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int)"
+
+
+def load(server: Server, conn: http.client.HTTPConnection, n: int) -> None:
+    for at in range(0, n, 50_000):
+        docs = [{"payload": {"n": i}, "run_at": 0, "attempts": 0} for i in range(at, min(n, at + 50_000))]
+        server.request(conn, "POST", "/query", json.dumps({"query": "put jobs $1", "params": [docs]}).encode())
+
+
+def large(n: int, flags: list[str]) -> list[dict[str, object]]:
+    """The stall of a claim of n rows over n jobs, a put of n documents, and a /batch of n puts."""
+    cases: list[tuple[str, str, bytes]] = [
+        ("claim", "/query", json.dumps({"query": CLAIM.replace("limit 10", f"limit {n}"), "params": ["big"]}).encode()),
+        ("put", "/query", json.dumps({"query": "put jobs $1", "params": [[{"attempts": 0}] * n]}).encode()),
+        ("batch", "/batch", "\n".join([json.dumps({"query": "put jobs {attempts: 0}"})] * n).encode()),
+    ]
+    out = []
+    for name, path, body in cases:
+        server = Server("--max-write-rows", "0", *flags)
+        try:
+            conn = server.connect()
+            server.request(conn, "POST", "/query", json.dumps({"query": JOBS}).encode())
+            if name == "claim":
+                load(server, conn, n)
+            health = Busy(server, "GET", "/_health", None)
+            claim = Busy(server, "POST", "/query", json.dumps({"query": CLAIM, "params": ["w1"]}).encode())
+            time.sleep(2.0)
+            base = (health.window(), claim.window())
+            rss0 = rss_kb(server.proc.pid)
+            t0 = time.perf_counter()
+            status = server.request(server.connect(), "POST", path, body)
+            took = time.perf_counter() - t0
+            during = (health.window(), claim.window())
+            health.stop()
+            claim.stop()
+            out.append({"statement": f"{name} of {n}", "flags": flags, "status": status, "s": round(took, 2),
+                        "health_baseline_ms": round(base[0][0], 1), "health_stall_ms": round(during[0][0], 1),
+                        "health_answers": during[0][1], "claim_stall_ms": round(during[1][0], 1),
+                        "rss_before_mb": rss0 // 1024, "rss_after_mb": rss_kb(server.proc.pid) // 1024})
+        finally:
+            server.stop()
+    return out
+
+
+def unread(k: int, rows: int, idle: int) -> dict[str, object]:
+    """RSS and the longest /_health wait while k clients ask `get jobs` over `rows` jobs and never
+    read, and RSS once --idle-timeout has passed."""
+    import socket
+
+    server = Server("--max-write-rows", "0", "--max-answer-rows", "0", "--idle-timeout", str(idle))
+    try:
+        conn = server.connect()
+        server.request(conn, "POST", "/query", json.dumps({"query": JOBS}).encode())
+        load(server, conn, rows)
+        health = Busy(server, "GET", "/_health", None)
+        time.sleep(2.0)
+        before = rss_kb(server.proc.pid)
+        health.window()
+        body = b'{"query":"get jobs"}'
+        socks = []
+        peak = before
+        for _ in range(k):
+            sock = socket.create_connection((server.host, server.port))
+            sock.sendall(b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))
+            socks.append(sock)
+        deadline = time.monotonic() + idle + 10
+        while time.monotonic() < deadline:
+            peak = max(peak, rss_kb(server.proc.pid))
+            time.sleep(0.1)
+        stall = health.window()[0]
+        after = rss_kb(server.proc.pid)
+        health.stop()
+        for sock in socks:
+            sock.close()
+        return {"unread": k, "rows": rows, "rss_before_mb": before // 1024, "rss_peak_mb": peak // 1024,
+                "rss_after_mb": after // 1024, "health_longest_ms": round(stall, 1)}
+    finally:
+        server.stop()
+
+
 def rss_kb(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -188,7 +270,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default=None, help="run only the attacks whose name contains this")
     parser.add_argument("--held", type=int, default=0, help="measure what this many held claims cost instead")
+    parser.add_argument("--large", type=int, default=0, help="a claim, put and /batch of this many rows instead")
+    parser.add_argument("--unread", type=int, default=0, help="this many unread gets of 1 000 000 rows instead")
     args = parser.parse_args()
+    if args.large:
+        for row in large(args.large, []):
+            print(json.dumps(row), flush=True)
+        return 0
+    if args.unread:
+        print(json.dumps(unread(args.unread, 1_000_000, 5)), flush=True)
+        return 0
     if args.held:
         print(json.dumps(held_cost(args.held)), flush=True)
         return 0

@@ -33,13 +33,18 @@ FLAGS: list[tuple[str, str | None, str]] = [
     ("--insecure", "off", "allow a non-loopback bind with no token"),
     ("--sync off|always|<ms>", "250", "when writes reach the disk"),
     ("--auto-compact <ratio>|off", "0.5", "compact once this share of the file is dead (and >= 64 MB)"),
-    ("--max-connections <n>", "100", "concurrent connections, held claims included, 0 = unlimited; past it 503 "
-     "(8 more may ask /_health or /_metrics)"),
-    ("--idle-timeout <s>", "60", "close a keep-alive connection silent this long, 0 = never"),
+    ("--max-connections <n>", "100", "concurrent connections, held claims included, 0 = unlimited; at it (with tokens) a new "
+     "one closes the longest-idle one that presented no accepted token, else 503 (8 more may ask /_health or "
+     "/_metrics)"),
+    ("--idle-timeout <s>", "60", "close a keep-alive connection silent this long, and cut one that reads none of "
+     "its answer this long; 0 = never"),
     ("--header-timeout <s>", "10", "a request head must arrive within this, else 408 and close; 0 = never"),
     ("--body-timeout <s>", "60", "a request body must arrive within this of its head, else 408; 0 = never"),
     ("--max-statement-bytes <n>", "1048576", "statement text of one request (a batch's distinct texts "
      "together), else 413; 0 = no ceiling"),
+    ("--max-answer-rows <n>", "100000", "rows one statement may answer, else 413; 0 = no ceiling"),
+    ("--max-write-rows <n>", "100000", "rows one statement or batch may write (documents put, rows set or "
+     "deleted), else 413 and nothing written; 0 = no ceiling"),
     ("--idempotency-ttl <s>", "86400", "how long an Idempotency-Key and its answer are kept"),
     ("--http-token <value>", "env FENEC_HTTP_TOKEN", "the server token: full access"),
     ("--jwt-secret <value>", "env FENEC_JWT_SECRET", "HS256 secret (>= 32 bytes) of scoped tokens"),
@@ -64,6 +69,7 @@ FLAGS: list[tuple[str, str | None, str]] = [
 
 VALUE_FLAGS = {"--file", "-f", "--http", "--sync", "--auto-compact", "--max-connections", "--idle-timeout",
                "--header-timeout", "--body-timeout", "--max-statement-bytes",
+               "--max-answer-rows", "--max-write-rows",
                "--idempotency-ttl", "--http-token", "--http-cors", "--slow-ms", "--jwt-secret", "--jwt-secret-file",
                "--jwt-require-exp", "--jwt-max-age", "--policy", "--mint-token", "--admin-token", "--auth-delay",
                "--access-log", "--busy-poll"}
@@ -280,6 +286,8 @@ def _main(argv: list[str]) -> int:
     opts["header-timeout"] = parse_seconds("--header-timeout", opts.get("header-timeout", "10"))
     opts["body-timeout"] = parse_seconds("--body-timeout", opts.get("body-timeout", "60"))
     opts["max-statement-bytes"] = parse_int("--max-statement-bytes", opts.get("max-statement-bytes", "1048576"))
+    opts["max-answer-rows"] = parse_int("--max-answer-rows", opts.get("max-answer-rows", "100000"))
+    opts["max-write-rows"] = parse_int("--max-write-rows", opts.get("max-write-rows", "100000"))
     ttl = parse_int("--idempotency-ttl", opts.get("idempotency-ttl", "86400"), minimum=1)
     slow = opts.get("slow-ms")
     slow_ms = float(parse_int("--slow-ms", slow)) if slow is not None else None
@@ -345,12 +353,15 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
     app = App(db, Config(version=version(), token=token, cors=opts.get("http-cors"), idempotency_ttl_s=ttl,
                          slow_ms=slow_ms, sync_always=bool(path) and sync == "always",
                          auth=access.auth if access else None, auth_delay_ms=access.delay_ms if access else 100,
-                         max_statement_bytes=opts.get("max-statement-bytes", 1 << 20), closes_told=True),
+                         max_statement_bytes=opts.get("max-statement-bytes", 1 << 20), closes_told=True,
+                         max_answer_rows=opts.get("max-answer-rows", 100_000),
+                         max_write_rows=opts.get("max-write-rows", 100_000)),
               connections=lambda: len(server_box[0].server_state.connections) if server_box else 0, busy=poll,
               requests=lambda: server_box[0].server_state.total_requests if server_box else 0)
 
     # the claim's short way (protocol.py), unless the access log must see every request
     front = Front(app if access_log is None else None, max_connections=max_conn, busy=poll,
+                  evict=access is not None and not access.open,
                   header_timeout=opts.get("header-timeout", 10.0), body_timeout=opts.get("body-timeout", 60.0))
 
     asgi: Any = app

@@ -45,12 +45,14 @@ from .execute import (
     run_get,
     run_put,
     run_set,
+    too_many_rows,
+    too_many_writes,
 )
 from .holds import ReadyClaim, make_hold
 from .idempotency import Idem, Keys, Stored
 from .prepare import Prepared, prepare
 from .queues import Tally
-from .rwlock import RWLock
+from .rwlock import Busy, RWLock
 from .scoped import authorize as authorize_scoped
 from .scoped import run as run_scoped
 
@@ -326,12 +328,18 @@ class Engine:
     # ---------------------------------------------------------------- running
 
     def execute(self, statements: list[tuple[Any, Any]], *, block: bool = False,
-                idempotency: Idem | None = None, scope: Scope | None = None) -> Result:
+                idempotency: Idem | None = None, scope: Scope | None = None, max_rows: int = 0,
+                max_writes: int = 0, nowait: bool = False) -> Result:
         """Run one statement, or with `block` several as one block: each a (text, params) pair, the
         text checked here (400 for anything but text). `scope` None runs as the
         server token; a `policy.Scope` runs under that token's rules (scoped.py), every
         statement authorized before any runs. With `idempotency`, a write keeps its answers
-        under the key, and a retry of it is answered them (`Result.replayed`)."""
+        under the key, and a retry of it is answered them (`Result.replayed`).
+
+        `max_rows` and `max_writes` (0: none) bound what one statement may answer and the whole may
+        write: past either it is refused (`toolarge`, 413) and nothing is written; a get, set or
+        del stops picking one row past the bound, and a put is refused before it writes.
+        `nowait` raises `Busy` rather than wait for the lock."""
         ready = None
         if block:
             parsed = self._statements(statements, True)
@@ -356,15 +364,24 @@ class Engine:
             raise FenecError("unavailable", "the database is closed")
         lock = self.lock
         if not writes:
-            lock.acquire_read()
+            if not nowait:
+                lock.acquire_read()
+            elif not lock.try_read():
+                raise Busy()
             try:
-                return Result(self._run_reads(parsed, block, scope, ready), self.seq, False, 0, None)
+                answers = self._run_reads(parsed, block, scope, ready, max_rows)
             finally:
                 lock.release_read()
+            if max_rows and scope is not None:
+                _bounded(answers, max_rows, 0, 0)
+            return Result(answers, self.seq, False, 0, None)
         if self._failed is not None:
             raise FenecError("io", f"writes are refused since the disk failed: {self._failed}")
         ticket = None
-        lock.acquire_write()
+        if not nowait:
+            lock.acquire_write()
+        elif not lock.try_write():
+            raise Busy()
         try:
             if idempotency is not None:
                 stored = self.keys.find(idempotency, self.now())
@@ -372,14 +389,21 @@ class Engine:
                     return Result([], self.seq, False, 0, stored)
             blk = Block()
             if block:
-                answers = self._run_block(parsed, blk, scope, ready)
+                answers = self._run_block(parsed, blk, scope, ready, max_rows, max_writes)
             else:  # one statement: the claim's path (bench/claim_bytecodes.py counts it)
                 text, stmt, params = parsed[0]
                 try:
-                    answers = [self._run_one(text, stmt, params, blk, scope, ready)]
+                    answers = [self._run_one(text, stmt, params, blk, scope, ready, max_rows, max_writes)]
                 except BaseException as e:
                     blk.rollback()
                     raise _answered(e, False, 0, text, "running") from None
+            if scope is not None and (max_rows or max_writes):
+                # a token's statements run their own picks (scoped.py): bounded here, before the record
+                try:
+                    _bounded(answers, max_rows, max_writes, len(blk.ops))
+                except FenecError:
+                    blk.rollback()
+                    raise
             if idempotency is not None and (blk.taken > 0 or idempotency.keep_empty):
                 ticket = self._commit(blk, idempotency, answers)
             elif blk.ops:
@@ -453,10 +477,12 @@ class Engine:
             raise FenecError("io", f"{self._failed}: this write was not applied, but the file may hold "
                                    "it; every later write is refused until restart") from None
 
-    def _run_reads(self, parsed: list[Parsed], block: bool, scope: Scope | None, ready: dict | None) -> list:
+    def _run_reads(self, parsed: list[Parsed], block: bool, scope: Scope | None, ready: dict | None,
+                   rows: int = 0) -> list:
         answers = []
         for i, (text, stmt, params) in enumerate(parsed):
             env = Env(params, V.Ts(self.now()))
+            env.rows = rows
             try:
                 if scope is not None:
                     env.claims = scope.claims
@@ -467,11 +493,12 @@ class Engine:
                 raise _answered(e, block, i, text, "reading") from None
         return answers
 
-    def _run_block(self, parsed: list[Parsed], blk: Block, scope: Scope | None, ready: dict | None) -> list:
+    def _run_block(self, parsed: list[Parsed], blk: Block, scope: Scope | None, ready: dict | None,
+                   rows: int = 0, writes: int = 0) -> list:
         answers = []
         for i, (text, stmt, params) in enumerate(parsed):
             try:
-                answers.append(self._run_one(text, stmt, params, blk, scope, ready))
+                answers.append(self._run_one(text, stmt, params, blk, scope, ready, rows, writes))
             except BaseException as e:
                 # A fault in the engine (a bug, a MemoryError) must never leave a half-applied
                 # block behind: put back, logged, and answered as a fault; KeyboardInterrupt,
@@ -481,9 +508,12 @@ class Engine:
         return answers
 
     def _run_one(self, text: str, stmt: A.Statement, params: list, blk: Block, scope: Scope | None,
-                 ready: dict | None) -> Any:
+                 ready: dict | None, rows: int = 0, writes: int = 0) -> Any:
         """One statement of a write block (a set or del adds the rows it took to `blk.taken`)."""
         env = Env(params, V.Ts(self._clock()))
+        if rows or writes:
+            env.rows = rows
+            env.writes = writes
         t = type(stmt)
         if scope is not None:
             env.claims = scope.claims
@@ -602,6 +632,17 @@ def _params(params: Any) -> list:
     if isinstance(params, (list, tuple)):
         return list(params)
     return [params]
+
+
+def _bounded(answers: list, rows: int, writes: int, written: int) -> None:
+    """Refuse answers past `rows` a statement, or `written` rows past `writes`, as the statements
+    themselves refuse (execute.py), for the paths that pick on their own (a token's: scoped.py)."""
+    if writes and written > writes:
+        raise too_many_writes(writes)
+    if rows:
+        for answer in answers:
+            if type(answer) is list and len(answer) > rows:
+                raise too_many_rows(rows)
 
 
 def _answered(e: BaseException, block: bool, i: int, text: str, doing: str) -> BaseException:

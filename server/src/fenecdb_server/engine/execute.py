@@ -166,6 +166,44 @@ def check_required(schema: Schema, row: dict) -> None:
 # ---------------------------------------------------------------- the statements
 
 
+def too_many_rows(cap: int) -> FenecError:
+    return FenecError("toolarge", f"the answer is over {cap} rows, the most one statement may answer "
+                                  "(--max-answer-rows): narrow it with `limit`, or raise the ceiling")
+
+
+def too_many_writes(cap: int, n: int = 0) -> FenecError:
+    count = f"{n} rows" if n else f"over {cap} rows"
+    return FenecError("toolarge", f"the request writes {count}, the most one statement or batch may write is "
+                                  f"{cap} (--max-write-rows): send it in parts, or raise the ceiling")
+
+
+def _write_need(p: Prepared, env: Env, blk: Block) -> int | None:
+    """`pick`'s `need_override` for a set or del (None: its own limit): one row past what its
+    block may still write and, with `returning`, one past what one statement may answer. Picking
+    stops there, so a statement past a ceiling costs the ceiling's work, not its own."""
+    need = None
+    if env.writes:
+        need = max(env.writes - len(blk.ops), 0) + 1
+    if env.rows and p.cols is not None and (need is None or env.rows < need):
+        need = env.rows + 1
+    limit = p.query.limit
+    return None if need is None or limit is not None and limit < need else need
+
+
+def _within(p: Prepared, env: Env, blk: Block, picked: int) -> None:
+    if env.writes and len(blk.ops) + picked > env.writes:
+        raise too_many_writes(env.writes)
+    if env.rows and p.cols is not None and picked > env.rows:
+        raise too_many_rows(env.rows)
+
+
+def _reach(q: Any, cap: int) -> int | None:
+    """`pick`'s `need_override` that stops it one row past `cap` (None: the statement's own limit)."""
+    if cap and (q.limit is None or q.limit > cap):
+        return cap + 1
+    return None
+
+
 def run_get(eng: Engine, p: Prepared, env: Env) -> Any:
     coll = eng.collection(p.coll)
     q = p.query
@@ -174,7 +212,10 @@ def run_get(eng: Engine, p: Prepared, env: Env) -> Any:
             return [{"count": len(coll.rows)}]
         matched = pick(coll, q, env) if coll.rows else []
         return [{"count": len(matched)}]
-    rows = pick(coll, q, env)
+    cap = env.rows
+    rows = pick(coll, q, env, _reach(q, cap))
+    if cap and len(rows) > cap:
+        raise too_many_rows(cap)
     if p.require is not None and len(rows) != p.require:
         raise unmet("get", p.coll, len(rows), p.require, read=True)
     return render(p.cols, rows, env)  # type: ignore[arg-type]  # not a count: prepare() set the columns
@@ -182,7 +223,10 @@ def run_get(eng: Engine, p: Prepared, env: Env) -> Any:
 
 def run_set(eng: Engine, p: Prepared, env: Env, blk: Block) -> Any:
     coll = eng.collection(p.coll)
-    picked = pick(coll, p.query, env)
+    need = _write_need(p, env, blk)
+    picked = pick(coll, p.query, env, need)
+    if need is not None:
+        _within(p, env, blk, len(picked))
     if picked:
         # Work every value out over the rows as they were, before writing any (§6.3); a value
         # that reads no row is worked out, and converted to its field's type, once.
@@ -302,7 +346,10 @@ def _rewrite(schema: Schema, patch: list, picked: list[dict], env: Env) -> list[
 
 def run_del(eng: Engine, p: Prepared, env: Env, blk: Block) -> Any:
     coll = eng.collection(p.coll)
-    picked = pick(coll, p.query, env)
+    need = _write_need(p, env, blk)
+    picked = pick(coll, p.query, env, need)
+    if need is not None:
+        _within(p, env, blk, len(picked))
     if picked:
         blk.touch(coll)
         name = coll.name
@@ -452,6 +499,8 @@ def run_put(eng: Engine, p: Prepared, env: Env, blk: Block, rules: PutRules = SE
     assert isinstance(stmt, A.Put)
     schema = coll.schema
     docs = _documents(p, env)
+    if env.writes and len(blk.ops) + len(docs) > env.writes:
+        raise too_many_writes(env.writes, len(blk.ops) + len(docs))
     rules.check(docs)
     blk.touch(coll)
     alive_fn = p.alive

@@ -11,6 +11,11 @@ from __future__ import annotations
 import threading
 
 
+class Busy(Exception):
+    """The lock is held now, and the caller asked not to wait for it (`Engine.execute(nowait=True)`):
+    the event loop's way of never blocking behind a long statement in a worker thread."""
+
+
 class RWLock:
     __slots__ = ("_mutex", "_cond", "_readers", "_writer", "_waiting", "_sleeping")
 
@@ -34,6 +39,22 @@ class RWLock:
             while self._writer or self._waiting:
                 self._sleep()
             self._readers += 1
+
+    def try_read(self) -> bool:
+        """`acquire_read` if it would not wait; False (nothing taken) if it would."""
+        with self._mutex:
+            if self._writer or self._waiting:
+                return False
+            self._readers += 1
+            return True
+
+    def try_write(self) -> bool:
+        """`acquire_write` if it would not wait; False (nothing taken) if it would."""
+        with self._mutex:
+            if self._writer or self._readers:
+                return False
+            self._writer = True
+            return True
 
     def release_read(self) -> None:
         with self._mutex:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from functools import partial
@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import gc_policy
 from ..engine.engine import Result
+from ..engine.rwlock import Busy
 from ..errors import FenecError
 from ..held import Lines, Outcome, Waiter
 from ..held.on_asyncio import SETTLE_TURNS, AsyncioDriver, park
@@ -82,6 +83,18 @@ MAX_STATEMENT_BYTES = 1 << 20
 # parsed once and cached, and never leaves the loop.
 OFF_LOOP_BODY = 64 << 10
 OFF_LOOP_TEXT = 2 << 10
+# What one statement may answer and one request may write, unless the command line says otherwise
+# (--max-answer-rows, --max-write-rows; 0 = none). Past them: 413, nothing written.
+MAX_ANSWER_ROWS = 100_000
+MAX_WRITE_ROWS = 100_000
+# On the loop a statement may answer or write this many rows (a claim's 10 take ~30 us); one that
+# would pass it is put back and run again in a worker thread with the ceilings above, as is one
+# that would wait for the lock, held there by such a statement: the loop never waits for either.
+LOOP_ROWS = 1_000
+# An answer of more rows than this is written in pieces of as many rows, each rendered only when
+# the connection has room for it (protocol.py, uvicorn's flow control), so a reader that does not
+# read holds at most a piece and the transport's buffer of rendered bytes.
+PIECE_ROWS = 1_000
 
 
 def _dumps_json(value: Any) -> bytes:
@@ -115,12 +128,14 @@ else:  # pragma: no cover
 class Answer:
     """A whole HTTP answer: status, body and the extra headers it carries."""
 
-    __slots__ = ("status", "body", "headers")
+    __slots__ = ("status", "body", "headers", "parts")
 
     def __init__(self, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
         self.status = status
         self.body = body
         self.headers: list[tuple[bytes, bytes]] = [] if headers is None else headers
+        # a long answer's body, rendered piece by piece as it is written (`body` is then b""), chunked
+        self.parts: Iterator[bytes] | None = None
 
     def __repr__(self) -> str:
         return f"Answer({self.status!r}, {self.body!r}, {self.headers!r})"
@@ -165,7 +180,8 @@ class Config:
     def __init__(self, *, version: str = "0.0.0", token: str | None = None, cors: str | None = None,
                  idempotency_ttl_s: int = DEFAULT_TTL_S, slow_ms: float | None = None,
                  sync_always: bool = False, auth: Auth | None = None, auth_delay_ms: int = 100,
-                 max_statement_bytes: int = MAX_STATEMENT_BYTES, closes_told: bool = False) -> None:
+                 max_statement_bytes: int = MAX_STATEMENT_BYTES, closes_told: bool = False,
+                 max_answer_rows: int = MAX_ANSWER_ROWS, max_write_rows: int = MAX_WRITE_ROWS) -> None:
         self.version = version
         # the tokens accepted (auth.py); `token` alone is a server token and nothing else
         self.auth = auth if auth is not None else Auth(server_token=token)
@@ -180,6 +196,9 @@ class Config:
         self.sync_always = sync_always
         # the statement text of one request (`/batch`: its distinct texts together); 0 = no ceiling
         self.max_statement_bytes = max_statement_bytes
+        # the rows one statement may answer, and one statement or /batch write (engine.execute); 0 = none
+        self.max_answer_rows = max_answer_rows
+        self.max_write_rows = max_write_rows
         # served by fenec-server's protocol, which tells a held claim's client's close in the turn
         # it is read: one settling turn before a run is enough (held/on_asyncio.py)
         self.closes_told = closes_told
@@ -241,6 +260,11 @@ class Request:
         self.caller: Caller = OPEN
         # the connection's hooks for the moment its client leaves (protocol.py), where the server has them
         self.leaving: list[Callable[[], None]] | None = scope.get("fenec.leaving")
+
+
+class OffLoop(Exception):
+    """A run on the loop put back before it wrote anything: it would pass LOOP_ROWS, or wait for
+    the lock. Its caller runs it again in a worker thread (`run_off_loop`)."""
 
 
 class Refusal(Exception):
@@ -385,6 +409,7 @@ class App:
             return
         if caller is not OPEN:
             self.delay.cleared(req.peer)
+            _credentialed(scope)
         req.caller = caller
         if method == "POST":
             if path == "/query":
@@ -444,8 +469,29 @@ class App:
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
-    async def send_answer(self, send: Send, answer: Answer) -> None:
-        await self.respond(send, answer.status, answer.body, answer.headers, api=True)
+    async def send_answer(self, send: Send, answer: Answer, req: Request | None = None) -> None:
+        parts = answer.parts
+        if parts is None:
+            await self.respond(send, answer.status, answer.body, answer.headers, api=True)
+            return
+        # no content-length: uvicorn writes it chunked, and each send waits while the transport
+        # is paused (its flow control), so the next piece is rendered only once there is room
+        headers = [JSON_TYPE, self.version_header, *answer.headers, *self.cors_headers]
+        gone: list[bool] = []
+        leaving = req.leaving if req is not None else None
+        hook = partial(gone.append, True)
+        if leaving is not None:
+            leaving.append(hook)
+        await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+        try:
+            for piece in parts:
+                if gone:
+                    return  # the client left (or was cut): the rest is not rendered
+                await send({"type": "http.response.body", "body": piece, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+        finally:
+            if leaving is not None and hook in leaving:
+                leaving.remove(hook)
 
     # -- the body --
 
@@ -542,6 +588,7 @@ class App:
             return None  # refused by the ASGI path, after the address's delay (auth.py)
         if caller is not OPEN:
             self.delay.cleared(req.peer)
+            _credentialed(scope)
         req.caller = caller
         started = time.perf_counter()
         try:
@@ -563,7 +610,10 @@ class App:
                 return Answer(*E.answer(e, batch=work.block))
         seen = self.db.seq
         announced = waits.announced
-        outcome, kind, owed = self.run_here(work, held=claim is not None)
+        try:
+            outcome, kind, owed = self.run_here(work, held=claim is not None, loop=True)
+        except OffLoop:
+            return None  # the ASGI path runs it again, off the loop
         self.metrics.direct += 1
         if claim is not None and not outcome.final and not waits.closing:
             # it took nothing, so it wrote nothing: no fdatasync is owed for it
@@ -742,14 +792,18 @@ class App:
                 self.account(started, "read", True, req, raw)
                 return
         seen = self.db.seq
-        if not work.large:  # on the loop, with no await unless its write owes a sync: a claim's usual path
-            outcome, kind, owed = self.run_here(work, held=claim is not None)
-            if owed:
-                outcome, kind = await self.synced(owed, work, outcome, kind)
-        else:
+        off = work.large or work.bulk
+        if not off:  # on the loop, with no await unless its write owes a sync: a claim's usual path
+            try:
+                outcome, kind, owed = self.run_here(work, held=claim is not None, loop=True)
+                if owed:
+                    outcome, kind = await self.synced(owed, work, outcome, kind)
+            except OffLoop:
+                off = True
+        if off:
             outcome, kind = await self.run_off_loop(work, held=claim is not None)
         if claim is None or outcome.final or waits.closing:
-            await self.send_answer(send, outcome.answer)
+            await self.send_answer(send, outcome.answer, req)
             self.account(started, kind, outcome.answer.status >= 400, req, raw)
             return
         waiter, future = park(waits, claim, work, outcome.answer, work.wait, seen)
@@ -759,7 +813,7 @@ class App:
                 delay = self.delay.refused(req.peer)
                 if delay > 0:
                     await asyncio.sleep(delay)
-            await self.send_answer(send, answer)
+            await self.send_answer(send, answer, req)
             self.account(started, "write", answer.status >= 400, req, raw)
 
     async def await_held(self, waiter: Waiter[Answer], future: asyncio.Future[Answer], receive: Receive,
@@ -800,9 +854,12 @@ class App:
         expired = self.auth.recheck(work.caller)
         if expired is not None:  # every run asks the token again (http.md §8.9): nothing runs
             return Outcome(True, Answer(401, E.body(expired), [(b"www-authenticate", b"Bearer")]))
-        if work.large:
+        if work.large or work.bulk:
             return self._run_held_off_loop(work)
-        outcome, kind, owed = self.run_here(work, held=True)
+        try:
+            outcome, kind, owed = self.run_here(work, held=True, loop=True)
+        except OffLoop:
+            return self._run_held_off_loop(work)
         if owed:
             return self._held_synced(owed, work, outcome, kind)
         return outcome
@@ -815,29 +872,35 @@ class App:
         return (await self.synced(owed, work, outcome, kind))[0]
 
     async def run_off_loop(self, work: Work, *, held: bool) -> tuple[Outcome[Answer], str]:
-        """`run_here` in a worker thread, for a long statement not parsed yet (OFF_LOOP_TEXT). A
+        """`run_here` in a worker thread, for a long statement not parsed yet (OFF_LOOP_TEXT), a large
+        body (OFF_LOOP_BODY) or a run the loop put back (`OffLoop`), under the command line's ceilings. A
         write there waits for its own fsync by group commit (storage/sync.py), not for the loop's."""
         def run() -> tuple[Outcome[Answer], str]:
             outcome, kind, _owed = self.run_here(work, held=held)  # off the loop nothing is deferred
             return outcome, kind
         return await asyncio.get_running_loop().run_in_executor(self.large, partial(collection.deferred, run))
 
-    def run_here(self, work: Work, *, held: bool) -> tuple[Outcome[Answer], str, int]:
+    def run_here(self, work: Work, *, held: bool, loop: bool = False) -> tuple[Outcome[Answer], str, int]:
         """Run the work once, in this thread: (outcome, metrics kind, the log ticket its answer
         owes a sync, 0 for none). For a held request a `require` miss is "took nothing" (http.md
         §8.3), not the end of the hold. It never awaits, so a held request's run needs no task of
         its own; under --sync always on the loop its write's fdatasync is owed (`synced`) rather
-        than waited for here: one per loop turn for all its writes (durable.py)."""
+        than waited for here: one per loop turn for all its writes (durable.py). On the `loop`, a
+        run that would pass LOOP_ROWS or wait for the lock raises `OffLoop`, having written nothing."""
         # only a scoped token passes a scope: the server token runs as it always did
         scope = work.caller.scope if work.caller.scoped else None
         owed: Deferred | None = None
         try:
             if self.turns is not None:
                 with self.turns.log.deferred() as owed:
-                    result = self._execute(work, scope)
+                    result = self._execute(work, scope, loop)
             else:
-                result = self._execute(work, scope)
+                result = self._execute(work, scope, loop)
+        except Busy:
+            raise OffLoop() from None
         except FenecError as e:
+            if loop and e.kind == "toolarge" and self._loop_tighter():
+                raise OffLoop() from None
             status, body = E.answer(e, batch=work.block)
             kind = "write" if e.kind in ("unmet", "exists", "conflict", "io") else "read"
             return Outcome(not (held and e.kind == "unmet"), Answer(status, body)), kind, _ticket(owed)
@@ -852,14 +915,28 @@ class App:
         outcome, kind = self._outcome(work, result, held)
         return outcome, kind, _ticket(owed)
 
-    def _execute(self, work: Work, scope: Any) -> Result:
-        """`db.execute` of the work (a direct call: its arguments named, no dict of them). A body
-        over OFF_LOOP_BODY (thousands of rows at once) runs with the cycle collector held off, and
-        what it stored is frozen after (gc_policy.py)."""
+    def _loop_tighter(self) -> bool:
+        """Whether the loop's bound is below the command line's: a refusal there is not the last word."""
+        config = self.config
+        rows, writes = config.max_answer_rows, config.max_write_rows
+        return not rows or rows > LOOP_ROWS or not writes or writes > LOOP_ROWS
+
+    def _execute(self, work: Work, scope: Any, loop: bool = False) -> Result:
+        """`db.execute` of the work (a direct call: its arguments named, no dict of them), bounded by
+        the command line's ceilings, and on the `loop` by LOOP_ROWS too, without waiting for the
+        lock. A body over OFF_LOOP_BODY (thousands of rows at once) runs with the cycle collector
+        held off, and what it stored is frozen after (gc_policy.py)."""
+        config = self.config
+        rows, writes = config.max_answer_rows, config.max_write_rows
+        if loop:
+            rows = LOOP_ROWS if not rows or rows > LOOP_ROWS else rows
+            writes = LOOP_ROWS if not writes or writes > LOOP_ROWS else writes
         if not work.bulk:
-            return self.db.execute(work.statements, block=work.block, idempotency=work.idem, scope=scope)
+            return self.db.execute(work.statements, block=work.block, idempotency=work.idem, scope=scope,
+                                   max_rows=rows, max_writes=writes, nowait=loop)
         result = collection.deferred(partial(self.db.execute, work.statements, block=work.block,
-                                                     idempotency=work.idem, scope=scope))
+                                             idempotency=work.idem, scope=scope, max_rows=rows,
+                                             max_writes=writes, nowait=loop))
         if result.wrote:
             gc_policy.after_bulk()
         return result
@@ -871,11 +948,16 @@ class App:
             # the stored answers, rendered as the first answer was (an older file's key keeps the bytes)
             status, body = stored.raw if stored.raw is not None else self.render(work.block, stored.answers or [])
             return Outcome(True, Answer(status, body, [(b"idempotent-replayed", b"true")])), kind
-        status, body = self.render(work.block, result.answers)
         headers = []
         if result.wrote or work.block:
             headers.append((b"fenec-seq", str(result.seq).encode()))
         took = result.taken > 0
+        answers = result.answers
+        if not work.block and type(answers[0]) is list and len(answers[0]) > PIECE_ROWS:
+            answer = Answer(200, b"", headers)
+            answer.parts = pieces(answers[0])
+            return Outcome(took or not held, answer), kind
+        status, body = self.render(work.block, answers)
         return Outcome(took or not held, Answer(status, body, headers)), kind
 
     async def synced(self, owed: int, work: Work, outcome: Outcome[Answer], kind: str) -> tuple[Outcome[Answer], str]:
@@ -905,6 +987,23 @@ class App:
             self.metrics.slow += 1
             log.warning("slow statement: %.1f ms, http %s: %s %s %s", seconds * 1000, kind, req.method,
                         req.target.decode("latin-1"), _without_params(raw))
+
+
+def pieces(rows: list[Any]) -> Iterator[bytes]:
+    """The JSON array of `rows`, PIECE_ROWS rows a piece, each rendered when it is asked for (the
+    rows themselves are the engine's answer, kept whole: an Idempotency-Key may hold them too)."""
+    n = len(rows)
+    for at in range(0, n, PIECE_ROWS):
+        piece = dumps(rows[at:at + PIECE_ROWS])
+        yield (b"[" if at == 0 else b",") + piece[1:-1] + (b"]" if at + PIECE_ROWS >= n else b"")
+
+
+def _credentialed(scope: Scope) -> None:
+    """Tell the connection (protocol.py, where the server is fenec-server's) that it presented an
+    accepted token: it is never closed for another connection at the ceiling."""
+    conn = scope.get("fenec.conn")
+    if conn is not None:
+        conn.credentialed()
 
 
 def _ticket(owed: Deferred | None) -> int:

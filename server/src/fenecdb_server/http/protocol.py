@@ -13,7 +13,15 @@ ASGI app sees a request:
 * a header block over 64 KiB is 431 (llhttp has no ceiling of its own: the bytes of the head
   are counted as they arrive, so a head that never ends cannot grow without bound);
 * a request the parser cannot read is a JSON 400 (uvicorn writes plain text), an unknown
-  method a 501.
+  method a 501;
+* at the ceiling, on a server that takes tokens, a new connection closes the longest-idle one
+  that has not presented an accepted token (`credentialed`) and is between requests: no request being read or run, no
+  answer owed, no held claim. Connections that only ask `/_health` cannot keep a token holder
+  out; a held claim, or a connection in the middle of a request, is never closed for another;
+* an answer the client does not read: while the transport is paused (its buffer past the high
+  mark) a long answer renders no more of itself (`Answer.parts`, written piece by piece as the
+  transport has room), and a connection paused for `--idle-timeout` s is cut (aborted: what it
+  buffered is freed).
 
 And the claim's short way (`_direct`): a `POST /query` or `/batch` with a body of at most 64
 KiB, no `Expect`, on a connection with no answer pending, is read here and handed to
@@ -37,7 +45,7 @@ requests are answered in order, whichever path each takes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +61,7 @@ if TYPE_CHECKING:
     from .busy_poll import BusyPoll
 
 HEAD_CEILING = E.HEAD_CEILING
+CHUNKED_TYPE = b"content-type: application/json; charset=utf-8\r\ntransfer-encoding: chunked\r\n"
 
 
 def _raw_answer(status: int, body: bytes, extra: bytes = b"") -> bytes:
@@ -82,16 +91,20 @@ class Front:
     """What every connection of one server shares, set by the command line: its limits, the app
     whose `/query` and `/batch` it answers on the short way, and the count of reserve connections."""
 
-    __slots__ = ("app", "max_connections", "header_timeout", "body_timeout", "busy", "spares")
+    __slots__ = ("app", "max_connections", "header_timeout", "body_timeout", "busy", "spares", "cut", "evict")
 
     def __init__(self, app: App | None = None, *, max_connections: int = 0, header_timeout: float = 10.0,
-                 body_timeout: float = 60.0, busy: BusyPoll | None = None) -> None:
+                 body_timeout: float = 60.0, busy: BusyPoll | None = None, evict: bool = False) -> None:
         self.app = app  # None: every request takes the ASGI path (the access log must see each)
         self.max_connections = max_connections  # 0 = unlimited
         self.header_timeout = header_timeout  # 0 = never
         self.body_timeout = body_timeout  # 0 = never
         self.busy = busy  # the loop's polling window after each answer written (None: off)
         self.spares = 0  # connections now open in the reserve past max_connections
+        self.cut = 0  # connections closed for a newcomer at the ceiling, not gone yet
+        # the server takes tokens: an idle connection that presented none may be closed for a newcomer
+        # (on an open server no connection is a token holder's, and none is closed for another)
+        self.evict = evict
 
     def protocol(self, **kwargs: Any) -> FenecProtocol:
         """A connection's protocol: what uvicorn's `http=` calls with its config and state."""
@@ -127,11 +140,18 @@ class FenecProtocol(HttpToolsProtocol):
         self._scope_base: dict[str, Any] | None = None  # what every quick read's scope holds alike
         self._dated: Any = None  # the server's headers last written as lines (its date), and those lines
         self._dated_lines = b""
+        self._credentialed = False  # a request on it carried a token the server accepted
+        self._cut = False  # closed for a newcomer at the ceiling
+        self._quiet = 0.0  # when it last went idle: opened, or an answer written
+        self._stall: Any = None  # armed while the transport is paused: cuts a reader that reads nothing
+        self._pump: Iterator[bytes] | None = None  # a long answer's pieces not written yet
+        self._pump_owed: Owed | None = None
 
     def connection_made(self, transport: Any) -> None:
         shared = self.shared
         limit = shared.max_connections
-        if limit and len(self.connections) - shared.spares >= limit:
+        if limit and len(self.connections) - shared.spares - shared.cut >= limit \
+                and not (shared.evict and self._evict()):
             if shared.spares >= RESERVE:
                 self._refused = True
                 self.transport = transport
@@ -141,11 +161,71 @@ class FenecProtocol(HttpToolsProtocol):
             self._spare = True
             shared.spares += 1
         super().connection_made(transport)
+        self._quiet = self.loop.time()
         self._arm(shared.header_timeout, "head")
+
+    def _evict(self) -> bool:
+        """Close the longest-idle connection that has presented no accepted token and is between
+        requests, for this one; False where there is none."""
+        victim: FenecProtocol | None = None
+        for other in self.connections:
+            if isinstance(other, FenecProtocol) and other._evictable() and \
+                    (victim is None or other._quiet < victim._quiet):
+                victim = other
+        if victim is None:
+            return False
+        victim._cut = True
+        self.shared.cut += 1
+        victim.transport.close()
+        return True
+
+    def _evictable(self) -> bool:
+        cycle = self.cycle
+        return not (self._credentialed or self._cut or self._spare or self._refused or self._mid or self.pipeline
+                    or self._pump is not None or self.transport is None or self.transport.is_closing()) \
+            and (cycle is None or cycle.response_complete)
+
+    def credentialed(self) -> None:
+        """A request on this connection carried a token the server accepted (App): never closed for
+        another connection at the ceiling."""
+        self._credentialed = True
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._quiet = self.loop.time()
+
+    # -- a reader that does not read --
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        seconds = self.timeout_keep_alive
+        if seconds and self._stall is None:
+            self._stall = self.loop.call_later(seconds, self._stalled)
+
+    def resume_writing(self) -> None:
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+        super().resume_writing()
+        if self._pump is not None:
+            self._pump_on()
+
+    def _stalled(self) -> None:
+        """Paused for --idle-timeout s: the client reads nothing. Aborted, not closed: a close would
+        wait for the buffer to drain, which it never does."""
+        self._stall = None
+        self.transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._refused:
             return
+        if self._cut:
+            self._cut = False
+            self.shared.cut -= 1
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+        self._pump = None
         self._disarm()
         if self._idle_timer is not None:
             self._idle_timer.cancel()
@@ -239,6 +319,7 @@ class FenecProtocol(HttpToolsProtocol):
             self._direct = []
             return
         self.scope["fenec.leaving"] = self._leaving  # type: ignore[typeddict-unknown-key]
+        self.scope["fenec.conn"] = self  # type: ignore[typeddict-unknown-key]
         if self._head_size > HEAD_CEILING:
             self.scope["fenec.head_too_large"] = True  # type: ignore[typeddict-unknown-key]
         if self._spare:
@@ -308,7 +389,7 @@ class FenecProtocol(HttpToolsProtocol):
                 base = self._scope_base = {
                     "type": "http", "http_version": "1.1", "method": "POST", "query_string": b"",
                     "client": self.client, "server": self.server, "scheme": self.scheme,
-                    "root_path": self.root_path}
+                    "root_path": self.root_path, "fenec.conn": self}
             scope = base.copy()  # a scope of its own for each request, as uvicorn makes
             scope["path"] = "/query" if url == b"/query" else "/batch"
             scope["raw_path"] = url
@@ -397,6 +478,9 @@ class FenecProtocol(HttpToolsProtocol):
         if dated is not self._dated:
             self._dated = dated
             self._dated_lines = lines(dated)
+        if answer.parts is not None:
+            self._stream(answer, keep)
+            return
         transport.write(render_api(answer.status, self._dated_lines, answer.body, front.version_line,
                                    answer.headers, front.cors_lines, keep))
         if not keep:
@@ -405,6 +489,44 @@ class FenecProtocol(HttpToolsProtocol):
         if self.busy is not None:  # the client's next request is likely a few tens of µs away
             self.busy.touch(self.loop)
         self._answered()
+
+    def _stream(self, answer: Answer, keep: bool) -> None:
+        """A long answer, chunked: its head now, then a piece each time the transport has room
+        (`_pump_on`, again from `resume_writing`). The connection's next request waits behind it."""
+        front = self.front
+        assert front is not None and answer.parts is not None
+        owed = Owed(keep)
+        self.cycle = owed  # type: ignore[assignment]
+        head = [STATUS_LINE[answer.status], self._dated_lines, CHUNKED_TYPE, front.version_line,
+                lines(answer.headers), front.cors_lines, b"" if keep else b"connection: close\r\n", b"\r\n"]
+        self.transport.write(b"".join(head))
+        self._pump = answer.parts
+        self._pump_owed = owed
+        self._pump_on()
+
+    def _pump_on(self) -> None:
+        transport = self.transport
+        while not self.flow.write_paused:
+            parts = self._pump
+            owed = self._pump_owed
+            if parts is None or owed is None:
+                return
+            if transport.is_closing():
+                self._pump = None
+                return
+            piece = next(parts, None)
+            if piece is not None:
+                transport.write(b"%x\r\n%b\r\n" % (len(piece), piece))
+                continue
+            transport.write(b"0\r\n\r\n")
+            self._pump = None
+            self._pump_owed = None
+            owed.response_complete = True
+            if not owed.keep_alive:
+                transport.close()
+                return
+            self._answered()
+            return
 
     def _write_answer(self, status: int, body: bytes, headers: list[tuple[bytes, bytes]], *,
                       keep_alive: bool) -> None:
@@ -436,7 +558,7 @@ class FenecProtocol(HttpToolsProtocol):
         flow = self.flow
         if flow.read_paused:  # uvicorn's `resume_reading`, its test here (a call a request saved)
             flow.resume_reading()
-        self._idle_since = self.loop.time()
+        self._idle_since = self._quiet = self.loop.time()
         if self._idle_timer is None:
             self._idle_timer = self.loop.call_later(self.timeout_keep_alive, self._idle_check)
 

@@ -29,15 +29,19 @@ DUR_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w":
 
 
 class Env:
-    """What a run binds: parameters, the statement's time, token claims, an upsert's new document."""
+    """What a run binds: parameters, the statement's time, token claims, an upsert's new document,
+    and the most rows the statement may answer (`rows`) and its block may write (`writes`; 0 = no
+    bound for either: engine/execute.py refuses past them)."""
 
-    __slots__ = ("params", "now", "claims", "new")
+    __slots__ = ("params", "now", "claims", "new", "rows", "writes")
 
     def __init__(self, params: list, now: V.Ts, claims: dict | None = None, new: dict | None = None) -> None:
         self.params = params
         self.now = now
         self.claims = claims
         self.new = new
+        self.rows = 0
+        self.writes = 0
 
 
 class _Missing(Exception):
