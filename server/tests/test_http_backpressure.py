@@ -165,7 +165,9 @@ def test_idle_connections_without_a_token_do_not_keep_a_token_holder_out() -> No
 
 def test_health_answers_while_a_large_claim_runs() -> None:
     """A claim of 50 000 rows ran on the event loop, and `/_health` waited for all of it; now it
-    runs in a worker thread, and the longest health wait is a small part of the claim's time."""
+    runs in a worker thread, and health checks are answered one after another while it runs.
+    Counted, not timed: on the loop, no health check could both start and end inside the claim
+    (at most the one or two read before the claim's run began)."""
     s = Server("--max-write-rows", "0")
     try:
         with s.client() as c:
@@ -191,9 +193,8 @@ def test_health_answers_while_a_large_claim_runs() -> None:
         stop.set()
         poller.join(DEADLINE)
         assert r.status_code == 200 and len(r.json()) == 50_000
-        during = [end - start for start, end in waits if end > t0 and start < t1]
-        assert during, "no health check overlapped the claim"
-        assert max(during) < (t1 - t0) / 2, (max(during), t1 - t0)
+        inside = [(start, end) for start, end in waits if start > t0 and end < t1]
+        assert len(inside) >= 3, (len(inside), t1 - t0)
     finally:
         assert s.stop() == 0
 
