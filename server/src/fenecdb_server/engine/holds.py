@@ -13,6 +13,13 @@ lock it takes through `Database.look`.
 * Next moment: for each `field OP now() + k`, the least `v - k` (`<=`, `>`) or `v - k + 1 ms`
   (`<`, `>=`) over the field's values ahead of the clock — one step of its @sorted index past the
   bound, or a scan without one — and the next @ttl expiry of the collection.
+* Written rows (what a write-woken line checks instead of looking again, held/lines.py rule 2):
+  `wakes()`, for each set/del, the collection and one equality term of its filter (`field =
+  value`, a text or int field against a value of its own type, with the parameter bound) that
+  every row it could take carries, or no term; `takes(coll, row)`, whether a row just written
+  passes a set/del's whole filter (with the token's rules) now; `moment_of(coll, row)`, the
+  next moment of that row alone. `plain` says the claim is one set/del and nothing else, so a
+  run that took nothing means no row passed its filter.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from ..ql.ast import mentions
 from .access import pick
 from .bids import Profile, profile
 from .scoped import look as scoped_look
+from .scoped import plan_for as scoped_plan_for
 from .scoped import rule_time_filter
 
 if TYPE_CHECKING:
@@ -116,7 +124,7 @@ class ReadyClaim:
     """A claim's statements ready to wait (`Database.prepare_hold`): whether it may be held, its
     line, and the engine's two answers about it, each read under the read lock its caller holds."""
 
-    __slots__ = ("db", "held", "line_key", "collections", "_writes", "_terms", "_params", "scope")
+    __slots__ = ("db", "held", "line_key", "collections", "_writes", "_terms", "_params", "scope", "plain")
 
     def __init__(self, db: Engine) -> None:
         self.db = db
@@ -127,6 +135,7 @@ class ReadyClaim:
         self._terms: list[tuple[str, TimeTerm, list]] = []
         self._params: list = []
         self.scope: Any = None  # a token's scope: the look reads only what it could take
+        self.plain = False  # one set/del, nothing beside it
 
     def would_take(self) -> bool:
         """Under the read lock the caller holds: would some set/del of the claim take a row now?"""
@@ -174,6 +183,69 @@ class ReadyClaim:
                 best = m
         return best
 
+    def wakes(self) -> list[tuple[str, str | None, Any]]:
+        """Per set/del: (collection, field, value) for an equality term of its filter that every
+        row it could take carries, or (collection, None, None) when it has none."""
+        out: list[tuple[str, str | None, Any]] = []
+        for _text, stmt, params in self._writes:
+            coll = self.db.collections.get(stmt.collection)
+            term = _eq_term(stmt.where, coll.schema, params) if coll is not None else None
+            if term is None:
+                out.append((stmt.collection, None, None))
+            else:
+                out.append((stmt.collection, term[0], term[1]))
+        return out
+
+    def takes(self, coll_name: str, row: dict) -> bool:
+        """Under the read lock the caller holds: would some set/del of the claim on `coll_name`
+        take `row` now, by its filter and the token's rules? A filter that raises says yes (the
+        look that follows answers it)."""
+        db = self.db
+        now = V.Ts(db.now())
+        for text, stmt, params in self._writes:
+            if stmt.collection != coll_name:
+                continue
+            if self.scope is None:
+                filt = db.prepared(text, stmt).query.filter
+                env = Env(params, now)
+            else:
+                filt = scoped_plan_for(db, text, stmt, self.scope).p.query.filter
+                env = Env(params, now, self.scope.claims)
+            if filt is None:
+                return True
+            try:
+                if filt(row, env):
+                    return True
+            except Exception:
+                return True
+        return False
+
+    def moment_of(self, coll_name: str, row: dict) -> int | None:
+        """Under the read lock the caller holds: the least moment after now at which the clock
+        alone may change the claim's filters for `row` (as `next_moment`, for this row only)."""
+        db = self.db
+        now = db.now()
+        env = Env([], V.Ts(now))
+        best: int | None = None
+        for name, term, params in self._terms:
+            if name != coll_name:
+                continue
+            env.params = params
+            k = term.shift(None, env) if term.shift is not None else 0
+            if type(k) is not int:
+                continue
+            m = _row_moment(row, term.target, term.op, k, now)
+            if m is not None and (best is None or m < best):
+                best = m
+        coll = db.collections.get(coll_name)
+        if coll_name in self.collections and coll is not None and coll.schema.ttl_field is not None:
+            ttl = coll.schema.ttl_field
+            assert ttl.ttl_ms is not None  # a @ttl field always has its duration
+            m = _row_moment(row, ttl.name, ">", -ttl.ttl_ms, now)
+            if m is not None and (best is None or m < best):
+                best = m
+        return best
+
     def bid_profile(self) -> Profile | None:
         """What the claim's line bids with (bids.py)."""
         return profile(self)
@@ -193,15 +265,53 @@ def _next_for(coll: Any, target: str, op: str, k: int, now: int) -> int | None:
         return int(v) - k + plus
     # Any other field or path: text is read as a time, and a float flips at a whole ms (§3.4).
     best = None
-    name, *keys = target.split(".")
     for row in coll.rows.values():
-        x = _as_ms(V.read_path(row.get(name), keys))
-        if x is None:
-            continue
-        m = (math.floor(x) + 1 if plus else math.ceil(x)) - k
-        if m > now and (best is None or m < best):
+        m = _row_moment(row, target, op, k, now)
+        if m is not None and (best is None or m < best):
             best = m
     return best
+
+
+def _row_moment(row: dict, target: str, op: str, k: int, now: int) -> int | None:
+    """The moment > now at which `target op now() + k` changes for `row`, or None."""
+    name, *keys = target.split(".")
+    x = _as_ms(V.read_path(row.get(name), keys))
+    if x is None:
+        return None
+    m = (math.floor(x) + 1 if op in ("<", ">=") else math.ceil(x)) - k
+    return m if m > now else None
+
+
+def _eq_term(where: A.Expr | None, schema: Any, params: list) -> tuple[str, Any] | None:
+    """A term `field = value` the filter is the conjunction of with others, the field of type
+    text or int and the value (a literal, or a parameter bound) of the same Python type: a row
+    the filter passes holds exactly that value (FenecQL's `=` on two ints or two texts is
+    Python's). None when there is no such term."""
+    stack = [where]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, A.And):
+            stack.extend(reversed(n.items))
+            continue
+        if not isinstance(n, A.Cmp) or n.op != "=":
+            continue
+        for fld, other in ((n.left, n.right), (n.right, n.left)):
+            if not isinstance(fld, A.Field):
+                continue
+            f = schema.fields.get(fld.name)
+            if f is None or f.type not in ("text", "int"):
+                continue
+            if isinstance(other, A.Param):
+                if other.n - 1 >= len(params):
+                    continue
+                v = params[other.n - 1]
+            elif isinstance(other, A.Lit):
+                v = other.value
+            else:
+                continue
+            if (f.type == "text" and type(v) is str) or (f.type == "int" and type(v) is int):
+                return fld.name, v
+    return None
 
 
 def _as_ms(v: Any) -> int | float | None:
@@ -253,6 +363,7 @@ def make_hold(db: Engine, parsed: list[tuple[str, A.Statement, list]], scope: An
                 for t in _time_terms(stmt.where, coll.schema, strict=False):
                     h._terms.append((stmt.collection, t, params))
     h.held = bool(h._writes)
+    h.plain = len(parsed) == 1 and len(h._writes) == 1
     h.line_key = tuple(keys)
     h.collections = frozenset(colls)
     return h
