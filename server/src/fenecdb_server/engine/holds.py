@@ -14,9 +14,10 @@ lock it takes through `Database.look`.
   (`<`, `>=`) over the field's values ahead of the clock — one step of its @sorted index past the
   bound, or a scan without one — and the next @ttl expiry of the collection.
 * Written rows (what a write-woken line checks instead of looking again, held/lines.py rule 2):
-  `wakes()`, for each set/del, the collection and one equality term of its filter (`field =
+  `wakes()`, for each set/del, the collection and the equality terms of its filter (`field =
   value`, a text or int field against a value of its own type, with the parameter bound) that
-  every row it could take carries, or no term; `takes(coll, row)`, whether a row just written
+  every row it could take carries, as the fields and their values in field order (none: both
+  empty); `takes(coll, row)`, whether a row just written
   passes a set/del's whole filter (with the token's rules) now; `moment_of(coll, row)`, the
   next moment of that row alone. `plain` says the claim is one set/del and nothing else, so a
   run that took nothing means no row passed its filter.
@@ -183,17 +184,15 @@ class ReadyClaim:
                 best = m
         return best
 
-    def wakes(self) -> list[tuple[str, str | None, Any]]:
-        """Per set/del: (collection, field, value) for an equality term of its filter that every
-        row it could take carries, or (collection, None, None) when it has none."""
-        out: list[tuple[str, str | None, Any]] = []
+    def wakes(self) -> list[tuple[str, tuple[str, ...], tuple[Any, ...]]]:
+        """Per set/del: (collection, fields, values) of the equality terms of its filter that
+        every row it could take carries, in field order; both empty when it has none."""
+        out: list[tuple[str, tuple[str, ...], tuple[Any, ...]]] = []
         for _text, stmt, params in self._writes:
             coll = self.db.collections.get(stmt.collection)
-            term = _eq_term(stmt.where, coll.schema, params) if coll is not None else None
-            if term is None:
-                out.append((stmt.collection, None, None))
-            else:
-                out.append((stmt.collection, term[0], term[1]))
+            terms = _eq_terms(stmt.where, coll.schema, params) if coll is not None else {}
+            fields = tuple(sorted(terms))
+            out.append((stmt.collection, fields, tuple(terms[f] for f in fields)))
         return out
 
     def takes(self, coll_name: str, row: dict) -> bool:
@@ -282,11 +281,12 @@ def _row_moment(row: dict, target: str, op: str, k: int, now: int) -> int | None
     return m if m > now else None
 
 
-def _eq_term(where: A.Expr | None, schema: Any, params: list) -> tuple[str, Any] | None:
-    """A term `field = value` the filter is the conjunction of with others, the field of type
-    text or int and the value (a literal, or a parameter bound) of the same Python type: a row
-    the filter passes holds exactly that value (FenecQL's `=` on two ints or two texts is
-    Python's). None when there is no such term."""
+def _eq_terms(where: A.Expr | None, schema: Any, params: list) -> dict[str, Any]:
+    """The terms `field = value` the filter is the conjunction of with others, each field of
+    type text or int and its value (a literal, or a parameter bound) of the same Python type: a
+    row the filter passes holds exactly those values (FenecQL's `=` on two ints or two texts is
+    Python's). The first term of a field stands for it."""
+    out: dict[str, Any] = {}
     stack = [where]
     while stack:
         n = stack.pop()
@@ -309,9 +309,11 @@ def _eq_term(where: A.Expr | None, schema: Any, params: list) -> tuple[str, Any]
                 v = other.value
             else:
                 continue
-            if (f.type == "text" and type(v) is str) or (f.type == "int" and type(v) is int):
-                return fld.name, v
-    return None
+            if ((f.type == "text" and type(v) is str) or (f.type == "int" and type(v) is int)) \
+                    and fld.name not in out:
+                out[fld.name] = v
+                break
+    return out
 
 
 def _as_ms(v: Any) -> int | float | None:

@@ -144,7 +144,7 @@ class Line(Generic[A]):
         self.extra: set[int] = set()
         # rule 2b: where a written row is checked for the line (None: every write wakes it), and
         # whether it is woken by every write to its collections for now
-        self.wakes: list[tuple[str, str | None, Hashable]] | None = claim.wakes()
+        self.wakes: list[tuple[str, tuple[str, ...], tuple[Hashable, ...]]] | None = claim.wakes()
         self.blind = True
 
     def rank(self) -> int:
@@ -160,9 +160,9 @@ class Lines(Generic[A]):
         self.driver = driver
         self.lines: dict[Hashable, Line[A]] = {}
         self.by_collection: dict[str, set[Line[A]]] = {}
-        # rule 2b: lines by (collection, field) and the value their filter's equality term binds,
-        # lines with no such term by collection, and the blind lines by collection
-        self.keyed: dict[str, dict[str, dict[Hashable, set[Line[A]]]]] = {}
+        # rule 2b: lines by collection, the fields of their filter's equality terms and the values
+        # those bind; lines with no such term by collection; the blind lines by collection
+        self.keyed: dict[str, dict[tuple[str, ...], dict[tuple[Hashable, ...], set[Line[A]]]]] = {}
         self.loose: dict[str, set[Line[A]]] = {}
         self.blind: dict[str, set[Line[A]]] = {}
         self.checks = 0  # written rows checked against a line's filter (rule 2b)
@@ -276,11 +276,14 @@ class Lines(Generic[A]):
                         pairs.append((line, name, rows))
             fields = self.keyed.get(name)
             if fields:
-                for field, by_value in fields.items():
+                for names, by_value in fields.items():
                     hits: dict[Line[A], list[dict]] = {}
                     for row in rows:
-                        v = row.get(field)
-                        lines = by_value.get(v) if type(v) is str or type(v) is int else None
+                        # a value of another type (None) passes no `field = text or int` term
+                        try:
+                            lines = by_value.get(tuple([row.get(f) for f in names]))
+                        except TypeError:  # unhashable: the field's type changed under the line
+                            lines = set().union(*by_value.values())
                         if lines:
                             for line in lines:
                                 got = hits.get(line)
@@ -350,7 +353,7 @@ class Lines(Generic[A]):
                         if not lines:
                             del self.blind[name]
         for name, field, value in line.wakes or ():
-            if field is None:
+            if not field:
                 if add:
                     self.loose.setdefault(name, set()).add(line)
                 else:

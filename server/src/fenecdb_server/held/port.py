@@ -97,9 +97,10 @@ class Claim(Protocol):
         """One set/del and nothing else: a run that took nothing saw no row pass its filter."""
         ...
 
-    def wakes(self) -> list[tuple[str, str | None, Hashable]] | None:
-        """Per set/del: (collection, field, value) of an equality term every row it could take
-        carries, or (collection, None, None); None: it cannot say (every write wakes it)."""
+    def wakes(self) -> list[tuple[str, tuple[str, ...], tuple[Hashable, ...]]] | None:
+        """Per set/del: (collection, fields, values) of the equality terms every row it could
+        take carries, in field order (both empty: none); None: it cannot say (every write wakes
+        it)."""
         ...
 
     def takes(self, collection: str, row: dict) -> bool:
