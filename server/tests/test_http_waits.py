@@ -44,6 +44,9 @@ class Hold:
     def moment_of(self, collection: str, row: dict) -> int | None:
         return None
 
+    def came_due(self, since: int) -> None:
+        return None
+
 
 class Result:
     def __init__(self, answers: list[Any], seq: int, wrote: bool, taken: int) -> None:

@@ -132,3 +132,37 @@ def test_a_claim_beside_a_read_looks_once_then_is_checked(ready: int) -> None:
         w.put("b")
         w.driver.advance(2)  # past the look gap
     assert w.lines.looks == looks + 1 and not w.answers
+
+
+def time_wakes_cost(ready: int) -> tuple[int, int, int]:
+    """Ten jobs of queue `b` come due one after another, 100 ms apart, beside a line over queue
+    `a`'s `ready` jobs that wants none of them: what the line's wakes by the clock cost."""
+    w = World(ready)
+    for i in range(10):
+        w.put("b", run_at=f"now() + {100 * (i + 1)}")
+    w.hold("w", KEYED, ["w", "a", 5])  # queue a, but no job of it has 5 attempts
+    before = w.work()
+    wakeups = w.lines.wakeups
+    w.driver.advance(1_000)
+    assert w.lines.wakeups - wakeups == 10 and not w.answers  # one wake a job that came due
+    after = w.work()
+    return after[0] - before[0], after[1] - before[1], after[2] - before[2]
+
+
+def test_a_wake_by_the_clock_checks_the_rows_that_came_due_not_every_ready_row() -> None:
+    small, large = time_wakes_cost(100), time_wakes_cost(3000)
+    # the first wake looks (nothing yet says when the line last read the collection); each of
+    # the nine after checks the one job that came due since, a range of the run_at index
+    assert small == large == (1, 9, 0)
+
+
+def test_a_job_that_comes_due_after_a_look_by_the_clock_is_taken_at_its_time() -> None:
+    w = World(50)
+    w.put("b", run_at="now() + 100")  # wakes the line first: its look finds nothing
+    w.put("c", attempts=7, run_at="now() + 200")
+    w.hold("w", KEYED, ["w", "c", 7])
+    w.driver.advance(199)
+    assert not w.answers and w.lines.looks == 1
+    w.driver.advance(1)
+    said = w.answers["w"].rows
+    assert isinstance(said, list) and [r["owner"] for r in said] == ["w"]

@@ -21,6 +21,10 @@ lock it takes through `Database.look`.
   passes a set/del's whole filter (with the token's rules) now; `moment_of(coll, row)`, the
   next moment of that row alone. `plain` says the claim is one set/del and nothing else, so a
   run that took nothing means no row passed its filter.
+* Rows the clock brought (`came_due(since)`): for a claim whose set/del filters compare time only
+  in top-level terms `field <= now() + k` or `field < now() + k` on an @sorted field (others,
+  `field > now()`, only ever take rows away), the rows whose value came into range between the
+  moment `since` and now: one range of each index, not every row ready.
 """
 
 from __future__ import annotations
@@ -125,7 +129,8 @@ class ReadyClaim:
     """A claim's statements ready to wait (`Database.prepare_hold`): whether it may be held, its
     line, and the engine's two answers about it, each read under the read lock its caller holds."""
 
-    __slots__ = ("db", "held", "line_key", "collections", "_writes", "_terms", "_params", "scope", "plain")
+    __slots__ = ("db", "held", "line_key", "collections", "_writes", "_terms", "_params", "scope", "plain",
+                 "_due")
 
     def __init__(self, db: Engine) -> None:
         self.db = db
@@ -137,6 +142,9 @@ class ReadyClaim:
         self._params: list = []
         self.scope: Any = None  # a token's scope: the look reads only what it could take
         self.plain = False  # one set/del, nothing beside it
+        # came_due's terms (collection, field, op, shift, params); None: the clock's rows cannot
+        # be told apart, a look reads the collection
+        self._due: list[tuple[str, str, str, Any, list]] | None = None
 
     def would_take(self) -> bool:
         """Under the read lock the caller holds: would some set/del of the claim take a row now?"""
@@ -245,6 +253,36 @@ class ReadyClaim:
                 best = m
         return best
 
+    def came_due(self, since: int) -> tuple[int, list[tuple[str, dict]]] | None:
+        """Under the read lock the caller holds: the clock now, and the rows of the set/dels'
+        collections whose time terms turned true after the moment `since` and by now; None when
+        the claim's filters cannot say (module docstring)."""
+        due = self._due
+        if due is None:
+            return None
+        db = self.db
+        now = db.now()
+        env = Env([], V.Ts(now))
+        out: list[tuple[str, dict]] = []
+        for name, target, op, shift, params in due:
+            coll = db.collections.get(name)
+            if coll is None:
+                return None
+            idx = coll.index(target)
+            if idx is None or not hasattr(idx, "walk"):
+                return None
+            env.params = params
+            k = shift(None, env) if shift is not None else 0
+            if type(k) is not int:
+                return None
+            less = 1 if op == "<" else 0  # v < now + k: v <= now + k - 1
+            rows = coll.rows
+            for rid in idx.walk(since + k - less, False, now + k - less, True, False, False):
+                row = rows.get(rid)
+                if row is not None:
+                    out.append((name, row))
+        return now, out
+
     def bid_profile(self) -> Profile | None:
         """What the claim's line bids with (bids.py)."""
         return profile(self)
@@ -279,6 +317,61 @@ def _row_moment(row: dict, target: str, op: str, k: int, now: int) -> int | None
         return None
     m = (math.floor(x) + 1 if op in ("<", ">=") else math.ceil(x)) - k
     return m if m > now else None
+
+
+def _due_terms(db: Engine, writes: list[tuple[str, A.Set | A.Del, list]]) -> list[tuple[str, str, str, Any, list]] | None:
+    """came_due's terms: every time term of the set/dels' filters, each a top-level conjunct (a
+    term under `or` or `not` may give rows the other way), `field <= / < now() + k` on an
+    @sorted int or timestamp field (kept), or `field > / >= now() + k` (which never gives a row:
+    left out). None when some term is neither."""
+    out: list[tuple[str, str, str, Any, list]] = []
+    for _text, stmt, params in writes:
+        coll = db.collections.get(stmt.collection)
+        if coll is None:
+            return None
+        where = stmt.where
+        top: list[A.Expr] = []
+        stack: list[A.Expr | None] = [where]
+        while stack:
+            n = stack.pop()
+            if isinstance(n, A.And):
+                stack.extend(n.items)
+            elif n is not None:
+                top.append(n)
+        tops = {id(n) for n in top}
+        for n in _all_nodes(where):
+            if not (isinstance(n, A.Cmp) and n.op in FLIP and mentions(n, _is_now)):
+                continue
+            if id(n) not in tops:
+                return None
+            got = None
+            for fld, other, op in ((n.left, n.right, n.op), (n.right, n.left, FLIP[n.op])):
+                if isinstance(fld, A.Field) and mentions(other, _is_now):
+                    shift = _now_shift(other)
+                    if shift is not False:
+                        got = (fld.name, op, shift)
+            if got is None:
+                return None
+            target, op, shift = got
+            if op in (">", ">="):
+                continue
+            f = coll.schema.fields.get(target)
+            idx = coll.index(target) if f is not None and f.type in ("int", "timestamp") else None
+            if idx is None or getattr(idx, "keyed", True):
+                return None
+            fn = compile_expr(shift, Ctx(coll.schema, row=False)) if shift is not None else None
+            out.append((stmt.collection, target, op, fn, params))
+    return out
+
+
+def _all_nodes(e: A.Expr | None) -> list[A.Expr]:
+    out: list[A.Expr] = []
+    stack = [e] if e is not None else []
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        stack.extend(A.children(n))
+    return out
 
 
 def _eq_terms(where: A.Expr | None, schema: Any, params: list) -> dict[str, Any]:
@@ -365,6 +458,7 @@ def make_hold(db: Engine, parsed: list[tuple[str, A.Statement, list]], scope: An
                 for t in _time_terms(stmt.where, coll.schema, strict=False):
                     h._terms.append((stmt.collection, t, params))
     h.held = bool(h._writes)
+    h._due = _due_terms(db, h._writes) if scope is None else None
     h.plain = len(parsed) == 1 and len(h._writes) == 1
     h.line_key = tuple(keys)
     h.collections = frozenset(colls)

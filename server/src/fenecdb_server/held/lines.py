@@ -40,7 +40,9 @@ The fairness contract
    the claim its place; the line waits again from the state that run saw.
 6. Time (time_wakes.py). No write announces that a delayed job came due or that a lease
    lapsed, so each line sleeps until `claim.next_moment()`, looks, and runs only if a row is
-   there. A wake that comes early goes back to sleep: a delayed job is never taken before its
+   there. A line that is not blind (rule 2b) and knows the clock of its last empty look checks
+   only the rows that came due since (`claim.came_due`: a range of the @sorted index), and
+   looks only when one passes. A wake that comes early goes back to sleep: a delayed job is never taken before its
    time. With nothing written and nothing due, a held claim costs no CPU: no timer, no task.
 7. Across lines. One wake pass visits every affected line in ascending `Line.rank()`, the
    head's arrival, so on a row several lines could take, the claim held longest across lines
@@ -123,7 +125,7 @@ class Line(Generic[A]):
 
     __slots__ = ("key", "claim", "queue", "collections", "pumping", "pending", "throttle_until",
                  "throttle_timer", "time_timer", "moment", "profile", "bidding", "seen", "extra", "wakes",
-                 "blind")
+                 "blind", "since")
 
     def __init__(self, key: Hashable, claim: Claim) -> None:
         self.key = key
@@ -146,6 +148,7 @@ class Line(Generic[A]):
         # whether it is woken by every write to its collections for now
         self.wakes: list[tuple[str, tuple[str, ...], tuple[Hashable, ...]]] | None = claim.wakes()
         self.blind = True
+        self.since: int | None = None  # the engine's clock before its last look that found nothing
 
     def rank(self) -> int:
         """The key a wake pass orders lines by (fairness rule 7): its head's arrival."""
@@ -325,6 +328,34 @@ class Lines(Generic[A]):
         for line, moment in sooner:
             if line not in affected:
                 self.time.sooner(line, moment)
+
+    def clock_check(self, line: Line[A]) -> bool:
+        """Rule 6 for a line that is not blind: check the rows the clock brought since its last
+        empty look. True when none passes (the line sleeps again); False when it must look."""
+        since = line.since
+        if since is None or line.blind:
+            return False
+        claim = line.claim
+
+        def read() -> int | None:
+            got = claim.came_due(since)
+            if got is None:
+                return None
+            for name, row in got[1]:
+                self.checks += 1
+                if claim.takes(name, row):
+                    return None
+            return got[0]
+
+        try:
+            now = self.engine.look(read)
+        except Exception:
+            return False
+        if now is None:
+            return False
+        line.since = now
+        self.time.schedule(line)
+        return True
 
     def set_blind(self, line: Line[A], blind: bool) -> None:
         if line.blind is blind or (not blind and (line.wakes is None or line.bidding is not None)):
@@ -528,7 +559,9 @@ class Lines(Generic[A]):
             self._pump_end(line)
             return
         line.pending = False
+        since = self.engine.now()  # the look reads the clock after this: rows due by then it sees
         if not self.look(line):
+            line.since = since
             if line.blind:
                 self.set_blind(line, False)  # rule 2b: from now on the rows written are checked
             line.throttle_until = self.driver.time() + LOOK_THROTTLE_S

@@ -111,6 +111,11 @@ class Claim(Protocol):
         """Under the read lock: the next ms at which the clock alone may change that for `row`."""
         ...
 
+    def came_due(self, since: int) -> tuple[int, list[tuple[str, dict]]] | None:
+        """Under the read lock: the clock now, and the rows the clock alone brought into the
+        set/dels' filters after the moment `since`; None when it cannot say (a look must read)."""
+        ...
+
 
 class ReadyClaim(Claim, Protocol):
     @property
