@@ -38,10 +38,10 @@ class Hold:
     def wakes(self) -> None:
         return None  # every write wakes it: this fake's looks are what the tests count
 
-    def takes(self, collection: str, row: dict) -> bool:
+    def takes(self, collection: str, rid: int) -> bool:
         return True
 
-    def moment_of(self, collection: str, row: dict) -> int | None:
+    def moment_of(self, collection: str, rid: int) -> int | None:
         return None
 
     def came_due(self, since: int) -> None:

@@ -160,8 +160,8 @@ class World:
         self.driver.drain()
 
     def flash(self) -> None:
-        """A write whose row passes the claims' filter but is gone when they look: a job put and
-        deleted in one block (rule 2b checks the row put, so the line looks, and finds nothing)."""
+        """A write whose row would pass the claims' filter but is gone when they are woken: a job
+        put and deleted in one block (rule 2b checks the row as it is then: nothing to take)."""
         rid = 1_000_000 + self.db.seq
         self.db.execute([("put jobs {id: $1, run_at: now()}", [rid]), ("del jobs where id = $1", [rid])],
                         block=True)
@@ -207,8 +207,10 @@ def test_rule_2_a_write_wakes_only_lines_reading_its_collection(w: World) -> Non
     w.db.query("put rides {pickup: [29, 41], run_at: now()}")
     w.driver.drain()
     assert w.lines.looks == looks and "w1" not in w.answers
-    w.flash()  # a write to jobs whose row passes the filter: one look (it is gone), no run
-    assert w.lines.looks == looks + 1 and w.lines.runs == 0
+    w.flash()  # a write to jobs whose row is gone by the wake: no look, no run
+    assert w.lines.looks == looks and w.lines.runs == 0
+    w.put()  # a row that passes: its check is the line's look, and the head runs
+    assert w.lines.looks == looks + 1 and w.lines.runs == 1 and w.owner_of("w1") == "w1"
 
 
 def test_rule_2b_a_row_that_does_not_pass_the_filter_costs_no_look(w: World) -> None:
@@ -227,17 +229,19 @@ def test_rule_2b_a_row_that_does_not_pass_the_filter_costs_no_look(w: World) -> 
 
 
 def test_rule_3_writes_in_the_look_gap_are_answered_by_one_look_at_its_end(w: World) -> None:
+    w.hold("w0")
     w.hold("w1")
     looks = w.lines.looks
-    w.flash()
-    assert w.lines.looks == looks + 1
+    w.put()  # w0 takes it (the check its look); w1 looks at once, and finds nothing
+    assert w.owner_of("w0") == "w0" and w.lines.looks == looks + 2
     for _ in range(20):  # inside the 1 ms gap after that empty look
-        w.flash()
-    assert w.lines.looks == looks + 1
+        w.put()
+    assert w.lines.looks == looks + 2 and "w1" not in w.answers
     w.driver.advance(1)
-    assert w.lines.looks == looks + 2  # one look for the twenty writes
+    assert w.lines.looks == looks + 3  # one look for the twenty writes
+    assert w.owner_of("w1") == "w1"
     w.driver.advance(10)
-    assert w.lines.looks == looks + 2
+    assert w.lines.looks == looks + 3
 
 
 def test_rule_3_the_gap_never_delays_a_look_due_to_the_clock(w: World) -> None:

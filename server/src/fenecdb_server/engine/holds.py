@@ -203,11 +203,15 @@ class ReadyClaim:
             out.append((stmt.collection, fields, tuple(terms[f] for f in fields)))
         return out
 
-    def takes(self, coll_name: str, row: dict) -> bool:
+    def takes(self, coll_name: str, rid: int) -> bool:
         """Under the read lock the caller holds: would some set/del of the claim on `coll_name`
-        take `row` now, by its filter and the token's rules? A filter that raises says yes (the
-        look that follows answers it)."""
+        take the row of id `rid` as it is now (False: it is gone), by its filter and the token's
+        rules? A filter that raises says yes (the run answers it)."""
         db = self.db
+        coll = db.collections.get(coll_name)
+        row = coll.rows.get(rid) if coll is not None else None
+        if row is None:
+            return False
         now = V.Ts(db.now())
         for text, stmt, params in self._writes:
             if stmt.collection != coll_name:
@@ -227,10 +231,15 @@ class ReadyClaim:
                 return True
         return False
 
-    def moment_of(self, coll_name: str, row: dict) -> int | None:
+    def moment_of(self, coll_name: str, rid: int) -> int | None:
         """Under the read lock the caller holds: the least moment after now at which the clock
-        alone may change the claim's filters for `row` (as `next_moment`, for this row only)."""
+        alone may change the claim's filters for the row of id `rid` (as `next_moment`, for this
+        row only)."""
         db = self.db
+        coll = db.collections.get(coll_name)
+        row = coll.rows.get(rid) if coll is not None else None
+        if row is None:
+            return None
         now = db.now()
         env = Env([], V.Ts(now))
         best: int | None = None
@@ -244,7 +253,6 @@ class ReadyClaim:
             m = _row_moment(row, term.target, term.op, k, now)
             if m is not None and (best is None or m < best):
                 best = m
-        coll = db.collections.get(coll_name)
         if coll_name in self.collections and coll is not None and coll.schema.ttl_field is not None:
             ttl = coll.schema.ttl_field
             assert ttl.ttl_ms is not None  # a @ttl field always has its duration
@@ -253,7 +261,7 @@ class ReadyClaim:
                 best = m
         return best
 
-    def came_due(self, since: int) -> tuple[int, list[tuple[str, dict]]] | None:
+    def came_due(self, since: int) -> tuple[int, list[tuple[str, int]]] | None:
         """Under the read lock the caller holds: the clock now, and the rows of the set/dels'
         collections whose time terms turned true after the moment `since` and by now; None when
         the claim's filters cannot say (module docstring)."""
@@ -263,7 +271,7 @@ class ReadyClaim:
         db = self.db
         now = db.now()
         env = Env([], V.Ts(now))
-        out: list[tuple[str, dict]] = []
+        out: list[tuple[str, int]] = []
         for name, target, op, shift, params in due:
             coll = db.collections.get(name)
             if coll is None:
@@ -276,11 +284,8 @@ class ReadyClaim:
             if type(k) is not int:
                 return None
             less = 1 if op == "<" else 0  # v < now + k: v <= now + k - 1
-            rows = coll.rows
             for rid in idx.walk(since + k - less, False, now + k - less, True, False, False):
-                row = rows.get(rid)
-                if row is not None:
-                    out.append((name, row))
+                out.append((name, rid))
         return now, out
 
     def bid_profile(self) -> Profile | None:

@@ -17,9 +17,11 @@ The fairness contract
    a line one cheap read, never one write per waiting worker.
 2b. What a write may give. After a look that found nothing, only a row a write put (inserted
    or updated: its new values) or the clock can give the line a row; a delete never does. So a
-   write does not make such a line look: the rows it put are *checked* against the line's
-   filter (`claim.takes`, with its token's rules), and only a row that passes wakes the line,
-   whose look then runs as in rule 2. A row that does not pass may still come due: the line's
+   write does not make such a line look: the rows it put, as they are when the line is woken
+   (a row deleted since is passed over), are *checked* against the line's filter
+   (`claim.takes`, with its token's rules), and only a row that passes wakes the line. That
+   check is the line's look: its head runs without reading the collection again (rules 3 to 5
+   hold as for a look that found a row). A row that does not pass may still come due: the line's
    timer is brought forward to that row's moment (`claim.moment_of`, rule 6). Lines are
    indexed by an equality term of their filter (`queue = $1`: collection, field, bound value),
    so a written row is checked only against the lines whose value it carries, and against the
@@ -125,7 +127,7 @@ class Line(Generic[A]):
 
     __slots__ = ("key", "claim", "queue", "collections", "pumping", "pending", "throttle_until",
                  "throttle_timer", "time_timer", "moment", "profile", "bidding", "seen", "extra", "wakes",
-                 "blind", "since")
+                 "blind", "since", "sure")
 
     def __init__(self, key: Hashable, claim: Claim) -> None:
         self.key = key
@@ -149,6 +151,7 @@ class Line(Generic[A]):
         self.wakes: list[tuple[str, tuple[str, ...], tuple[Hashable, ...]]] | None = claim.wakes()
         self.blind = True
         self.since: int | None = None  # the engine's clock before its last look that found nothing
+        self.sure = False  # a written row passed its filter: that check was its look (rule 2b)
 
     def rank(self) -> int:
         """The key a wake pass orders lines by (fairness rule 7): its head's arrival."""
@@ -308,11 +311,13 @@ class Lines(Generic[A]):
                 claim = line.claim
                 moment = line.moment
                 for row in rows:
+                    rid = row["id"]
                     self.checks += 1
-                    if claim.takes(name, row):
+                    if claim.takes(name, rid):
                         affected.add(line)
+                        line.sure = True
                         break
-                    m = claim.moment_of(name, row)
+                    m = claim.moment_of(name, rid)
                     if m is not None and (moment is None or m < moment):
                         moment = m
                 else:
@@ -341,9 +346,9 @@ class Lines(Generic[A]):
             got = claim.came_due(since)
             if got is None:
                 return None
-            for name, row in got[1]:
+            for name, rid in got[1]:
                 self.checks += 1
-                if claim.takes(name, row):
+                if claim.takes(name, rid):
                     return None
             return got[0]
 
@@ -559,9 +564,16 @@ class Lines(Generic[A]):
             self._pump_end(line)
             return
         line.pending = False
-        since = self.engine.now()  # the look reads the clock after this: rows due by then it sees
-        if not self.look(line):
-            line.since = since
+        if line.sure:  # rule 2b: the check that woke it found the row, and stands for its look
+            line.sure = False
+            self.looks += 1
+            found = True
+        else:
+            since = self.engine.now()  # the look reads the clock after this: rows due by then it sees
+            found = self.look(line)
+            if not found:
+                line.since = since
+        if not found:
             if line.blind:
                 self.set_blind(line, False)  # rule 2b: from now on the rows written are checked
             line.throttle_until = self.driver.time() + LOOK_THROTTLE_S

@@ -103,15 +103,16 @@ class Claim(Protocol):
         it)."""
         ...
 
-    def takes(self, collection: str, row: dict) -> bool:
-        """Under the read lock: would some set/del take `row`, just written to `collection`, now?"""
+    def takes(self, collection: str, rid: int) -> bool:
+        """Under the read lock: would some set/del take the row of id `rid` in `collection` (one
+        just written), as it is now? False when it is gone."""
         ...
 
-    def moment_of(self, collection: str, row: dict) -> int | None:
-        """Under the read lock: the next ms at which the clock alone may change that for `row`."""
+    def moment_of(self, collection: str, rid: int) -> int | None:
+        """Under the read lock: the next ms at which the clock alone may change that for the row."""
         ...
 
-    def came_due(self, since: int) -> tuple[int, list[tuple[str, dict]]] | None:
+    def came_due(self, since: int) -> tuple[int, list[tuple[str, int]]] | None:
         """Under the read lock: the clock now, and the rows the clock alone brought into the
         set/dels' filters after the moment `since`; None when it cannot say (a look must read)."""
         ...
