@@ -11,6 +11,9 @@ Sections (each prints a table of medians over --rounds runs, and the run's sprea
               with the log on; start-up time of a file of --jobs jobs; file size before and after
               compaction
   http        the HTTP rows (bench/http_bench.py), when that module is there
+  bidding     who gets the job among held nearest-job claims (bench/bidding_bench.py)
+  held        a put's time against the number of held claims that match nothing, over 100 000
+              ready jobs, and puts a second beside 1 000 of them (bench/held_bench.py): flat
 
 Speed is measured here, never in timed tests. Results are printed and written as JSON to
 bench/results/queue-bench.json.
@@ -260,9 +263,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--only", choices=["inproc", "durable", "http", "bidding"], action="append")
+    ap.add_argument("--only", choices=["inproc", "durable", "http", "bidding", "held"], action="append")
     args = ap.parse_args()
-    only = set(args.only or ["inproc", "durable", "http", "bidding"])
+    only = set(args.only or ["inproc", "durable", "http", "bidding", "held"])
     info = machine()
     print(f"queue-bench: {info['cpu']}, {info['cores']} cores, Python {info['python']}; "
           f"{args.jobs:,} jobs, medians of {args.rounds} rounds (min–max in brackets)", flush=True)
@@ -301,6 +304,11 @@ def main() -> int:
         import bidding_bench
 
         results["bidding"] = bidding_bench.run()
+    if "held" in only:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import held_bench
+
+        results["held"] = held_bench.run()
     out = Path(__file__).resolve().parent / "results"
     out.mkdir(exist_ok=True)
     (out / "queue-bench.json").write_text(json.dumps(results, indent=2, default=str))

@@ -33,6 +33,20 @@ class Hold:
     def bid_profile(self) -> None:
         return None
 
+    plain = False
+
+    def wakes(self) -> None:
+        return None  # every write wakes it: this fake's looks are what the tests count
+
+    def takes(self, collection: str, rid: int) -> bool:
+        return True
+
+    def moment_of(self, collection: str, rid: int) -> int | None:
+        return None
+
+    def came_due(self, since: int) -> None:
+        return None
+
 
 class Result:
     def __init__(self, answers: list[Any], seq: int, wrote: bool, taken: int) -> None:

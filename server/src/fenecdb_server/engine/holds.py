@@ -13,6 +13,18 @@ lock it takes through `Database.look`.
 * Next moment: for each `field OP now() + k`, the least `v - k` (`<=`, `>`) or `v - k + 1 ms`
   (`<`, `>=`) over the field's values ahead of the clock — one step of its @sorted index past the
   bound, or a scan without one — and the next @ttl expiry of the collection.
+* Written rows (what a write-woken line checks instead of looking again, held/lines.py rule 2):
+  `wakes()`, for each set/del, the collection and the equality terms of its filter (`field =
+  value`, a text or int field against a value of its own type, with the parameter bound) that
+  every row it could take carries, as the fields and their values in field order (none: both
+  empty); `takes(coll, row)`, whether a row just written
+  passes a set/del's whole filter (with the token's rules) now; `moment_of(coll, row)`, the
+  next moment of that row alone. `plain` says the claim is one set/del and nothing else, so a
+  run that took nothing means no row passed its filter.
+* Rows the clock brought (`came_due(since)`): for a claim whose set/del filters compare time only
+  in top-level terms `field <= now() + k` or `field < now() + k` on an @sorted field (others,
+  `field > now()`, only ever take rows away), the rows whose value came into range between the
+  moment `since` and now: one range of each index, not every row ready.
 """
 
 from __future__ import annotations
@@ -28,6 +40,7 @@ from ..ql.ast import mentions
 from .access import pick
 from .bids import Profile, profile
 from .scoped import look as scoped_look
+from .scoped import plan_for as scoped_plan_for
 from .scoped import rule_time_filter
 
 if TYPE_CHECKING:
@@ -116,7 +129,8 @@ class ReadyClaim:
     """A claim's statements ready to wait (`Database.prepare_hold`): whether it may be held, its
     line, and the engine's two answers about it, each read under the read lock its caller holds."""
 
-    __slots__ = ("db", "held", "line_key", "collections", "_writes", "_terms", "_params", "scope")
+    __slots__ = ("db", "held", "line_key", "collections", "_writes", "_terms", "_params", "scope", "plain",
+                 "_due")
 
     def __init__(self, db: Engine) -> None:
         self.db = db
@@ -127,6 +141,10 @@ class ReadyClaim:
         self._terms: list[tuple[str, TimeTerm, list]] = []
         self._params: list = []
         self.scope: Any = None  # a token's scope: the look reads only what it could take
+        self.plain = False  # one set/del, nothing beside it
+        # came_due's terms (collection, field, op, shift, params); None: the clock's rows cannot
+        # be told apart, a look reads the collection
+        self._due: list[tuple[str, str, str, Any, list]] | None = None
 
     def would_take(self) -> bool:
         """Under the read lock the caller holds: would some set/del of the claim take a row now?"""
@@ -174,6 +192,102 @@ class ReadyClaim:
                 best = m
         return best
 
+    def wakes(self) -> list[tuple[str, tuple[str, ...], tuple[Any, ...]]]:
+        """Per set/del: (collection, fields, values) of the equality terms of its filter that
+        every row it could take carries, in field order; both empty when it has none."""
+        out: list[tuple[str, tuple[str, ...], tuple[Any, ...]]] = []
+        for _text, stmt, params in self._writes:
+            coll = self.db.collections.get(stmt.collection)
+            terms = _eq_terms(stmt.where, coll.schema, params) if coll is not None else {}
+            fields = tuple(sorted(terms))
+            out.append((stmt.collection, fields, tuple(terms[f] for f in fields)))
+        return out
+
+    def takes(self, coll_name: str, rid: int) -> bool:
+        """Under the read lock the caller holds: would some set/del of the claim on `coll_name`
+        take the row of id `rid` as it is now (False: it is gone), by its filter and the token's
+        rules? A filter that raises says yes (the run answers it)."""
+        db = self.db
+        coll = db.collections.get(coll_name)
+        row = coll.rows.get(rid) if coll is not None else None
+        if row is None:
+            return False
+        now = V.Ts(db.now())
+        for text, stmt, params in self._writes:
+            if stmt.collection != coll_name:
+                continue
+            if self.scope is None:
+                filt = db.prepared(text, stmt).query.filter
+                env = Env(params, now)
+            else:
+                filt = scoped_plan_for(db, text, stmt, self.scope).p.query.filter
+                env = Env(params, now, self.scope.claims)
+            if filt is None:
+                return True
+            try:
+                if filt(row, env):
+                    return True
+            except Exception:
+                return True
+        return False
+
+    def moment_of(self, coll_name: str, rid: int) -> int | None:
+        """Under the read lock the caller holds: the least moment after now at which the clock
+        alone may change the claim's filters for the row of id `rid` (as `next_moment`, for this
+        row only)."""
+        db = self.db
+        coll = db.collections.get(coll_name)
+        row = coll.rows.get(rid) if coll is not None else None
+        if row is None:
+            return None
+        now = db.now()
+        env = Env([], V.Ts(now))
+        best: int | None = None
+        for name, term, params in self._terms:
+            if name != coll_name:
+                continue
+            env.params = params
+            k = term.shift(None, env) if term.shift is not None else 0
+            if type(k) is not int:
+                continue
+            m = _row_moment(row, term.target, term.op, k, now)
+            if m is not None and (best is None or m < best):
+                best = m
+        if coll_name in self.collections and coll is not None and coll.schema.ttl_field is not None:
+            ttl = coll.schema.ttl_field
+            assert ttl.ttl_ms is not None  # a @ttl field always has its duration
+            m = _row_moment(row, ttl.name, ">", -ttl.ttl_ms, now)
+            if m is not None and (best is None or m < best):
+                best = m
+        return best
+
+    def came_due(self, since: int) -> tuple[int, list[tuple[str, int]]] | None:
+        """Under the read lock the caller holds: the clock now, and the rows of the set/dels'
+        collections whose time terms turned true after the moment `since` and by now; None when
+        the claim's filters cannot say (module docstring)."""
+        due = self._due
+        if due is None:
+            return None
+        db = self.db
+        now = db.now()
+        env = Env([], V.Ts(now))
+        out: list[tuple[str, int]] = []
+        for name, target, op, shift, params in due:
+            coll = db.collections.get(name)
+            if coll is None:
+                return None
+            idx = coll.index(target)
+            if idx is None or not hasattr(idx, "walk"):
+                return None
+            env.params = params
+            k = shift(None, env) if shift is not None else 0
+            if type(k) is not int:
+                return None
+            less = 1 if op == "<" else 0  # v < now + k: v <= now + k - 1
+            for rid in idx.walk(since + k - less, False, now + k - less, True, False, False):
+                out.append((name, rid))
+        return now, out
+
     def bid_profile(self) -> Profile | None:
         """What the claim's line bids with (bids.py)."""
         return profile(self)
@@ -193,15 +307,111 @@ def _next_for(coll: Any, target: str, op: str, k: int, now: int) -> int | None:
         return int(v) - k + plus
     # Any other field or path: text is read as a time, and a float flips at a whole ms (§3.4).
     best = None
-    name, *keys = target.split(".")
     for row in coll.rows.values():
-        x = _as_ms(V.read_path(row.get(name), keys))
-        if x is None:
-            continue
-        m = (math.floor(x) + 1 if plus else math.ceil(x)) - k
-        if m > now and (best is None or m < best):
+        m = _row_moment(row, target, op, k, now)
+        if m is not None and (best is None or m < best):
             best = m
     return best
+
+
+def _row_moment(row: dict, target: str, op: str, k: int, now: int) -> int | None:
+    """The moment > now at which `target op now() + k` changes for `row`, or None."""
+    name, *keys = target.split(".")
+    x = _as_ms(V.read_path(row.get(name), keys))
+    if x is None:
+        return None
+    m = (math.floor(x) + 1 if op in ("<", ">=") else math.ceil(x)) - k
+    return m if m > now else None
+
+
+def _due_terms(db: Engine, writes: list[tuple[str, A.Set | A.Del, list]]) -> list[tuple[str, str, str, Any, list]] | None:
+    """came_due's terms: every time term of the set/dels' filters, each a top-level conjunct (a
+    term under `or` or `not` may give rows the other way), `field <= / < now() + k` on an
+    @sorted int or timestamp field (kept), or `field > / >= now() + k` (which never gives a row:
+    left out). None when some term is neither."""
+    out: list[tuple[str, str, str, Any, list]] = []
+    for _text, stmt, params in writes:
+        coll = db.collections.get(stmt.collection)
+        if coll is None:
+            return None
+        where = stmt.where
+        top: list[A.Expr] = []
+        stack: list[A.Expr | None] = [where]
+        while stack:
+            n = stack.pop()
+            if isinstance(n, A.And):
+                stack.extend(n.items)
+            elif n is not None:
+                top.append(n)
+        tops = {id(n) for n in top}
+        for n in _all_nodes(where):
+            if not (isinstance(n, A.Cmp) and n.op in FLIP and mentions(n, _is_now)):
+                continue
+            if id(n) not in tops:
+                return None
+            got = None
+            for fld, other, op in ((n.left, n.right, n.op), (n.right, n.left, FLIP[n.op])):
+                if isinstance(fld, A.Field) and mentions(other, _is_now):
+                    shift = _now_shift(other)
+                    if shift is not False:
+                        got = (fld.name, op, shift)
+            if got is None:
+                return None
+            target, op, shift = got
+            if op in (">", ">="):
+                continue
+            f = coll.schema.fields.get(target)
+            idx = coll.index(target) if f is not None and f.type in ("int", "timestamp") else None
+            if idx is None or getattr(idx, "keyed", True):
+                return None
+            fn = compile_expr(shift, Ctx(coll.schema, row=False)) if shift is not None else None
+            out.append((stmt.collection, target, op, fn, params))
+    return out
+
+
+def _all_nodes(e: A.Expr | None) -> list[A.Expr]:
+    out: list[A.Expr] = []
+    stack = [e] if e is not None else []
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        stack.extend(A.children(n))
+    return out
+
+
+def _eq_terms(where: A.Expr | None, schema: Any, params: list) -> dict[str, Any]:
+    """The terms `field = value` the filter is the conjunction of with others, each field of
+    type text or int and its value (a literal, or a parameter bound) of the same Python type: a
+    row the filter passes holds exactly those values (FenecQL's `=` on two ints or two texts is
+    Python's). The first term of a field stands for it."""
+    out: dict[str, Any] = {}
+    stack = [where]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, A.And):
+            stack.extend(reversed(n.items))
+            continue
+        if not isinstance(n, A.Cmp) or n.op != "=":
+            continue
+        for fld, other in ((n.left, n.right), (n.right, n.left)):
+            if not isinstance(fld, A.Field):
+                continue
+            f = schema.fields.get(fld.name)
+            if f is None or f.type not in ("text", "int"):
+                continue
+            if isinstance(other, A.Param):
+                if other.n - 1 >= len(params):
+                    continue
+                v = params[other.n - 1]
+            elif isinstance(other, A.Lit):
+                v = other.value
+            else:
+                continue
+            if ((f.type == "text" and type(v) is str) or (f.type == "int" and type(v) is int)) \
+                    and fld.name not in out:
+                out[fld.name] = v
+                break
+    return out
 
 
 def _as_ms(v: Any) -> int | float | None:
@@ -253,6 +463,8 @@ def make_hold(db: Engine, parsed: list[tuple[str, A.Statement, list]], scope: An
                 for t in _time_terms(stmt.where, coll.schema, strict=False):
                     h._terms.append((stmt.collection, t, params))
     h.held = bool(h._writes)
+    h._due = _due_terms(db, h._writes) if scope is None else None
+    h.plain = len(parsed) == 1 and len(h._writes) == 1
     h.line_key = tuple(keys)
     h.collections = frozenset(colls)
     return h

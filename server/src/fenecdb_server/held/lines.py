@@ -11,10 +11,26 @@ The fairness contract
 1. Lines. Held claims whose `set`/`del` statements would pick the same rows (the claim's
    `line_key`: same collection, same filter with its parameters bound, same order) wait in one
    line. A line is first-come first-served: its head is the claim held longest.
-2. A committed write wakes only the lines that read a collection it touched. A woken line
-   spends one *look* (`claim.would_take()`, a one-row read under the shared read lock); only
-   when the look finds a row does its head *run* (the real request, under the write lock). A
-   write therefore costs a line one cheap read, never one write per waiting worker.
+2. A committed write wakes only the lines it may give a row. A woken line spends one *look*
+   (`claim.would_take()`, a one-row read under the shared read lock); only when the look finds
+   a row does its head *run* (the real request, under the write lock). A write therefore costs
+   a line one cheap read, never one write per waiting worker.
+2b. What a write may give. After a look that found nothing, only a row a write put (inserted
+   or updated: its new values) or the clock can give the line a row; a delete never does. So a
+   write does not make such a line look: the rows it put, as they are when the line is woken
+   (a row deleted since is passed over), are *checked* against the line's filter
+   (`claim.takes`, with its token's rules), and only a row that passes wakes the line. That
+   check is the line's look: its head runs without reading the collection again (rules 3 to 5
+   hold as for a look that found a row). A row that does not pass may still come due: the line's
+   timer is brought forward to that row's moment (`claim.moment_of`, rule 6). Lines are
+   indexed by an equality term of their filter (`queue = $1`: collection, field, bound value),
+   so a written row is checked only against the lines whose value it carries, and against the
+   lines with no such term: a write's cost is its rows times the lines they may concern, never
+   every held line. A line is *blind*, woken by every write to its collections as before,
+   until its first look found nothing (unless its claim is one set/del alone, whose first run
+   taking nothing says as much), after a run that took nothing (rule 5: a `require` may be
+   what stopped it), while it bids (rule 7b), and for a write whose rows are not known; a
+   schema change of a collection wakes every line on it.
 3. A look that found nothing stands for the whole line, and the line does not look again for
    1 ms because of writes: writes inside that gap are remembered and answered by one look at
    its end, read on the driver's clock to its grain (uvloop's counts whole milliseconds).
@@ -26,7 +42,9 @@ The fairness contract
    the claim its place; the line waits again from the state that run saw.
 6. Time (time_wakes.py). No write announces that a delayed job came due or that a lease
    lapsed, so each line sleeps until `claim.next_moment()`, looks, and runs only if a row is
-   there. A wake that comes early goes back to sleep: a delayed job is never taken before its
+   there. A line that is not blind (rule 2b) and knows the clock of its last empty look checks
+   only the rows that came due since (`claim.came_due`: a range of the @sorted index), and
+   looks only when one passes. A wake that comes early goes back to sleep: a delayed job is never taken before its
    time. With nothing written and nothing due, a held claim costs no CPU: no timer, no task.
 7. Across lines. One wake pass visits every affected line in ascending `Line.rank()`, the
    head's arrival, so on a row several lines could take, the claim held longest across lines
@@ -108,7 +126,8 @@ class Line(Generic[A]):
     """The waiters whose claims would take the same rows (rule 1), first come first served."""
 
     __slots__ = ("key", "claim", "queue", "collections", "pumping", "pending", "throttle_until",
-                 "throttle_timer", "time_timer", "moment", "profile", "bidding", "seen", "extra")
+                 "throttle_timer", "time_timer", "moment", "profile", "bidding", "seen", "extra", "wakes",
+                 "blind", "since", "sure")
 
     def __init__(self, key: Hashable, claim: Claim) -> None:
         self.key = key
@@ -127,6 +146,12 @@ class Line(Generic[A]):
         self.bidding: Bidding[A] | None = None
         self.seen: int | None = None
         self.extra: set[int] = set()
+        # rule 2b: where a written row is checked for the line (None: every write wakes it), and
+        # whether it is woken by every write to its collections for now
+        self.wakes: list[tuple[str, tuple[str, ...], tuple[Hashable, ...]]] | None = claim.wakes()
+        self.blind = True
+        self.since: int | None = None  # the engine's clock before its last look that found nothing
+        self.sure = False  # a written row passed its filter: that check was its look (rule 2b)
 
     def rank(self) -> int:
         """The key a wake pass orders lines by (fairness rule 7): its head's arrival."""
@@ -141,6 +166,14 @@ class Lines(Generic[A]):
         self.driver = driver
         self.lines: dict[Hashable, Line[A]] = {}
         self.by_collection: dict[str, set[Line[A]]] = {}
+        # rule 2b: lines by collection, the fields of their filter's equality terms and the values
+        # those bind; lines with no such term by collection; the blind lines by collection
+        self.keyed: dict[str, dict[tuple[str, ...], dict[tuple[Hashable, ...], set[Line[A]]]]] = {}
+        self.loose: dict[str, set[Line[A]]] = {}
+        self.blind: dict[str, set[Line[A]]] = {}
+        self.checks = 0  # written rows checked against a line's filter (rule 2b)
+        self._noted_seq = -1  # the last write's ops, noted for its announcement (writer's thread)
+        self._noted_ops: list | None = None
         self.closing = False
         self.held = 0
         self.looks = 0
@@ -150,9 +183,15 @@ class Lines(Generic[A]):
         self.announced = 0  # writes that woke held lines: each made one wake pass
         self.auctions: Auctions[A] = Auctions(self)
         self.time: TimeWakes[A] = TimeWakes(self)
+        engine.observe(self._note)
         engine.listen(self._announce)
 
     # -- the write announcement (the writer's thread, under its write lock: keep it cheap) --
+
+    def _note(self, seq: int, ops: list) -> None:
+        """A write observer: told each committed write's ops just before its announcement."""
+        self._noted_seq = seq
+        self._noted_ops = ops
 
     def _announce(self, collections: frozenset[str], seq: int) -> None:
         by = self.by_collection
@@ -164,14 +203,37 @@ class Lines(Generic[A]):
         else:
             return
         self.announced += 1
-        self.driver.soon(lambda: self._wake(collections))
+        ops = self._noted_ops if self._noted_seq == seq else None
+        self.driver.soon(lambda: self._wake(collections, ops))
 
-    def _wake(self, collections: frozenset[str]) -> None:
+    def _wake(self, collections: frozenset[str], ops: list | None = None) -> None:
         affected: set[Line[A]] = set()
-        for name in collections:
-            lines = self.by_collection.get(name)
-            if lines:
-                affected |= lines
+        if ops is None:  # the rows written are not known: every line on them looks
+            for name in collections:
+                lines = self.by_collection.get(name)
+                if lines:
+                    affected |= lines
+        else:
+            written: dict[str, list[dict]] = {}
+            for op in ops:
+                kind = op[0]
+                if kind == "p":
+                    rows = written.get(op[1])
+                    if rows is None:
+                        written[op[1]] = [op[3]]
+                    else:
+                        rows.append(op[3])
+                elif kind == "c" or kind == "x" or kind == "i":
+                    written[op[1]] = []
+                    lines = self.by_collection.get(op[1])
+                    if lines:
+                        affected |= lines  # a schema change: every line on it looks
+            for name in collections:
+                lines = self.blind.get(name)
+                if lines:
+                    affected |= lines
+            if written:
+                self._check(written, affected)
         if not affected:
             return
         now = self.driver.time()
@@ -205,6 +267,156 @@ class Lines(Generic[A]):
                 self.start(line)
         for b in poked:
             self.auctions.poke(b)
+
+    def _check(self, written: dict[str, list[dict]], affected: set[Line[A]]) -> None:
+        """Rule 2b: add to `affected` the lines some written row passes the filter of; bring
+        forward the timers of those it may pass later."""
+        pairs: list[tuple[Line[A], str, list[dict]]] = []
+        for name, rows in written.items():
+            if not rows:
+                continue
+            loose = self.loose.get(name)
+            if loose:
+                for line in loose:
+                    if line not in affected:
+                        pairs.append((line, name, rows))
+            fields = self.keyed.get(name)
+            if fields:
+                for names, by_value in fields.items():
+                    hits: dict[Line[A], list[dict]] = {}
+                    for row in rows:
+                        # a value of another type (None) passes no `field = text or int` term
+                        try:
+                            lines = by_value.get(tuple([row.get(f) for f in names]))
+                        except TypeError:  # unhashable: the field's type changed under the line
+                            lines = set().union(*by_value.values())
+                        if lines:
+                            for line in lines:
+                                got = hits.get(line)
+                                if got is None:
+                                    hits[line] = [row]
+                                else:
+                                    got.append(row)
+                    for line, got in hits.items():
+                        if line not in affected:
+                            pairs.append((line, name, got))
+        if not pairs:
+            return
+        sooner: list[tuple[Line[A], int]] = []
+
+        def check() -> None:
+            for line, name, rows in pairs:
+                if not line.queue or line.blind or line in affected:
+                    continue
+                claim = line.claim
+                moment = line.moment
+                for row in rows:
+                    rid = row["id"]
+                    self.checks += 1
+                    if claim.takes(name, rid):
+                        affected.add(line)
+                        line.sure = True
+                        break
+                    m = claim.moment_of(name, rid)
+                    if m is not None and (moment is None or m < moment):
+                        moment = m
+                else:
+                    if moment is not None and moment != line.moment:
+                        sooner.append((line, moment))
+
+        try:
+            self.engine.look(check)
+        except Exception:
+            for line, _name, _rows in pairs:  # it cannot say: they look, as a write of unknown rows
+                affected.add(line)
+            return
+        for line, moment in sooner:
+            if line not in affected:
+                self.time.sooner(line, moment)
+
+    def clock_check(self, line: Line[A]) -> bool:
+        """Rule 6 for a line that is not blind: check the rows the clock brought since its last
+        empty look. True when none passes (the line sleeps again); False when it must look."""
+        since = line.since
+        if since is None or line.blind:
+            return False
+        claim = line.claim
+
+        def read() -> int | None:
+            got = claim.came_due(since)
+            if got is None:
+                return None
+            for name, rid in got[1]:
+                self.checks += 1
+                if claim.takes(name, rid):
+                    return None
+            return got[0]
+
+        try:
+            now = self.engine.look(read)
+        except Exception:
+            return False
+        if now is None:
+            return False
+        line.since = now
+        self.time.schedule(line)
+        return True
+
+    def set_blind(self, line: Line[A], blind: bool) -> None:
+        if line.blind is blind or (not blind and (line.wakes is None or line.bidding is not None)):
+            return
+        line.blind = blind
+        for name in line.collections:
+            if blind:
+                self.blind.setdefault(name, set()).add(line)
+            else:
+                lines = self.blind.get(name)
+                if lines is not None:
+                    lines.discard(line)
+                    if not lines:
+                        del self.blind[name]
+
+    def _index(self, line: Line[A], add: bool) -> None:
+        """Enter (or take out) the line in the indexes a written row is checked through."""
+        if line.blind:
+            for name in line.collections:
+                if add:
+                    self.blind.setdefault(name, set()).add(line)
+                else:
+                    lines = self.blind.get(name)
+                    if lines is not None:
+                        lines.discard(line)
+                        if not lines:
+                            del self.blind[name]
+        for name, field, value in line.wakes or ():
+            if not field:
+                if add:
+                    self.loose.setdefault(name, set()).add(line)
+                else:
+                    loose = self.loose.get(name)
+                    if loose is not None:
+                        loose.discard(line)
+                        if not loose:
+                            del self.loose[name]
+                continue
+            if add:
+                self.keyed.setdefault(name, {}).setdefault(field, {}).setdefault(value, set()).add(line)
+                continue
+            fields = self.keyed.get(name)
+            if fields is None:
+                continue
+            by_value = fields.get(field)
+            if by_value is None:
+                continue
+            lines = by_value.get(value)
+            if lines is not None:
+                lines.discard(line)
+                if not lines:
+                    del by_value[value]
+                    if not by_value:
+                        del fields[field]
+                        if not fields:
+                            del self.keyed[name]
 
     def _at(self, when: float, fn: Callable[[Line[A]], None], line: Line[A]) -> Timer:
         return self.driver.call_at(when, lambda: fn(line))
@@ -249,9 +461,12 @@ class Lines(Generic[A]):
         if line is None:
             line = Line(key, claim)
             line.seen = seen_seq
+            # rule 2b: a claim of one set/del whose run took nothing saw no row pass its filter
+            line.blind = line.wakes is None or not claim.plain
             self.lines[key] = line
             for name in line.collections:
                 self.by_collection.setdefault(name, set()).add(line)
+            self._index(line, True)
             self.auctions.attach(line)
         elif line.seen is not None and seen_seq < line.seen:
             line.seen = seen_seq
@@ -312,6 +527,7 @@ class Lines(Generic[A]):
             self.auctions.detach(line)
         if self.lines.get(line.key) is line:
             del self.lines[line.key]
+        self._index(line, False)
         for name in line.collections:
             lines = self.by_collection.get(name)
             if lines is not None:
@@ -348,7 +564,18 @@ class Lines(Generic[A]):
             self._pump_end(line)
             return
         line.pending = False
-        if not self.look(line):
+        if line.sure:  # rule 2b: the check that woke it found the row, and stands for its look
+            line.sure = False
+            self.looks += 1
+            found = True
+        else:
+            since = self.engine.now()  # the look reads the clock after this: rows due by then it sees
+            found = self.look(line)
+            if not found:
+                line.since = since
+        if not found:
+            if line.blind:
+                self.set_blind(line, False)  # rule 2b: from now on the rows written are checked
             line.throttle_until = self.driver.time() + LOOK_THROTTLE_S
             self.time.schedule(line)
             self._pump_end(line)
@@ -361,6 +588,7 @@ class Lines(Generic[A]):
             self._pump(line)  # hand-off: the next looks at once (rule 4)
             return
         if ran is False:
+            self.set_blind(line, True)  # rule 2b: a row may be there, and it took nothing
             self.time.schedule(line)  # rule 5: wait again from what the run saw
         self._pump_end(line)
 
@@ -426,4 +654,5 @@ class Lines(Generic[A]):
         """Shut down and stop listening to the engine."""
         count = self.shutdown()
         self.engine.unlisten(self._announce)
+        self.engine.unobserve(self._note)
         return count

@@ -7,7 +7,9 @@ The held package never holds the database: it talks to three small interfaces, t
   engine behind it) answers these; a unit test answers them with a dict and a fake clock.
 * `Claim`: a claim's statements made ready by the engine (`prepare_hold`: `engine/holds.py`'s
   `ReadyClaim`): its line, the collections whose writes concern it, and two reads made under the
-  read lock the caller holds (`would_take`, `next_moment`), plus what it bids with.
+  read lock the caller holds (`would_take`, `next_moment`), plus what it bids with, and what a
+  written row is checked with (`wakes`, `takes`, `moment_of`: lines.py rule 2). A claim whose
+  `wakes()` is None is woken by every write to its collections, as a line that must look.
 * `Queries`: the engine with `execute` and `prepare_hold`, for claims held in process.
 * `Driver`: where the state runs. It gives the clock the look gaps and deadlines are read on
   (seconds), timers, a hop onto its own thread of control from any thread (an announcement
@@ -88,6 +90,31 @@ class Claim(Protocol):
 
     def bid_profile(self) -> Profile | None:
         """What its line bids with (engine/bids.py), None for a claim that cannot bid."""
+        ...
+
+    @property
+    def plain(self) -> bool:
+        """One set/del and nothing else: a run that took nothing saw no row pass its filter."""
+        ...
+
+    def wakes(self) -> list[tuple[str, tuple[str, ...], tuple[Hashable, ...]]] | None:
+        """Per set/del: (collection, fields, values) of the equality terms every row it could
+        take carries, in field order (both empty: none); None: it cannot say (every write wakes
+        it)."""
+        ...
+
+    def takes(self, collection: str, rid: int) -> bool:
+        """Under the read lock: would some set/del take the row of id `rid` in `collection` (one
+        just written), as it is now? False when it is gone."""
+        ...
+
+    def moment_of(self, collection: str, rid: int) -> int | None:
+        """Under the read lock: the next ms at which the clock alone may change that for the row."""
+        ...
+
+    def came_due(self, since: int) -> tuple[int, list[tuple[str, int]]] | None:
+        """Under the read lock: the clock now, and the rows the clock alone brought into the
+        set/dels' filters after the moment `since`; None when it cannot say (a look must read)."""
         ...
 
 

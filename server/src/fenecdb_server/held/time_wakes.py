@@ -55,6 +55,16 @@ class TimeWakes(Generic[A]):
             return
         self._sleep(line, max(engine.until(moment), 0.0))
 
+    def sooner(self, line: Line[A], moment: int) -> None:
+        """A row written may give the line something at `moment` (lines.py rule 2b): its timer
+        is set for it unless it is set for that moment or sooner already."""
+        if not line.queue or (line.time_timer is not None and line.moment is not None and line.moment <= moment):
+            return
+        if line.time_timer is not None:
+            line.time_timer.cancel()
+        line.moment = moment
+        self._sleep(line, max(self.lines.engine.until(moment), 0.0))
+
     def _moment(self, line: Line[A]) -> int | None:
         try:
             return self.lines.engine.look(line.claim.next_moment)
@@ -92,5 +102,5 @@ class TimeWakes(Generic[A]):
             lines.auctions.poke(b, timed=True)
         elif line.pumping:
             line.pending = True
-        else:
+        elif not lines.clock_check(line):  # rule 6: the rows that came due, when it can tell
             lines.start(line)

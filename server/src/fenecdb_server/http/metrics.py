@@ -169,6 +169,7 @@ class Metrics:
             ("fenec_held_runs_total", "runs", "Held requests run again."),
             ("fenec_held_claims_taken_total", "taken", "Held requests answered by a run that took rows."),
             ("fenec_held_wakeups_total", "wakeups", "Lines woken by a write or by the clock."),
+            ("fenec_held_checks_total", "checks", "Rows a write put checked against a held line's filter."),
         ):
             one(name, "counter", text, getattr(waits, attr) if waits else 0)
         head("fenec_build_info", "gauge", "Version.")
