@@ -5,10 +5,12 @@
 //   FENEC_SCENARIOS  a scenarios file (default: the project's conformance/worker-scenarios.json)
 //   FENEC_ONLY       run only the cases and scenarios whose name holds this text
 //   FENEC_URL, FENEC_TOKEN, FENEC_REQUIRE_SERVER=1   the live server of Part B
+//   FENEC_SERVER     the fenec-server the policy scenarios start (default: the repository's .venv/bin/fenec-server)
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { runVectors } from './vectors.mjs';
 import { runScenarios } from './scenarios.mjs';
+import { runPolicyScenarios } from './policy.mjs';
 
 // The repository root, from this file's place (clients/js/test/conformance), never from the cwd.
 const ROOT = fileURLToPath(new URL('../../../../', import.meta.url));
@@ -29,7 +31,14 @@ const s = await runScenarios(scenarios, {
   only,
   requireServer: env.FENEC_REQUIRE_SERVER === '1',
 });
-const passed = v.passed + s.passed;
-const failed = v.failed + s.failed;
+// The worker under the docs' policy: on a server of its own, started when this is a live run.
+const p = await runPolicyScenarios({
+  live: Boolean(env.FENEC_URL),
+  only,
+  requireServer: env.FENEC_REQUIRE_SERVER === '1',
+  exe: env.FENEC_SERVER || undefined,
+});
+const passed = v.passed + s.passed + p.passed;
+const failed = v.failed + s.failed + p.failed;
 console.log(`js: ${passed} passed, ${failed} failed`);
 process.exitCode = failed === 0 ? 0 : 1;
