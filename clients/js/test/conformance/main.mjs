@@ -5,12 +5,12 @@
 //   FENEC_SCENARIOS  a scenarios file (default: the project's conformance/worker-scenarios.json)
 //   FENEC_ONLY       run only the cases and scenarios whose name holds this text
 //   FENEC_URL, FENEC_TOKEN, FENEC_REQUIRE_SERVER=1   the live server of Part B
-//   FENEC_SERVER     the fenec-server the policy scenarios start (default: the repository's .venv/bin/fenec-server)
+//   FENEC_POLICY_URL, FENEC_POLICY_ROOT_TOKEN, FENEC_POLICY_TOKENS, FENEC_POLICY_SCENARIO   the policy server
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { runVectors } from './vectors.mjs';
 import { runScenarios } from './scenarios.mjs';
-import { runPolicyScenarios } from './policy.mjs';
+import { runPolicyScenario } from './policy.mjs';
 
 // The repository root, from this file's place (clients/js/test/conformance), never from the cwd.
 const ROOT = fileURLToPath(new URL('../../../../', import.meta.url));
@@ -31,13 +31,8 @@ const s = await runScenarios(scenarios, {
   only,
   requireServer: env.FENEC_REQUIRE_SERVER === '1',
 });
-// The worker under the docs' policy: on a server of its own, started when this is a live run.
-const p = await runPolicyScenarios({
-  live: Boolean(env.FENEC_URL),
-  only,
-  requireServer: env.FENEC_REQUIRE_SERVER === '1',
-  exe: env.FENEC_SERVER || undefined,
-});
+// The worker under the docs' policy, on the second server run.py started (FENEC_POLICY_*).
+const p = await runPolicyScenario({ only });
 const passed = v.passed + s.passed + p.passed;
 const failed = v.failed + s.failed + p.failed;
 console.log(`js: ${passed} passed, ${failed} failed`);
