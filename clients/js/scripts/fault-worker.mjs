@@ -33,7 +33,7 @@ const worker = db.worker(queue, {
   concurrency: num('FENEC_CONCURRENCY', 1) || 1,
   leaseMs,
   waitMs: num('FENEC_WAIT_MS', 30000),
-  heartbeatMs: num('FENEC_HEARTBEAT_MS', Math.max(1, Math.floor(leaseMs / 3))) || undefined,
+  heartbeatMs: num('FENEC_HEARTBEAT_MS', Math.max(1, Math.floor(leaseMs / 3))),
   maxAttempts: num('FENEC_MAX_ATTEMPTS', 5) || 5,
   drainTimeoutMs: num('FENEC_DRAIN_MS', 30000),
   timeoutMs: num('FENEC_TIMEOUT_MS', 10000) || 10000,
@@ -41,7 +41,7 @@ const worker = db.worker(queue, {
   keepDone: process.env.FENEC_KEEP_DONE === '1',
   onEvent: (e) => print({
     event: e.type,
-    worker: worker.name,
+    worker: e.worker,
     id: e.id ?? null,
     owner: e.owner ?? null,
     attempts: e.attempts ?? null,

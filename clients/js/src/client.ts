@@ -14,4 +14,4 @@ export type { Computed } from './values.js';
 export { FenecError } from './errors.js';
 export type { FenecCode, FenecErrorDetails } from './errors.js';
 export { Worker, Job } from './worker.js';
-export type { ClaimOptions, FailOptions, JobHandler, JobState, WorkerRunOptions, WorkerEvent, WorkerOptions } from './worker.js';
+export type { ClaimOptions, EnqueueOptions, FailOptions, JobHandler, JobState, WorkerRunOptions, WorkerEvent, WorkerOptions } from './worker.js';

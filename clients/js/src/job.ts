@@ -5,21 +5,22 @@
  *   ack       del q where id = $1 and owner = $2 require 1
  *             (keepDone: set q {owner: $1, run_at: $2, done_at: now()} where id = $3 and owner = $4 require 1)
  *   extend    set q {run_at: now() + $1} where id = $2 and owner = $3 require 1
- *   fail      set q {owner: $1, error: $2, run_at: case when attempts >= $3 then null
- *               else now() + $4 * attempts * attempts end} where id = $5 and owner = $6 require 1
- *             (a backoff hook: `... else now() + $4 end`, its delay worked out from the attempts read)
+ *   fail      set q {owner: $1, error: $2, run_at: case when attempts >= $3 then null else now() + $4 end}
+ *               where id = $5 and owner = $6 require 1
+ *             ($3 the worker's max attempts, $4 its backoff(attempts) in milliseconds, worked out from the
+ *             attempts the claim read)
  *   dead      set q {owner: $1, error: $2, run_at: $3} where id = $4 and owner = $5 require 1
- *   release   set q {owner: $1, run_at: now(), attempts: attempts - 1} where id = $2 and owner = $3
+ *   release   set q {owner: $1, run_at: now(), attempts: coalesce(attempts, 0) + $2} where id = $3 and owner = $4
+ *             ($2 is -1: the attempt the claim added is taken off)
  *
- * A 412 (or a release that wrote nothing) means the lease was lost: another claim holds the job.
- * The job is then `lost`, its `signal` aborts, and nothing more is written for it. Sending, with its
+ * A 412 on ack, extend, fail or dead means the lease was lost: another claim holds the job. The job
+ * is then `lost`, its `signal` aborts, and nothing more is written for it. Sending, with its
  * retries, its timeout and its Idempotency-Key, is the worker's (`JobHost.send`).
  */
 import type { Query, Statement } from './query.js';
-import { expr } from './values.js';
+import { expr, inc } from './values.js';
 
-const FAIL_RUN_AT = 'case when attempts >= ? then null else now() + ? * attempts * attempts end';
-const FAIL_RUN_AT_HOOK = 'case when attempts >= ? then null else now() + ? end';
+const FAIL_RUN_AT = 'case when attempts >= ? then null else now() + ? end';
 export const EXHAUSTED = 'attempts exhausted';
 
 /** Where a job stands in the worker's hands. */
@@ -27,10 +28,10 @@ export type JobState = 'waiting' | 'running' | 'settled';
 
 /** Options of one `fail`. */
 export interface FailOptions {
-  /** Back after `backoffMs × attempts²` (the worker's `backoffMs` by default). */
-  backoffMs?: number;
+  /** Ready again this many milliseconds later (by default the worker's `backoff(attempts)`). */
+  delayMs?: number;
   /** Dead once attempts reach this (the worker's `maxAttempts` by default). */
-  deadAfter?: number;
+  maxAttempts?: number;
 }
 
 /** @internal What a job needs of its worker. */
@@ -38,10 +39,9 @@ export interface JobHost {
   readonly queue: Query;
   readonly leaseMs: number;
   readonly maxAttempts: number;
-  readonly backoffMs: number;
   readonly keepDone: boolean;
-  /** The delay of the backoff hook, when the worker was given one. */
-  hookDelay(attempts: number): number | undefined;
+  /** The worker's backoff for a job failed at `attempts`, in whole milliseconds. */
+  delayFor(attempts: number): number;
   /**
    * Sends `stmt` under the key `<kind>:<owner>:<id><suffix>` (and the worker's instance), trying
    * again on the network and 5xx; the count, or `false` on a 412.
@@ -120,11 +120,8 @@ export class Job {
   }
 
   toFail(error: string, options: FailOptions = {}): Statement {
-    const deadAfter = options.deadAfter ?? this.#host.maxAttempts;
-    const delay = options.backoffMs === undefined ? this.#host.hookDelay(this.attempts) : undefined;
-    const runAt = delay === undefined
-      ? expr(FAIL_RUN_AT, deadAfter, options.backoffMs ?? this.#host.backoffMs)
-      : expr(FAIL_RUN_AT_HOOK, deadAfter, delay);
+    const maxAttempts = options.maxAttempts ?? this.#host.maxAttempts;
+    const runAt = expr(FAIL_RUN_AT, maxAttempts, options.delayMs ?? this.#host.delayFor(this.attempts));
     return this.#mine().toUpdate({ owner: null, error, run_at: runAt }, { require: 1 });
   }
 
@@ -135,7 +132,7 @@ export class Job {
 
   /** Gives an unstarted job back: ready at once, its attempt not counted. */
   toRelease(): Statement {
-    return this.#mine().toUpdate({ owner: null, run_at: expr('now()'), attempts: expr('attempts - 1') });
+    return this.#mine().toUpdate({ owner: null, run_at: expr('now()'), attempts: inc(-1) });
   }
 
   async #final(kind: string, stmt: Statement): Promise<boolean> {

@@ -2,12 +2,13 @@
  * How the worker lives through the server going away: which failures are tried again, how long it
  * pauses between tries, and the bound on each request.
  *
- * - Tried again: the network (fetch's `TypeError`: refused, reset, an answer cut short), a request
- *   that ran past its timeout (`TimeoutError`), and a server answer of 5xx, 408 or 429 (a restart
- *   answers 503 while it loads its file). A 4xx refusal is the request's own fault and is not.
- * - The pause is "full jitter": a random time from 0 up to a cap that starts at `initialMs` and
- *   doubles with each failure in a row up to `maxMs`, so workers cut off together do not all come
- *   back at the same moment.
+ * - Tried again (the contract's retry rule, conformance/worker-contract.json): the network (fetch's
+ *   `TypeError`: refused, reset, an answer cut short or garbled), a request that ran past its timeout
+ *   (`TimeoutError`), and any 5xx answer (a restart answers 503 while it loads its file). Any other
+ *   answer is the request's own and is not: the worker ends `run` with it (412 excepted: a lost lease).
+ * - The pause is "full jitter": a random time from 0 up to a cap that starts at the worker's
+ *   `retryMinMs` and doubles with each failure in a row up to `retryMaxMs`, so workers cut off
+ *   together do not all come back at the same moment.
  */
 import { FenecError } from './errors.js';
 
@@ -17,7 +18,7 @@ export function transient(e: unknown): boolean {
     const s = e.status;
     // A status below 300 on a FenecError is an answer that is not what the server sends: a body
     // cut short or garbled on the way.
-    return s !== undefined && (s >= 500 || s === 408 || s === 429 || s < 300);
+    return s !== undefined && (s >= 500 || s < 300);
   }
   if (e instanceof TypeError) return true;
   return (e as { name?: unknown } | null)?.name === 'TimeoutError';

@@ -1,30 +1,39 @@
 /**
- * A worker over one queue collection: the seed page's "A worker" loop as a helper, the same
- * surface as every other SDK's (the project's workers page).
+ * A worker over one queue collection: the same worker as every other SDK's, held to the contract in
+ * the repository's `conformance/worker-contract.json` (docs/workers.md is its prose;
+ * test/worker-contract.test.mjs checks this file's surface against it).
  *
  * `run(handler)` loops: one claim, held at the server up to `waitMs` while the queue is empty, takes
  * up to `batch` jobs under a new owner token `<name>:<n>`; the jobs run through the handler, at most
- * `concurrency` at once; each is acked when its handler resolves, and failed with the backoff when
- * it throws (whatever it throws). A job claimed with attempts past `maxAttempts` is dead-lettered
- * without running. Then it claims again, until stopped.
+ * `concurrency` at once; each is acked when its handler resolves, and failed with `backoff(attempts)`
+ * when it throws (whatever it throws). A job claimed with attempts past `maxAttempts` is made a dead
+ * letter without running. Once the batch is settled it claims again, until stopped.
  *
- * - Heartbeat: while a batch is in hand, every `heartbeatMs` each of its unsettled jobs (started or
- *   not) is extended by `leaseMs`. A 412 on it means the lease was lost: the job's signal aborts,
- *   and nothing more is written for it.
- * - The server going away: every request has a timeout (`timeoutMs`; a held claim `waitMs` on top).
- *   A network failure, a timeout or a 5xx makes the call pause (backoff with full jitter, see
- *   retry.ts) and go again; `run` never rejects for it. A claim goes again under the same owner and
- *   Idempotency-Key (`claim:<owner>@<instance>`), so a retry after a lost answer is answered the
- *   jobs the first try took; ack, extend, fail and release have keys of their own
- *   (`ack:<owner>:<id>@<instance>`, ...). The instance is random per Worker object: a process started
- *   again under the same name is not answered the keys (kept a day) of the one before.
- * - `stop()` (or aborting `signal`): a held claim is given up at once (and sent again under its key
- *   with no wait, so that jobs it took just before are given back), the unstarted jobs of the batch
- *   are given back at once, the running ones have `drainTimeoutMs` to finish; then a hard stop.
- * - `stop({ hard: true })` (or aborting `hardSignal`): the handlers' signals abort, every unsettled
- *   job is given back, and `run` returns without waiting for the handlers.
+ * - Slots: a handler's slot is free again only once its job is settled (the ack or fail answered, the
+ *   job lost or given back), so an outage re-runs at most `concurrency` jobs.
+ * - Heartbeat: while a batch is in hand, every `heartbeatMs` (0: never) each of its unsettled jobs,
+ *   started or not, is extended by `leaseMs`. A 412 means the lease was lost: a `lost` event, the
+ *   job's signal aborts, and nothing more is written for it.
+ * - Retries: every request has a timeout (`timeoutMs`; a held claim `waitMs` on top). A network
+ *   failure, a timeout or a 5xx makes the call pause (full jitter under a cap doubling from
+ *   `retryMinMs` to `retryMaxMs`, see retry.ts) and go again under the same Idempotency-Key
+ *   (`claim:<owner>@<instance>`, `ack:<owner>:<id>@<instance>`, ...); the instance is random per
+ *   Worker object, so a process started again under the same name is not answered the keys (kept a
+ *   day) of the one before.
+ * - What ends run: any other answer (400, 401, 403, 404, 409, 422, ...) to any call. The worker stops
+ *   as `stop()` does, and `run` then rejects with that FenecError: a queue name with a typo or a token
+ *   the policy refuses cannot be mended by sending again.
+ * - `stop()`: a held claim is given up at once (and sent again under its key with no wait, so that
+ *   jobs it took just before are given back), the unstarted jobs are given back at once, the running
+ *   ones have until the drain deadline (`drainTimeoutMs` after the stop) to finish and be settled;
+ *   every call of the stop is retried only until that deadline.
+ * - At the drain deadline, or at once on `stop({ hard: true })`: the running handlers' signals abort,
+ *   every job still in hand is given back with one try, and calls still on their way have a grace of
+ *   1 s (GRACE_MS). So `run` returns within `drainTimeoutMs` + 1 s of a stop, and within 1 s of a
+ *   hard stop, whether the server answers or not; what could not be given back comes back when its
+ *   lease runs out.
  * - `onEvent` sees what the worker does: claimed, start, done, failed, dead, released, lost, retry,
- *   stopped.
+ *   stopped; every event names the worker.
  */
 import { FenecError } from './errors.js';
 import type { FenecHttp } from './http.js';
@@ -38,57 +47,75 @@ import { expr, inc } from './values.js';
 export { Job };
 export type { FailOptions, JobState } from './job.js';
 
-/** What the worker did, as `onEvent` receives it. */
+/** After the drain deadline or a hard stop, how long the give-backs and the calls on their way may take. */
+const GRACE_MS = 1000;
+
+/** What the worker did, as `onEvent` receives it; a field that does not apply is undefined. */
 export interface WorkerEvent {
   type: 'claimed' | 'start' | 'done' | 'failed' | 'dead' | 'released' | 'lost' | 'retry' | 'stopped';
+  /** The worker's name. */
+  worker: string;
+  /** The job's id. */
   id?: unknown;
+  /** The owner token of the claim. */
   owner?: string;
+  /** The job's attempts, this claim's included. */
   attempts?: number;
-  /** A failure's message: the handler's (failed), the server's or the network's (retry, lost). */
+  /** `claimed`: how many jobs the claim took. */
+  count?: number;
+  /** A failure's text: the handler's (failed, dead), the network's or the server's (retry). */
   error?: string;
   /** `retry`: the pause before the next try; `failed`: until the job is ready again (milliseconds). */
   delayMs?: number;
-  /** `claimed`: how many jobs the claim took. */
-  count?: number;
-  /** `retry`: the call that failed (claim, ack, extend, fail, dead, release). */
+  /** `retry`, `lost`: the call (claim, ack, extend, fail, dead, release). */
   call?: string;
 }
 
 export interface WorkerOptions {
-  /** The worker's name, the first half of each owner token. Default: `w-<8 random hex>`. */
+  /** The worker's name; each claim's owner token is `<name>:<n>`. Default: `w-<8 random hex>`. */
   name?: string;
-  /** Jobs a claim takes at most. Default 10. */
+  /** Jobs one claim takes at most. Default 10. */
   batch?: number;
-  /** Jobs of a batch run side by side, at most this many (never more than `batch`). Default 1. */
+  /** Jobs of a batch that run at the same time (never more than `batch`). Default 1. */
   concurrency?: number;
   /** How long a claimed job is the worker's, in milliseconds; each heartbeat gives this again. Default 30 000. */
   leaseMs?: number;
-  /** How long a claim is held at the server while no job is ready (`Fenec-Wait`). Default 30 000. */
+  /** How long a claim is held at the server while no job is ready (`Fenec-Wait`), in milliseconds. Default 30 000. */
   waitMs?: number;
-  /** Extend the leases of the jobs in hand while a batch is worked. Default true. */
-  heartbeat?: boolean;
-  /** How often the heartbeat extends them, in milliseconds. Default `leaseMs / 3`. */
+  /** How often every job in hand has its lease extended, in milliseconds; 0: never. Default `leaseMs / 3`. */
   heartbeatMs?: number;
-  /** A job failed with this many attempts is dead (no ready time); one claimed with more is dead-lettered unrun. Default 5. */
+  /** A job that fails at this many attempts is a dead letter; one claimed with more is made one unrun. Default 5. */
   maxAttempts?: number;
-  /** The former name of `maxAttempts`. */
-  deadAfter?: number;
-  /** A failed job is back `backoffMs × attempts²` later. Default 1 000. */
-  backoffMs?: number;
-  /** Instead of `backoffMs`: the delay, in milliseconds, of a job failed after `attempts` claims. */
+  /** How long a job failed at `attempts` waits before it is ready again, in milliseconds. Default `attempts² × 1000`. */
   backoff?: (attempts: number) => number;
-  /** How long running jobs may still run after a graceful `stop()`, in milliseconds. Default 30 000. */
+  /** On a graceful stop, how long running jobs may still run, in milliseconds. Default 30 000. */
   drainTimeoutMs?: number;
-  /** Bound of each request, in milliseconds; a held claim gets `waitMs` on top. Default 10 000. */
+  /** How long one call may take, in milliseconds; a held claim gets `waitMs` on top. Default 10 000. */
   timeoutMs?: number;
-  /** Pause after a failed call: full jitter under a cap from `initialMs` (100) doubling to `maxMs` (5 000). */
-  retry?: { initialMs?: number; maxMs?: number };
-  /** Ack keeps the job, with no owner, no ready time and `done_at: now()`, instead of deleting it. */
+  /** The ceiling of the first retry pause, in milliseconds; it doubles at each failure in a row. Default 100. */
+  retryMinMs?: number;
+  /** The most the retry pause's ceiling doubles to, in milliseconds. Default 5 000. */
+  retryMaxMs?: number;
+  /** An ack keeps the job, `{owner: null, run_at: null, done_at: now()}`, instead of deleting it. Default false. */
   keepDone?: boolean;
-  /** Receives every event; what it throws is ignored. */
+  /** Receives every event; what it throws is logged and ignored. */
   onEvent?: (event: WorkerEvent) => void;
-  /** Aborting it stops the worker gracefully, as `stop()` does. */
+  /** @deprecated The former name of `maxAttempts`. */
+  deadAfter?: number;
+  /** @deprecated Aborting it stops the worker gracefully, as `stop()` does (give it to `run` instead). */
   signal?: AbortSignal;
+}
+
+/** Options of the contract's older shapes, refused by name so that they are not silently ignored. */
+const REMOVED: Record<string, string> = {
+  retry: 'retry: {initialMs, maxMs} is now retryMinMs and retryMaxMs',
+  heartbeat: 'heartbeat (a boolean) is now heartbeatMs: 0 for no heartbeat',
+  backoffMs: 'backoffMs is now backoff, a function of the attempts answering milliseconds',
+};
+
+export interface EnqueueOptions {
+  /** Ready this many milliseconds from now. Default 0: at once. */
+  delayMs?: number;
 }
 
 export interface ClaimOptions {
@@ -119,7 +146,16 @@ function whole(name: string, v: number | undefined, fallback: number, min: numbe
 
 const hex = (n: number) => Array.from({ length: n }, () => Math.floor(Math.random() * 16).toString(16)).join('');
 const stopReason = () => new DOMException('the worker was stopped', 'AbortError');
-const hardReason = () => new DOMException('the worker was stopped hard', 'AbortError');
+const cutReason = () => new DOMException('the worker was stopped hard, or its drain timeout ran out', 'AbortError');
+const graceReason = () => new DOMException(`the worker stopped: no call outlives its ${GRACE_MS} ms grace`, 'AbortError');
+const defaultBackoff = (attempts: number) => 1000 * attempts * attempts;
+
+/** Whether `e` is a refusal that ends run: not the network, a timeout, a 5xx, a 412 or an abort. */
+function ends(e: unknown): boolean {
+  if (transient(e)) return false;
+  if (e instanceof FenecError) return e.status !== 412;
+  return !(e instanceof DOMException && e.name === 'AbortError');
+}
 
 export class Worker implements AsyncIterable<Job>, JobHost {
   readonly name: string;
@@ -128,19 +164,23 @@ export class Worker implements AsyncIterable<Job>, JobHost {
   readonly concurrency: number;
   readonly leaseMs: number;
   readonly waitMs: number;
-  readonly heartbeat: boolean;
+  /** 0: no heartbeat. */
   readonly heartbeatMs: number;
   readonly maxAttempts: number;
-  readonly backoffMs: number;
   readonly drainTimeoutMs: number;
   readonly timeoutMs: number;
+  readonly retryMinMs: number;
+  readonly retryMaxMs: number;
   readonly keepDone: boolean;
-  readonly #backoff: ((attempts: number) => number) | undefined;
-  readonly #retry: { initialMs: number; maxMs: number };
+  readonly #backoff: (attempts: number) => number;
   readonly #onEvent: ((event: WorkerEvent) => void) | undefined;
   readonly #db: FenecHttp;
+  /** Aborted by a stop: no claim after it. */
   readonly #stopper = new AbortController();
-  readonly #hard = new AbortController();
+  /** Aborted at the drain deadline or a hard stop: handlers cancelled, nothing retried. */
+  readonly #cut = new AbortController();
+  /** Aborted GRACE_MS after the cut: every request still on its way is given up. */
+  readonly #grace = new AbortController();
   readonly #inHand = new Set<Job>();
   #claims = 0;
   // In every key, beside the owner token: a worker started again under the same name counts its
@@ -148,39 +188,39 @@ export class Worker implements AsyncIterable<Job>, JobHost {
   readonly #instance = hex(8);
   #running: Promise<void> | undefined;
   #active = false;
-  #drain: ReturnType<typeof setTimeout> | undefined;
+  #fatal: { error: unknown } | undefined;
+  #timers: ReturnType<typeof setTimeout>[] = [];
 
-  /** @internal Use `db.worker(collection, options)`. */
-  constructor(db: FenecHttp, collection: string, options: WorkerOptions) {
+  /** @internal Use `db.worker(queue, options)`. */
+  constructor(db: FenecHttp, queue: string, options: WorkerOptions) {
+    for (const key of Object.keys(options)) {
+      if (key in REMOVED) throw new FenecError(`the worker option ${REMOVED[key]}`);
+    }
     this.#db = db;
-    this.queue = db.from(collection);
+    this.queue = db.from(queue);
     this.name = options.name ?? `w-${hex(8)}`;
     this.batch = whole('batch', options.batch, 10, 1);
     this.concurrency = Math.min(this.batch, whole('concurrency', options.concurrency, 1, 1));
     this.leaseMs = whole('leaseMs', options.leaseMs, 30000, 1);
     this.waitMs = whole('waitMs', options.waitMs, 30000, 0);
-    this.heartbeat = options.heartbeat ?? true;
-    this.heartbeatMs = whole('heartbeatMs', options.heartbeatMs, Math.max(1, Math.floor(this.leaseMs / 3)), 1);
+    this.heartbeatMs = whole('heartbeatMs', options.heartbeatMs, Math.max(1, Math.floor(this.leaseMs / 3)), 0);
     this.maxAttempts = whole('maxAttempts', options.maxAttempts ?? options.deadAfter, 5, 1);
-    this.backoffMs = whole('backoffMs', options.backoffMs, 1000, 0);
     this.drainTimeoutMs = whole('drainTimeoutMs', options.drainTimeoutMs, 30000, 0);
     this.timeoutMs = whole('timeoutMs', options.timeoutMs, 10000, 1);
+    this.retryMinMs = whole('retryMinMs', options.retryMinMs, 100, 1);
+    this.retryMaxMs = whole('retryMaxMs', options.retryMaxMs, Math.max(5000, this.retryMinMs), this.retryMinMs);
     this.keepDone = options.keepDone ?? false;
     if (options.backoff !== undefined && typeof options.backoff !== 'function') {
       throw new FenecError('backoff is a function of the attempts, answering milliseconds');
     }
-    this.#backoff = options.backoff;
-    this.#retry = {
-      initialMs: whole('retry.initialMs', options.retry?.initialMs, 100, 1),
-      maxMs: whole('retry.maxMs', options.retry?.maxMs, 5000, 1),
-    };
+    this.#backoff = options.backoff ?? defaultBackoff;
     this.#onEvent = options.onEvent;
     const outer = options.signal;
     if (outer?.aborted) void this.stop();
     else outer?.addEventListener('abort', () => void this.stop(), { once: true });
   }
 
-  /** The former name of `maxAttempts`. */
+  /** @deprecated The former name of `maxAttempts`. */
   get deadAfter(): number {
     return this.maxAttempts;
   }
@@ -194,25 +234,66 @@ export class Worker implements AsyncIterable<Job>, JobHost {
    * Stops the worker: no claim after this one, and a held claim is given up at once. Under `run`,
    * the unstarted jobs are given back at once and the running ones have `drainTimeoutMs` to finish;
    * `{ hard: true }` aborts their signals and gives them back now. Resolves once `run` has returned
-   * (at once when it is not running) — so a handler must not wait for it.
+   * (at once when it is not running), so a handler must not wait for it.
    */
   stop(options: { hard?: boolean } = {}): Promise<void> {
     if (!this.stopped) {
       this.#stopper.abort(stopReason());
-      if (this.#active && !options.hard) {
-        this.#drain = setTimeout(() => void this.stop({ hard: true }), this.drainTimeoutMs);
-      }
+      if (this.#active && !options.hard) this.#later(() => this.#cutOff(), this.drainTimeoutMs);
     }
-    if (options.hard && !this.#hard.signal.aborted) {
-      this.#hard.abort(hardReason());
-      for (const job of this.#inHand) job.cancel(hardReason());
-    }
+    if (options.hard) this.#cutOff();
     return this.#running ?? Promise.resolve();
+  }
+
+  /** The drain deadline, or a hard stop: cancel the handlers, stop retrying, start the grace. */
+  #cutOff(): void {
+    if (this.#cut.signal.aborted) return;
+    if (!this.stopped) this.#stopper.abort(stopReason());
+    this.#cut.abort(cutReason());
+    for (const job of this.#inHand) job.cancel(cutReason());
+    this.#later(() => this.#grace.abort(graceReason()), GRACE_MS);
+  }
+
+  #later(act: () => void, ms: number): void {
+    const timer = setTimeout(act, ms);
+    // A stop's timers must not keep a process alive once run has returned.
+    (timer as { unref?: () => void }).unref?.();
+    this.#timers.push(timer);
+  }
+
+  /** A refusal that ends run: kept (the first), and the worker stopped gracefully. */
+  #end(e: unknown): void {
+    if (this.#fatal === undefined) this.#fatal = { error: e };
+    void this.stop();
+  }
+
+  /** What a failed call of a job means, once it was not retried: the cut's doing, or a refusal. */
+  #failed(e: unknown): void {
+    if (this.#cut.signal.aborted) return;
+    if (ends(e)) this.#end(e);
   }
 
   /** The next owner token: `<name>:<counter>`. */
   nextOwner(): string {
     return `${this.name}:${++this.#claims}`;
+  }
+
+  /**
+   * Puts one job into the queue, ready after `delayMs` (0: at once):
+   * `put <queue> {payload: $1, run_at: now() + $2, attempts: $3}` with `[payload, delayMs, 0]`.
+   * Resolves to the count the server answered (1); a `put` answers no id. Sent once: a failure
+   * rejects (sent again, it could enqueue the job twice).
+   */
+  async enqueue(payload: unknown, options: EnqueueOptions = {}): Promise<number> {
+    const delayMs = whole('delayMs', options.delayMs, 0, 0);
+    const [text, params] = this.toEnqueue(payload, delayMs);
+    const answer = await this.#db.run(text, params);
+    return answer.kind === 'affected' ? answer.count : 0;
+  }
+
+  /** The enqueue's text and parameters; runs nothing. */
+  toEnqueue(payload: unknown, delayMs = 0): Statement {
+    return this.queue.toInsert({ payload: payload as never, run_at: expr('now() + ?', delayMs), attempts: 0 });
   }
 
   #claimChain(db: FenecHttp = this.#db): Query {
@@ -257,10 +338,10 @@ export class Worker implements AsyncIterable<Job>, JobHost {
    * A claim given up by `stop()` may have taken jobs at the server just before its answer was
    * dropped. Sent again under its key with no wait, it is answered those jobs (or takes what is
    * ready now), and they are given back at once rather than left leased to nobody until their
-   * lease ends. One try, bounded by `timeoutMs`; answers no job.
+   * lease ends. One try, bounded by `timeoutMs` and the grace; answers no job.
    */
   async #giveBackClaim(db: FenecHttp, owner: string): Promise<Job[]> {
-    const bounded = deadline(undefined, this.timeoutMs);
+    const bounded = deadline(this.#grace.signal, this.timeoutMs);
     try {
       const rows = await this.#claimChain(db).update(this.#claimPatch(owner), { returning: true, wait: 0, signal: bounded.signal });
       await Promise.all(rows.map((row) => this.#giveBack(new Job(this, row, owner))));
@@ -272,94 +353,93 @@ export class Worker implements AsyncIterable<Job>, JobHost {
     return [];
   }
 
-  /** The next batch: claims until one goes through, pausing after each failure; `[]` once stopped. */
+  /**
+   * The next batch: claims until one goes through, pausing after each failure on the network, by a
+   * timeout or with a 5xx; `[]` once stopped, or after a refusal (which ends run).
+   */
   async #claimNext(): Promise<Job[]> {
-    const backoff = new Backoff(this.#retry.initialMs, this.#retry.maxMs);
-    let owner = this.nextOwner();
+    const backoff = new Backoff(this.retryMinMs, this.retryMaxMs);
+    const owner = this.nextOwner();
     while (!this.stopped) {
       try {
         const jobs = await this.claim({ owner });
         if (jobs.length > 0) this.#emit({ type: 'claimed', owner, count: jobs.length });
         return jobs;
       } catch (e) {
+        if (this.stopped) break;
+        if (!transient(e)) {
+          this.#end(e);
+          break;
+        }
         const delayMs = backoff.next();
-        this.#emit({ type: 'retry', call: 'claim', owner, error: describe(e), delayMs });
+        this.#emit({ type: 'retry', call: 'claim', error: describe(e), delayMs });
         await pause(delayMs, this.#stopper.signal);
-        // A refusal (a 4xx) is not answered again under its key: the next try is a new claim.
-        if (!transient(e)) owner = this.nextOwner();
       }
     }
     return [];
   }
 
-  /** @internal */
-  hookDelay(attempts: number): number | undefined {
-    if (this.#backoff === undefined) return undefined;
+  /** @internal The backoff of a job failed at `attempts`, in whole milliseconds. */
+  delayFor(attempts: number): number {
     const d = Number(this.#backoff(attempts));
     return Number.isFinite(d) && d > 0 ? Math.round(d) : 0;
   }
 
   /**
    * @internal Sends one write of `job` under `key`, again after each network failure, timeout or
-   * 5xx, until it goes through or the worker is stopped hard. A release once stopped hard is sent
-   * once. Answers the count, or false on a 412 (the job is then lost).
+   * 5xx, until it goes through or the cut (the drain deadline or a hard stop); after the cut, once,
+   * within the grace. Answers the count, or false on a 412 (the job is then lost; a release that
+   * wrote nothing is no news). Any other refusal rejects.
    */
   async send(job: Job, kind: string, stmt: Statement, suffix = ''): Promise<number | false> {
     const key = `${kind}:${job.owner}:${String(job.id)}${suffix}@${this.#instance}`;
-    const once = this.#hard.signal.aborted;
-    const until = once ? new AbortController().signal : this.#hard.signal;
-    // A give-back on its way is not cut by a hard stop (that stop gives jobs back itself): it is
-    // only not sent again after one.
-    const bound = kind === 'release' ? new AbortController().signal : until;
-    const backoff = new Backoff(this.#retry.initialMs, this.#retry.maxMs);
+    const backoff = new Backoff(this.retryMinMs, this.retryMaxMs);
     const keyed = this.#db.withIdempotencyKey(key);
     for (;;) {
-      const bounded = deadline(bound, this.timeoutMs);
+      const bounded = deadline(this.#grace.signal, this.timeoutMs);
       try {
         const answer = await keyed.run(stmt[0], stmt[1], { signal: bounded.signal });
-        const n = answer.kind === 'affected' ? answer.count : 0;
-        if (kind === 'release' && n === 0) this.#lose(job, 'released');
-        return n;
+        return answer.kind === 'affected' ? answer.count : 0;
       } catch (e) {
         if (e instanceof FenecError && e.status === 412) {
           // An extend that crossed this job's ack or fail on the way is no news.
-          if (kind !== 'extend' || !job.settled) this.#lose(job, kind);
+          if (kind !== 'release' && (kind !== 'extend' || !job.settled)) this.#lose(job, kind);
           return false;
         }
-        if (once || until.aborted || !transient(e)) throw e;
+        if (this.#cut.signal.aborted || !transient(e)) throw e;
         const delayMs = backoff.next();
-        this.#emit({ type: 'retry', call: kind, id: job.id, owner: job.owner, error: describe(e), delayMs });
-        await pause(delayMs, until);
-        if (until.aborted) throw until.reason;
+        this.#emit({ type: 'retry', call: kind, id: job.id, owner: job.owner, attempts: job.attempts, error: describe(e), delayMs });
+        await pause(delayMs, this.#cut.signal);
+        if (this.#cut.signal.aborted) throw e;
       } finally {
         bounded.release();
       }
     }
   }
 
-  #lose(job: Job, during: string): void {
+  #lose(job: Job, call: string): void {
     if (job.lost) return;
     job.markLost();
-    this.#emit({ type: 'lost', id: job.id, owner: job.owner, attempts: job.attempts, error: `lease lost (${during})` });
+    this.#emit({ type: 'lost', id: job.id, owner: job.owner, attempts: job.attempts, call });
   }
 
-  #emit(event: WorkerEvent): void {
+  #emit(event: Omit<WorkerEvent, 'worker'>): void {
     try {
-      this.#onEvent?.(event);
-    } catch {
-      // an event hook's failure is its own: the worker goes on
+      this.#onEvent?.({ ...event, worker: this.name } as WorkerEvent);
+    } catch (e) {
+      console.error(`fenecdb worker ${this.name}: onEvent threw on ${event.type}: ${describe(e)}`);
     }
   }
 
   /** Extends every unsettled job in hand every `heartbeatMs`, one extend in flight per job. */
   #beat(jobs: readonly Job[]): () => void {
-    if (!this.heartbeat) return () => {};
+    if (this.heartbeatMs === 0) return () => {};
     const inFlight = new Set<Job>();
     const timer = setInterval(() => {
       for (const job of jobs) {
         if (job.settled || inFlight.has(job)) continue;
         inFlight.add(job);
-        job.extend().catch(() => {}).finally(() => inFlight.delete(job));
+        job.extend().catch((e) => this.#failed(e)).finally(() => inFlight.delete(job));
       }
     }, this.heartbeatMs);
     // A heartbeat alone must not keep a process alive (an iteration left unfinished).
@@ -391,11 +471,13 @@ export class Worker implements AsyncIterable<Job>, JobHost {
         jobs.forEach((j) => this.#inHand.delete(j));
       }
     }
+    if (this.#fatal !== undefined) throw this.#fatal.error;
   }
 
   /**
    * Runs `handler` on every job until stopped: acked when it resolves, failed with the backoff when
-   * it throws. Never rejects for the server, the network or the handler; resolves once stopped.
+   * it throws. Resolves once stopped; rejects, after stopping as `stop()` does, with a refusal of
+   * the server that is not a 5xx or a 412 (a queue that does not exist, a token refused).
    */
   async run(handler: JobHandler, options: WorkerRunOptions = {}): Promise<void> {
     if (typeof handler !== 'function') throw new FenecError('run() takes the job handler: (job, signal) => ...');
@@ -420,10 +502,11 @@ export class Worker implements AsyncIterable<Job>, JobHost {
     } finally {
       for (const unlink of links) unlink();
       this.#active = false;
-      clearTimeout(this.#drain);
+      for (const timer of this.#timers) clearTimeout(timer);
       this.#emit({ type: 'stopped' });
       finished();
     }
+    if (this.#fatal !== undefined) throw this.#fatal.error;
   }
 
   /** One batch: dead letters, then the handlers, `concurrency` at a time; given back on stop. */
@@ -439,23 +522,27 @@ export class Worker implements AsyncIterable<Job>, JobHost {
     const giveBackRest = () => {
       for (const job of queue.splice(0)) writes.push(this.#giveBack(job));
     };
+    // Every listener added here is taken off in `finally`: a worker runs many batches on one signal.
+    let onCut!: () => void;
+    const cut = new Promise<void>((resolve) => (onCut = resolve));
     if (this.stopped) giveBackRest();
-    this.#stopper.signal.addEventListener('abort', giveBackRest, { once: true });
+    else this.#stopper.signal.addEventListener('abort', giveBackRest, { once: true });
+    if (this.#cut.signal.aborted) onCut();
+    else this.#cut.signal.addEventListener('abort', onCut, { once: true });
     const runner = async () => {
       for (let job = queue.shift(); job !== undefined; job = queue.shift()) await this.#runOne(job, handler);
     };
-    const hard = new Promise<void>((resolve) => {
-      if (this.#hard.signal.aborted) resolve();
-      this.#hard.signal.addEventListener('abort', () => resolve(), { once: true });
-    });
     try {
-      await Promise.race([Promise.all(Array.from({ length: Math.min(this.concurrency, queue.length) }, runner)), hard]);
-      while (writes.length > 0 && !this.#hard.signal.aborted) await Promise.race([writes.shift(), hard]);
-      if (this.#hard.signal.aborted) {
+      await Promise.race([Promise.all(Array.from({ length: Math.min(this.concurrency, queue.length) }, runner)), cut]);
+      while (writes.length > 0 && !this.#cut.signal.aborted) await Promise.race([writes.shift(), cut]);
+      if (this.#cut.signal.aborted) {
+        // The handlers that still run were cancelled by the cut: what is in hand goes back, one try
+        // each, and the writes on their way end within the grace.
         await Promise.all([...writes, ...jobs.filter((j) => !j.settled).map((j) => this.#giveBack(j))]);
       }
     } finally {
       this.#stopper.signal.removeEventListener('abort', giveBackRest);
+      this.#cut.signal.removeEventListener('abort', onCut);
       stopBeat();
       jobs.forEach((j) => this.#inHand.delete(j));
     }
@@ -473,14 +560,14 @@ export class Worker implements AsyncIterable<Job>, JobHost {
       threw = true;
       error = e;
     }
-    if (job.settled) return; // lost, or given back by a hard stop, while it ran
+    if (job.settled || this.#cut.signal.aborted) return; // lost, or cancelled by the cut, while it ran
     if (!threw) await this.#settle(job, () => job.ack(), 'done');
     else await this.#settle(job, () => job.fail(describe(error)), 'failed', describe(error));
   }
 
   /**
    * One settling write and its event: `done`; `failed` with the backoff's delay, or `dead` when that
-   * was the last attempt; `dead`. A failure that is not the server's 412 is told as `lost`.
+   * was the last attempt; `dead`. A 412 was told as `lost` by `send`; a refusal ends run.
    */
   async #settle(job: Job, write: () => Promise<boolean>, type: 'done' | 'failed' | 'dead', error?: string): Promise<void> {
     try {
@@ -488,22 +575,21 @@ export class Worker implements AsyncIterable<Job>, JobHost {
       const base = { id: job.id, owner: job.owner, attempts: job.attempts };
       if (type === 'done') this.#emit({ type, ...base });
       else if (type === 'dead' || job.attempts >= this.maxAttempts) this.#emit({ type: 'dead', ...base, error: error ?? EXHAUSTED });
-      else {
-        const delayMs = this.hookDelay(job.attempts) ?? this.backoffMs * job.attempts * job.attempts;
-        this.#emit({ type, ...base, error: error ?? '', delayMs });
-      }
+      else this.#emit({ type, ...base, error: error ?? '', delayMs: this.delayFor(job.attempts) });
     } catch (e) {
-      // Refused (a 4xx but 412), or stopped hard mid-retry: the job is left to its lease.
-      if (!this.#hard.signal.aborted) this.#lose(job, describe(e));
+      // Not through by the cut (the job is left to its lease), or refused: run ends.
+      this.#failed(e);
     }
   }
 
+  /** Gives a job in hand back, ready at once, its attempt taken off; `released` when it went through. */
   async #giveBack(job: Job): Promise<void> {
     if (job.settled) return;
     try {
       if (await job.release()) this.#emit({ type: 'released', id: job.id, owner: job.owner, attempts: job.attempts });
-    } catch {
-      // refused, or not through before a hard stop: its lease lapses and the next claim takes it
+    } catch (e) {
+      // not through before the grace ran out: its lease lapses and the next claim takes it
+      this.#failed(e);
     }
   }
 }

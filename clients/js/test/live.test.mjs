@@ -126,7 +126,7 @@ test('the worker helper: heartbeat keeps a slow job, fail backs off, stop ends a
   const db = connect(server.url);
   const q = await queue(db);
   await enqueue(db, q, [{ n: 1 }, { n: 2 }]);
-  const w1 = db.worker(q, { name: 'w1', batch: 1, leaseMs: 300, waitMs: 2000, backoffMs: 100000 });
+  const w1 = db.worker(q, { name: 'w1', batch: 1, leaseMs: 300, waitMs: 2000, backoff: () => 100000 });
   const w2 = db.worker(q, { name: 'w2', batch: 1, leaseMs: 300, waitMs: 0 });
   assert.deepEqual(w1.toClaim('w1:9'), [
     `set ${q} {owner: $1, run_at: now() + $2, attempts: coalesce(attempts, 0) + $3} where run_at <= now() order run_at asc limit 1 returning *`,

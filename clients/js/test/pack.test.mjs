@@ -1,4 +1,4 @@
-// The package as `npm pack` makes it from a clean checkout: `prepare` builds dist/, the tarball ships it, and a
+// The package as `npm pack` makes it from a clean checkout: `prepare` (scripts/prepare.mjs) builds dist/, the tarball ships it, and a
 // CommonJS `require` finds the entry point (the `default` condition; Node 20.19 and later load ESM from require),
 // where without it the path was reported missing (ERR_PACKAGE_PATH_NOT_EXPORTED).
 import { test } from 'node:test';
@@ -19,7 +19,7 @@ test('npm pack ships the built client, its types and the README', { timeout: 120
   }
   assert.ok(!files.some((f) => f.startsWith('src/') || f.startsWith('test/')), 'sources and tests stay out');
   const pkg = JSON.parse(readFileSync(join(HERE, 'package.json'), 'utf8'));
-  assert.equal(pkg.scripts.prepare, 'tsc -p tsconfig.json', 'a clean checkout builds dist/ on install and pack');
+  assert.equal(pkg.scripts.prepare, 'node scripts/prepare.mjs', 'a clean checkout builds dist/ on install and pack');
   assert.equal(pkg.license, 'Apache-2.0');
 });
 

@@ -5,13 +5,13 @@ import assert from 'node:assert/strict';
 import { connect, FenecError } from '@fenecdb/web/client';
 import { Backoff, describe, transient } from '../dist/retry.js';
 
-test('the network, timeouts, 5xx, 408 and 429 are tried again; other refusals and aborts are not', () => {
+test('the network, timeouts and any 5xx are tried again; other answers (408 and 429 too) and aborts are not', () => {
   const timeout = new DOMException('the request took more than 5 ms', 'TimeoutError');
   for (const e of [new TypeError('fetch failed'), timeout, new FenecError('x', { status: 503 }), new FenecError('x', { status: 500 }),
-    new FenecError('x', { status: 429 }), new FenecError('cut short', { status: 200 })]) {
+    new FenecError('x', { status: 599 }), new FenecError('cut short', { status: 200 })]) {
     assert.equal(transient(e), true, describe(e));
   }
-  for (const e of [new FenecError('x', { status: 400 }), new FenecError('x', { status: 404 }), new FenecError('x', { status: 412 }),
+  for (const e of [new FenecError('x', { status: 400 }), new FenecError('x', { status: 404 }), new FenecError('x', { status: 408 }), new FenecError('x', { status: 429 }), new FenecError('x', { status: 412 }),
     new FenecError('builder'), new DOMException('stopped', 'AbortError'), 'a string', undefined]) {
     assert.equal(transient(e), false, describe(e));
   }
@@ -63,7 +63,7 @@ function fakeServer(writes) {
 async function runOnce(server, handler = () => {}) {
   const events = [];
   const db = connect('http://db.invalid', { fetch: server.fetch });
-  const w = db.worker('jobs', { name: 'w', retry: { initialMs: 1, maxMs: 2 }, onEvent: (e) => events.push(e) });
+  const w = db.worker('jobs', { name: 'w', retryMinMs: 1, retryMaxMs: 2, onEvent: (e) => events.push(e) });
   const run = w.run(handler);
   const deadline = Date.now() + 30000;
   while (!events.some((e) => ['done', 'failed', 'lost'].includes(e.type))) {
@@ -88,16 +88,20 @@ test('an ack answered 503 is sent again under the same key until it goes through
   assert.equal(events.filter((e) => e.type === 'done').length, 1);
 });
 
-test('a fail refused with 412 is the lease lost, and a 400 is not tried again: the worker goes on', async () => {
-  for (const [status, error] of [[412, 'wrote 0 rows, and requires 1'], [400, 'bad request']]) {
-    const server = fakeServer(() => [status, { error }]);
-    const events = await runOnce(server, () => {
-      throw new Error('nope');
-    });
-    const fails = server.sent.filter((s) => s.query.startsWith('set jobs {owner: $1, error: $2'));
-    assert.equal(fails.length, 1, `${status}: sent once`);
-    const lost = events.filter((e) => e.type === 'lost');
-    assert.equal(lost.length, 1, `${status}: told as lost`);
-    assert.equal(events.at(-1).type, 'stopped');
-  }
+test('a fail refused with 412 is the lease lost and the worker goes on; a 400 ends run with it', async () => {
+  const lostServer = fakeServer(() => [412, { error: 'wrote 0 rows, and requires 1' }]);
+  const events = await runOnce(lostServer, () => {
+    throw new Error('nope');
+  });
+  assert.equal(lostServer.sent.filter((s) => s.query.startsWith('set jobs {owner: $1, error: $2')).length, 1, 'sent once');
+  assert.deepEqual(events.filter((e) => e.type === 'lost').map((e) => [e.call, e.id, e.worker]), [['fail', 3, 'w']]);
+  assert.equal(events.at(-1).type, 'stopped');
+
+  const refused = fakeServer(() => [400, { error: 'bad request' }]);
+  const seen = [];
+  const w = connect('http://db.invalid', { fetch: refused.fetch })
+    .worker('jobs', { name: 'w', retryMinMs: 1, retryMaxMs: 2, onEvent: (e) => seen.push(e) });
+  await assert.rejects(w.run(() => { throw new Error('nope'); }), (e) => e instanceof FenecError && e.status === 400);
+  assert.equal(refused.sent.filter((s) => s.query.startsWith('set jobs {owner: $1, error: $2')).length, 1, 'not sent again');
+  assert.deepEqual(seen.map((e) => e.type), ['claimed', 'start', 'stopped'], 'no retry, no lost: run ends with it');
 });

@@ -8,7 +8,7 @@ import { createServer } from 'node:net';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { connect, expr, raw } from '@fenecdb/web/client';
+import { connect, expr, raw, FenecError } from '@fenecdb/web/client';
 import { liveServer, skip } from './live.mjs';
 import { freePort, startServer } from './server.mjs';
 
@@ -107,7 +107,7 @@ test('a worker lives through a server restart: every job done exactly once', { s
   const events = [];
   const w = db.worker(q, {
     name: 'w', batch: 5, concurrency: 2, leaseMs: 20000, waitMs: 1000, timeoutMs: 2000,
-    retry: { initialMs: 20, maxMs: 200 }, onEvent: (e) => events.push(e),
+    retryMinMs: 20, retryMaxMs: 200, onEvent: (e) => events.push(e),
   });
   let down;
   const serverDown = new Promise((r) => (down = r));
@@ -184,7 +184,7 @@ test('a throwing handler fails its job, whatever it throws, and the worker goes 
   const kinds = ['string', 'object', 'undefined', 'error', 'ok'];
   const q = await queue(db, kinds.map((kind) => ({ kind })));
   const events = [];
-  const w = db.worker(q, { batch: 2, backoffMs: 600000, waitMs: 200, onEvent: (e) => events.push(e) });
+  const w = db.worker(q, { batch: 2, backoff: () => 600000, waitMs: 200, onEvent: (e) => events.push(e) });
   const run = w.run((job) => {
     const { kind } = job.payload;
     if (kind === 'string') throw 'a string';
@@ -284,7 +284,7 @@ test('a frozen server: each request times out, the worker retries, and stop stil
   const events = [];
   try {
     const db = connect(`http://127.0.0.1:${frozen.address().port}`);
-    const w = db.worker('jobs', { waitMs: 50, timeoutMs: 100, retry: { initialMs: 10, maxMs: 20 }, onEvent: (e) => events.push(e) });
+    const w = db.worker('jobs', { waitMs: 50, timeoutMs: 100, retryMinMs: 10, retryMaxMs: 20, onEvent: (e) => events.push(e) });
     const run = w.run(() => assert.fail('no job'));
     await until(() => of(events, 'retry').length >= 3, 'three timed-out claims');
     await w.stop();
@@ -312,7 +312,7 @@ test('a claim whose answer was lost is sent again under the same owner and key',
   };
   const events = [];
   const db = connect('http://db.invalid', { fetch });
-  const w = db.worker('jobs', { name: 'w', retry: { initialMs: 1, maxMs: 1 }, onEvent: (e) => events.push(e) });
+  const w = db.worker('jobs', { name: 'w', retryMinMs: 1, retryMaxMs: 1, onEvent: (e) => events.push(e) });
   const ran = [];
   const run = w.run((job) => ran.push(job.id));
   await until(() => of(events, 'done').length === 1, 'the job done');
@@ -325,7 +325,7 @@ test('a claim whose answer was lost is sent again under the same owner and key',
   assert.equal(sent[1].params[0], 'w:1');
   assert.match(sent[2].key, /^ack:w:1:7@/);
   assert.equal(sent[3].params[0], 'w:2', 'the next claim is a new one');
-  assert.deepEqual(of(events, 'retry').map((e) => [e.call, e.owner, e.error]), [['claim', 'w:1', 'fetch failed']]);
+  assert.deepEqual(of(events, 'retry').map((e) => [e.call, e.worker, e.error]), [['claim', 'w', 'fetch failed']]);
 });
 
 test('a client with no timeout given still bounds every request', async () => {
@@ -352,4 +352,117 @@ test('an iteration stopped mid-batch gives back the jobs it had not handed out',
   assert.deepEqual(seen, [1]);
   assert.deepEqual(of(events, 'released').map((e) => e.id).sort(), [2, 3]);
   assert.equal(await db.from(q).where('owner', null).where('attempts', 0).where(raw('run_at <= now()')).count(), 2);
+});
+
+test('a worker adds no abort listener per batch: 60 batches, no MaxListenersExceededWarning', { timeout: 60000 }, async () => {
+  const warnings = [];
+  const onWarning = (w) => warnings.push(w);
+  process.on('warning', onWarning);
+  try {
+    let claims = 0;
+    const fetch = async (url, init) => {
+      const { query } = JSON.parse(init.body);
+      if (query.endsWith('returning *')) {
+        if (++claims <= 60) return Response.json([{ id: claims, payload: {}, attempts: 1 }]);
+        return new Promise((_, reject) => init.signal.addEventListener('abort', () => reject(init.signal.reason), { once: true }));
+      }
+      return Response.json({ affected: 1 });
+    };
+    const events = [];
+    const w = connect('http://db.invalid', { fetch }).worker('jobs', { onEvent: (e) => events.push(e) });
+    const run = w.run(() => {});
+    await until(() => of(events, 'done').length === 60, '60 batches done');
+    await w.stop();
+    await run;
+    await new Promise((r) => setImmediate(r)); // a warning is emitted on a later tick
+    assert.deepEqual(warnings.filter((w) => w.name === 'MaxListenersExceededWarning').map(String), []);
+  } finally {
+    process.off('warning', onWarning);
+  }
+});
+
+test('a queue name with a typo ends run with the 404 at once: no retry, `stopped` last', { skip, timeout: 60000 }, async () => {
+  const db = connect(server.url);
+  await queue(db);
+  const events = [];
+  const w = db.worker('mial', { waitMs: 200, onEvent: (e) => events.push(e) });
+  const ended = w.run(() => assert.fail('no job')).then(() => 'resolved', (e) => e);
+  const got = await Promise.race([ended, sleep(20000).then(() => 'still running after 20 s')]);
+  if (got === 'still running after 20 s') await w.stop();
+  assert.ok(got instanceof FenecError, `run ended with ${String(got)}; events ${JSON.stringify(events.slice(0, 3))}`);
+  assert.equal(got.status, 404);
+  assert.deepEqual(of(events, 'retry'), []);
+  assert.equal(events.at(-1).type, 'stopped');
+});
+
+test('enqueue puts a job the worker claims: ready at once, or after its delay', { skip, timeout: 60000 }, async () => {
+  const db = connect(server.url);
+  const q = await queue(db);
+  const w = db.worker(q, { waitMs: 200 });
+  await w.enqueue({ n: 1 });
+  await w.enqueue({ n: 2 }, { delayMs: 3600000 });
+  const rows = await db.from(q).select('payload', 'attempts', 'owner').order('id').rows();
+  assert.deepEqual(rows, [{ payload: { n: 1 }, attempts: 0, owner: null }, { payload: { n: 2 }, attempts: 0, owner: null }]);
+  const seen = [];
+  const run = w.run((job) => {
+    seen.push(job.payload.n);
+    void w.stop();
+  });
+  await run;
+  assert.deepEqual(seen, [1], 'the delayed job is not ready yet');
+  assert.equal(await db.from(q).count(), 1);
+});
+
+/**
+ * A server that took two jobs for the first claim and then froze: every later request hangs until
+ * its signal gives it up. The handler of the first job never ends and ignores its signal.
+ */
+function frozenAfterClaim() {
+  let claimed = false;
+  const sent = [];
+  const fetch = (url, init) => {
+    const { query } = JSON.parse(init.body);
+    sent.push(query);
+    if (!claimed && query.endsWith('returning *')) {
+      claimed = true;
+      return Promise.resolve(Response.json([{ id: 1, payload: {}, attempts: 1 }, { id: 2, payload: {}, attempts: 1 }]));
+    }
+    return new Promise((_, reject) => init.signal.addEventListener('abort', () => reject(init.signal.reason), { once: true }));
+  };
+  return { fetch, sent };
+}
+
+// Both bounds are the contract's (lifecycle.stop_bound, hard_stop): drain timeout + 1 s, and 1 s. The
+// requests' own timeout (20 s) is far past them, so a stop that waited for it fails; the margin
+// above the bound (3 s) is for a busy machine's late timers.
+for (const [how, drainTimeoutMs, bound] of [['a graceful stop', 500, 1500], ['a hard stop', 60000, 1000]]) {
+  test(`${how} returns within its bound while the server does not answer`, { timeout: 60000 }, async () => {
+    const server = frozenAfterClaim();
+    const events = [];
+    const w = connect('http://db.invalid', { fetch: server.fetch })
+      .worker('jobs', { name: 'w', batch: 2, drainTimeoutMs, timeoutMs: 20000, onEvent: (e) => events.push(e) });
+    let started;
+    const running = new Promise((r) => (started = r));
+    let signal;
+    const run = w.run((job, s) => {
+      signal = s;
+      started();
+      return new Promise(() => {}); // never ends, ignores its signal
+    });
+    await running;
+    const t0 = performance.now();
+    void w.stop({ hard: how === 'a hard stop' });
+    await run;
+    const took = performance.now() - t0;
+    assert.ok(took < bound + 3000, `run returned ${Math.round(took)} ms after the stop (bound ${bound} ms)`);
+    assert.equal(signal.aborted, true, 'the running handler was cancelled');
+    assert.ok(server.sent.filter((q) => q.startsWith('set jobs {owner: $1, run_at: now()')).length >= 2, 'both jobs were given back, one try at least');
+    assert.equal(events.at(-1).type, 'stopped');
+  });
+}
+
+test('a stop before run makes run return at once, having claimed nothing', async () => {
+  const w = connect('http://db.invalid', { fetch: () => assert.fail('nothing is sent') }).worker('jobs');
+  await w.stop();
+  await w.run(() => assert.fail('no job'));
 });

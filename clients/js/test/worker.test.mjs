@@ -11,7 +11,7 @@ test('claim, ack, extend and fail write the queue\'s statements', async () => {
   const answers = [[row(41), row(42)], { affected: 1 }, { affected: 1 }, { affected: 1 }];
   const cap = captureFetch(() => answers.shift());
   const db = connect('http://db.invalid', { fetch: cap.fetch });
-  const w = db.worker('mail_jobs', { name: 'w9', batch: 5, leaseMs: 60000, waitMs: 20000, deadAfter: 5, backoffMs: 1000 });
+  const w = db.worker('mail_jobs', { name: 'w9', batch: 5, leaseMs: 60000, waitMs: 20000, deadAfter: 5, backoff: (n) => 1000 * n * n });
   const jobs = await w.claim();
   assert.deepEqual(jobs.map((j) => [j.id, j.owner, j.attempts]), [[41, 'w9:1', 1], [42, 'w9:1', 1]]);
   assert.equal(await jobs[0].ack(), true);
@@ -21,7 +21,7 @@ test('claim, ack, extend and fail write the queue\'s statements', async () => {
     ['set mail_jobs {owner: $1, run_at: now() + $2, attempts: coalesce(attempts, 0) + $3} where run_at <= now() order run_at asc limit 5 returning *', ['w9:1', 60000, 1]],
     ['del mail_jobs where id = $1 and owner = $2 require 1', [41, 'w9:1']],
     ['set mail_jobs {run_at: now() + $1} where id = $2 and owner = $3 require 1', [60000, 42, 'w9:1']],
-    ['set mail_jobs {owner: $1, error: $2, run_at: case when attempts >= $3 then null else now() + $4 * attempts * attempts end} where id = $5 and owner = $6 require 1', [null, 'timeout', 5, 1000, 42, 'w9:1']],
+    ['set mail_jobs {owner: $1, error: $2, run_at: case when attempts >= $3 then null else now() + $4 end} where id = $5 and owner = $6 require 1', [null, 'timeout', 5, 1000, 42, 'w9:1']],
   ]);
   assert.equal(cap.sent[0].headers['fenec-wait'], '20000');
   assert.deepEqual(jobs[0].toAck(), [cap.sent[1].text, cap.sent[1].params]);
@@ -74,6 +74,16 @@ test('the worker\'s numbers are checked', () => {
   assert.throws(() => db.worker('jobs', { batch: 0 }), { message: 'batch is a whole number from 1 (got 0)' });
   assert.throws(() => db.worker('jobs', { leaseMs: 1.5 }), FenecError);
   assert.throws(() => db.worker('bad name'), { message: 'invalid collection name: "bad name"' });
+  assert.throws(() => db.worker('jobs', { retryMinMs: 200, retryMaxMs: 100 }), { message: 'retryMaxMs is a whole number from 200 (got 100)' });
+  assert.equal(db.worker('jobs', { heartbeatMs: 0 }).heartbeatMs, 0, 'heartbeatMs: 0 turns the heartbeat off');
+  assert.equal(db.worker('jobs', { leaseMs: 9000 }).heartbeatMs, 3000, 'unset, a third of the lease');
+});
+
+test('the options the contract replaced are refused by name, not ignored', () => {
+  const db = connect('http://db.invalid', { fetch: captureFetch().fetch });
+  assert.throws(() => db.worker('jobs', { retry: { initialMs: 1 } }), { message: /retryMinMs and retryMaxMs/ });
+  assert.throws(() => db.worker('jobs', { heartbeat: false }), { message: /heartbeatMs: 0/ });
+  assert.throws(() => db.worker('jobs', { backoffMs: 1000 }), { message: /backoff, a function/ });
 });
 
 test('a claim given up by stop is sent again with no wait under its key, and what it took is given back', async () => {
@@ -95,7 +105,7 @@ test('a claim given up by stop is sent again with no wait under its key, and wha
   await run;
   assert.deepEqual(sent.map((s) => [s.wait, s.params[0]]), [['30000', 'w:1'], ['0', 'w:1'], [undefined, null]]);
   assert.equal(sent[0].key, sent[1].key);
-  assert.equal(sent[2].query, 'set jobs {owner: $1, run_at: now(), attempts: attempts - 1} where id = $2 and owner = $3');
-  assert.deepEqual(sent[2].params, [null, 5, 'w:1']);
-  assert.deepEqual(events.map((e) => [e.type, e.id]), [['released', 5], ['stopped', undefined]]);
+  assert.equal(sent[2].query, 'set jobs {owner: $1, run_at: now(), attempts: coalesce(attempts, 0) + $2} where id = $3 and owner = $4');
+  assert.deepEqual(sent[2].params, [null, -1, 5, 'w:1']);
+  assert.deepEqual(events.map((e) => [e.type, e.id, e.worker]), [['released', 5, 'w'], ['stopped', undefined, 'w']]);
 });

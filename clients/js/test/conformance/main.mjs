@@ -5,10 +5,12 @@
 //   FENEC_SCENARIOS  a scenarios file (default: the project's conformance/worker-scenarios.json)
 //   FENEC_ONLY       run only the cases and scenarios whose name holds this text
 //   FENEC_URL, FENEC_TOKEN, FENEC_REQUIRE_SERVER=1   the live server of Part B
+//   FENEC_POLICY_URL, FENEC_POLICY_ROOT_TOKEN, FENEC_POLICY_TOKENS, FENEC_POLICY_SCENARIO   the policy server
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { runVectors } from './vectors.mjs';
 import { runScenarios } from './scenarios.mjs';
+import { runPolicyScenario } from './policy.mjs';
 
 // The repository root, from this file's place (clients/js/test/conformance), never from the cwd.
 const ROOT = fileURLToPath(new URL('../../../../', import.meta.url));
@@ -29,7 +31,9 @@ const s = await runScenarios(scenarios, {
   only,
   requireServer: env.FENEC_REQUIRE_SERVER === '1',
 });
-const passed = v.passed + s.passed;
-const failed = v.failed + s.failed;
+// The worker under the docs' policy, on the second server run.py started (FENEC_POLICY_*).
+const p = await runPolicyScenario({ only });
+const passed = v.passed + s.passed + p.passed;
+const failed = v.failed + s.failed + p.failed;
 console.log(`js: ${passed} passed, ${failed} failed`);
 process.exitCode = failed === 0 ? 0 : 1;
