@@ -8,6 +8,7 @@ package fenecdb
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -49,19 +50,27 @@ type workerContract struct {
 
 func loadContract(t *testing.T) workerContract {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repoRoot(), "conformance", "worker-contract.json"))
+	c, err := readContract()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
+
+func readContract() (workerContract, error) {
 	var c workerContract
+	data, err := os.ReadFile(filepath.Join(repoRoot(), "conformance", "worker-contract.json"))
+	if err != nil {
+		return c, err
+	}
 	if err := json.Unmarshal(data, &c); err != nil {
-		t.Fatal(err)
+		return c, err
 	}
 	var raw struct {
 		Methods map[string]json.RawMessage `json:"methods"`
 	}
 	if err := json.Unmarshal(data, &raw); err != nil {
-		t.Fatal(err)
+		return c, err
 	}
 	c.Methods = map[string]map[string]string{}
 	for k, v := range raw.Methods {
@@ -71,9 +80,9 @@ func loadContract(t *testing.T) workerContract {
 		}
 	}
 	if !slices.Contains(c.Languages, "go") || len(c.Options) == 0 {
-		t.Fatalf("the contract names no options for go: %v", c.Languages)
+		return c, fmt.Errorf("the contract names no options for go: %v", c.Languages)
 	}
-	return c
+	return c, nil
 }
 
 // goName is an option's, field's or event's Go name in the contract; "names" wins over the plain key.
@@ -280,7 +289,7 @@ func TestWorkerMethodsFollowTheContract(t *testing.T) {
 		}
 		var outs []string
 		for i := 0; i < m.Type.NumOut(); i++ {
-			outs = append(outs, m.Type.Out(i).String())
+			outs = append(outs, strings.TrimPrefix(m.Type.Out(i).String(), "fenecdb."))
 		}
 		results := strings.Join(outs, ", ")
 		if len(outs) > 1 {
@@ -370,7 +379,13 @@ func TestWorkerEventsFollowTheContract(t *testing.T) {
 // contract (a field that does not apply is its zero value).
 func checkEventFields(t *testing.T, events []Event) {
 	t.Helper()
-	c := loadContract(t)
+	for _, p := range eventFieldProblems(loadContract(t), events) {
+		t.Error(p)
+	}
+}
+
+func eventFieldProblems(c workerContract, events []Event) []string {
+	var problems []string
 	byGo := map[string]string{}
 	for key, f := range c.Events.Fields {
 		byGo[goName(f)] = key
@@ -378,7 +393,7 @@ func checkEventFields(t *testing.T, events []Event) {
 	for _, e := range events {
 		spec, ok := c.Events.Types[e.Type]
 		if !ok {
-			t.Errorf("an event of no contract type: %+v", e)
+			problems = append(problems, fmt.Sprintf("an event of no contract type: %+v", e))
 			continue
 		}
 		allowed := append([]string{"type"}, spec.Fields...)
@@ -389,11 +404,12 @@ func checkEventFields(t *testing.T, events []Event) {
 		for i := 0; i < v.NumField(); i++ {
 			key := byGo[eventType.Field(i).Name]
 			if !v.Field(i).IsZero() && !slices.Contains(allowed, key) {
-				t.Errorf("a %s event carries %s: %+v", e.Type, key, e)
+				problems = append(problems, fmt.Sprintf("a %s event carries %s: %+v", e.Type, key, e))
 			}
 		}
 		if e.Worker == "" {
-			t.Errorf("an event without its worker: %+v", e)
+			problems = append(problems, fmt.Sprintf("an event without its worker: %+v", e))
 		}
 	}
+	return problems
 }

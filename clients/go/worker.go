@@ -237,13 +237,12 @@ func (w *Worker) mine(db *Client, j Job) *Query {
 	return w.queueOn(db).Where("id", "=", j.ID).Where("owner", "=", j.Owner)
 }
 
-// Enqueue puts one job into the queue, ready after delay (0: at once), and answers the count of jobs the
-// put wrote (1): FenecDB's put answers a count, not the new row's id. It is the one way to make a job a
-// worker claims (one without run_at, or with attempts null, is never claimed). Under a policy, a producer
+// Enqueue puts one job into the queue, ready after delay (0: at once), and answers the put's Result:
+// its Affected is the count written, 1 (a put answers no id). It is the one way to make a job a worker
+// claims (one without run_at, or with attempts null, is never claimed). Under a policy, a producer
 // token's put gets the fields its token pins (the queue) filled in.
-func (w *Worker) Enqueue(ctx context.Context, payload any, delay time.Duration) (int64, error) {
-	res, err := w.queue().Insert(ctx, D("payload", payload, "run_at", Expr("now() + ?", delay.Milliseconds()), "attempts", 0))
-	return res.Affected, err
+func (w *Worker) Enqueue(ctx context.Context, payload any, delay time.Duration) (Result, error) {
+	return w.queue().Insert(ctx, D("payload", payload, "run_at", Expr("now() + ?", delay.Milliseconds()), "attempts", 0))
 }
 
 // Claim takes up to Batch ready jobs, oldest first, each the worker's for Lease. It is held at the server
