@@ -1,7 +1,8 @@
 package fenecdb
 
 // TestConformance is the shared suite's entry (conformance.md Part C): the builder vectors of
-// FENEC_VECTORS, then the worker scenarios of FENEC_SCENARIOS against FENEC_URL, then exactly one summary
+// FENEC_VECTORS, then the worker scenarios of FENEC_SCENARIOS against FENEC_URL, then the worker under the
+// docs' policy against FENEC_POLICY_URL (policy_test.go), then exactly one summary
 // line `go: N passed, M failed` on standard output. conformance.sh runs it so that the line reaches
 // standard output unchanged.
 
@@ -34,7 +35,8 @@ func TestConformance(t *testing.T) {
 	v := runVectorsFile(os.Stdout, vectors, min)
 	scenarios, _ := fileFromEnv("FENEC_SCENARIOS", "worker-scenarios.json")
 	s := runScenariosFile(os.Stdout, scenarios, os.Getenv("FENEC_URL"), os.Getenv("FENEC_REQUIRE_SERVER") == "1")
-	passed, failed := v.ok+v.elsewhere+s.ok, v.fail+s.fail
+	pOK, pFail := runPolicyFile(os.Stdout, os.Getenv("FENEC_REQUIRE_SERVER") == "1")
+	passed, failed := v.ok+v.elsewhere+s.ok+pOK, v.fail+s.fail+pFail
 	fmt.Printf("go: %d passed, %d failed\n", passed, failed)
 	if failed > 0 {
 		t.Fail()

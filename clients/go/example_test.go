@@ -146,7 +146,7 @@ func ExampleWorker() {
 		MaxAttempts: 5,                // failed a fifth time, a job is a dead letter
 		OnEvent: func(e fenecdb.Event) {
 			if e.Type == "retry" { // the server is away: Run pauses and tries again
-				log.Printf("fenecdb: %v; again in %s", e.Err, e.Delay)
+				log.Printf("fenecdb: %s failed: %s; again in %s", e.Call, e.Error, e.Delay)
 			}
 		},
 	}
@@ -161,7 +161,7 @@ func ExampleWorker() {
 	var sent []string
 	send := func(ctx context.Context, j fenecdb.Job) error {
 		to := j.Payload.(map[string]any)["to"].(string)
-		// the work: an error or a panic fails the job, to come back after 1 s × attempts²
+		// the work: an error or a panic fails the job, to come back after attempts² seconds
 		mu.Lock()
 		defer mu.Unlock()
 		sent = append(sent, to)

@@ -66,8 +66,8 @@ func TestLiveWorkerLoop(t *testing.T) {
 	errs := make(chan error, 8)
 	var wg sync.WaitGroup
 	for i, w := range []*Worker{
-		{DB: db, Queue: q, Name: "a", Batch: 4, Wait: 500 * time.Millisecond, Backoff: 10 * time.Millisecond},
-		{DB: db, Queue: q, Name: "b", Batch: 3, Wait: 500 * time.Millisecond, Backoff: 10 * time.Millisecond},
+		{DB: db, Queue: q, Name: "a", Batch: 4, Wait: 500 * time.Millisecond, Backoff: func(int64) time.Duration { return 10 * time.Millisecond }},
+		{DB: db, Queue: q, Name: "b", Batch: 3, Wait: 500 * time.Millisecond, Backoff: func(int64) time.Duration { return 10 * time.Millisecond }},
 	} {
 		for g := 0; g < 2+i; g++ {
 			wg.Add(1)

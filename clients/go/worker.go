@@ -16,12 +16,12 @@ package fenecdb
 //	extend    set q {run_at: now() + $1} where id = $2 and owner = $3 require 1
 //	          (Run: one per heartbeat for a whole batch, see worker_run.go)
 //	fail      set q {owner: $1, error: $2, run_at: case when attempts >= $3 then null
-//	          else now() + $4 * attempts * attempts end} where id = $5 and owner = $6 require 1
-//	          (with BackoffFunc: ... else now() + $4 end, the delay worked out from the claimed attempts)
+//	          else now() + $4 end} where id = $5 and owner = $6 require 1
+//	          ($4: Backoff of the attempts the claim read, in ms)
 //	dead      set q {owner: $1, error: $2, run_at: $3} where id = $4 and owner = $5 require 1
 //	          (null, "attempts exhausted", null: claimed past MaxAttempts, not run)
 //	give back set q {owner: $1, run_at: now(), attempts: coalesce(attempts, 0) + $2} where id = $3 and owner = $4
-//	          require 1    (null, -1: the job never ran, or was cut short by a hard stop); and for a claim
+//	          (null, -1: the job never ran, or was cut short by a stop; no require); and for a claim
 //	          given up on a stop, whose answer may have been lost, by its owner alone:
 //	          set q {...the same...} where run_at > now() and owner = $3 returning id, attempts
 //
@@ -40,35 +40,37 @@ import (
 	"time"
 )
 
-// Worker claims jobs of one queue and acks, extends or fails them. Zero fields take their defaults. Set
-// the fields before the first call and leave them; Run, Shutdown and Close may be called from several
+// Worker claims jobs of one queue and acks, extends or fails them: the worker of the contract every SDK
+// follows (conformance/worker-contract.json, docs/workers.md). Zero fields take their defaults. Set the
+// fields before the first call and leave them; Run, Shutdown and Close may be called from several
 // goroutines.
 type Worker struct {
 	DB          *Client       // the client it sends through (required)
 	Queue       string        // the queue's collection (required)
-	Name        string        // owners are Name:<counter>; a random "w-<hex>" when empty
-	Batch       int64         // jobs one claim takes; 10 when 0
+	Name        string        // owners are Name:<counter>; a random "w-<8 hex digits>" when empty
+	Batch       int64         // jobs one claim takes at most; 10 when 0
 	Concurrency int           // Run runs up to this many jobs of a batch at once; 1 when 0, at most Batch
 	Lease       time.Duration // how long a claimed job stays the worker's; 30 s when 0
-	Wait        time.Duration // how long a claim is held at the server for a job; 30 s when 0
+	Wait        time.Duration // how long a claim is held at the server for a job; 30 s when 0, not held when < 0
 	Heartbeat   time.Duration // Run extends every job in hand this often; Lease/3 when 0, never when < 0
 	MaxAttempts int64         // a job failed at this many attempts is dead (run_at null); 5 when 0
-	// Backoff: a failed job comes back after Backoff * attempts²; 1 s when 0.
-	Backoff time.Duration
-	// BackoffFunc, when set, is the delay before a failed job comes back, from its attempts; it replaces Backoff.
-	BackoffFunc func(attempts int64) time.Duration
+	// Backoff is how long a failed job waits before it is ready again, from the attempts its claim read;
+	// attempts² seconds when nil.
+	Backoff func(attempts int64) time.Duration
 	// DrainTimeout: once Run is told to stop gracefully, how long the jobs already running may go on
-	// before their ctx is cancelled and they are given back; 30 s when 0.
+	// (and the stop's calls be retried) before their ctx is cancelled and they are given back; 30 s when
+	// 0, none when < 0.
 	DrainTimeout time.Duration
 	// RetryMin and RetryMax: after a connection error, a timeout or a 5xx, Run pauses a random time up to
 	// RetryMin doubled at each failure in a row, at most RetryMax (100 ms and 5 s when 0), and tries again.
 	RetryMin, RetryMax time.Duration
-	// Timeout bounds each request Run sends, and a held claim gets Wait on top; when 0, 10 s (a held
-	// claim: Wait + 5 s). The client's own timeout bounds it too.
+	// Timeout bounds each request Run sends (10 s when 0); a held claim gets Wait on top. The client's
+	// own timeout bounds it too.
 	Timeout time.Duration
 	// KeepDone: an acked job is kept, marked done (owner null, run_at null, done_at now()), not deleted.
 	KeepDone bool
-	// OnEvent, when set, is told what Run does (see Event). Calls are one at a time; keep it short.
+	// OnEvent, when set, is told what Run does (see Event). Calls are one at a time; keep it short. A
+	// panic in it is logged and ignored.
 	OnEvent func(Event)
 
 	// DeadAfter is the old name of MaxAttempts, read when MaxAttempts is 0.
@@ -93,26 +95,55 @@ type Job struct {
 	Row      Row    // the whole row as the claim wrote it
 }
 
-// Event is one thing Run did, told to OnEvent. Type is one of:
+// Event is one thing Run did, told to OnEvent. A field that does not apply is its zero value. Type is
+// one of:
 //
-//	claimed   a claim took N jobs (Owner is its token)
-//	start     a job's handler is called
-//	done      a job was acked
-//	failed    a job was failed (Err: why); it comes back after Delay
-//	dead      a job was failed for good: failed at MaxAttempts, or claimed past it (not run)
-//	released  a job was given back unstarted (on stop), or left by a stopped handler
-//	lost      a job's lease was lost: another claim holds it; its handler's ctx is cancelled
-//	retry     a call failed on the way or with a 5xx (Err); Run tries again after Delay
-//	stopped   Run returns
+//	claimed   a claim took Count jobs (Owner is its token); never for an empty claim
+//	start     a job's handler is about to run
+//	done      a job was acked (deleted, or kept done)
+//	failed    a job failed (Error: why); it is ready again after Delay
+//	dead      a job became a dead letter: failed at MaxAttempts, or claimed past it (not run)
+//	released  a job was given back on a stop: unstarted, or cancelled at the drain's end or a hard stop
+//	lost      a job's lease was lost (Call: the extend, ack, fail or dead answered 412); its handler's ctx is cancelled
+//	retry     a call (Call) failed on the network, by its timeout or with a 5xx (Error); sent again after Delay
+//	stopped   Run is about to return; the last event of a Run
 type Event struct {
-	Type     string
-	ID       any
-	Owner    string
-	Attempts int64
-	N        int
-	Err      error
-	Delay    time.Duration
+	Type     string        // one of the types above
+	Worker   string        // the worker's name
+	ID       any           // the job's id
+	Owner    string        // the claim's owner token
+	Attempts int64         // the job's attempts, this claim's included
+	Count    int           // claimed: jobs the claim took
+	Error    string        // failed, dead: the handler's message; retry: the network's or the server's
+	Delay    time.Duration // retry: the pause before the next try; failed: until the job is ready again
+	Call     string        // lost, retry: claim, ack, extend, fail, dead or release
 }
+
+// The event types, as the contract names them (Event.Type).
+const (
+	evClaimed  = "claimed"
+	evStart    = "start"
+	evDone     = "done"
+	evFailed   = "failed"
+	evDead     = "dead"
+	evReleased = "released"
+	evLost     = "lost"
+	evRetry    = "retry"
+	evStopped  = "stopped"
+)
+
+// eventTypes lists every type an Event may have; the contract test checks it against the contract.
+var eventTypes = []string{evClaimed, evStart, evDone, evFailed, evDead, evReleased, evLost, evRetry, evStopped}
+
+// The calls a retry or lost event names (Event.Call), and the first word of each call's Idempotency-Key.
+const (
+	callClaim   = "claim"
+	callAck     = "ack"
+	callExtend  = "extend"
+	callFail    = "fail"
+	callDead    = "dead"
+	callRelease = "release"
+)
 
 func (w *Worker) defaults() {
 	w.once.Do(func() {
@@ -135,7 +166,22 @@ func orDuration(d, def time.Duration) time.Duration {
 }
 
 func (w *Worker) lease() time.Duration { return orDuration(w.Lease, 30*time.Second) }
-func (w *Worker) wait() time.Duration  { return orDuration(w.Wait, 30*time.Second) }
+
+func (w *Worker) wait() time.Duration { return max(0, orDuration(w.Wait, 30*time.Second)) }
+
+func (w *Worker) drainTimeout() time.Duration {
+	return max(0, orDuration(w.DrainTimeout, 30*time.Second))
+}
+
+func (w *Worker) requestTimeout() time.Duration { return orDuration(w.Timeout, 10*time.Second) }
+
+// backoff is how long a failed job of these attempts waits: Backoff, or attempts² seconds.
+func (w *Worker) backoff(attempts int64) time.Duration {
+	if w.Backoff != nil {
+		return w.Backoff(attempts)
+	}
+	return time.Second * time.Duration(attempts*attempts)
+}
 
 func (w *Worker) batch() int64 {
 	if w.Batch <= 0 {
@@ -191,7 +237,10 @@ func (w *Worker) mine(db *Client, j Job) *Query {
 	return w.queueOn(db).Where("id", "=", j.ID).Where("owner", "=", j.Owner)
 }
 
-// Enqueue puts one job, ready after delay (0: at once).
+// Enqueue puts one job into the queue, ready after delay (0: at once), and answers the put's Result:
+// its Affected is the count written, 1 (a put answers no id). It is the one way to make a job a worker
+// claims (one without run_at, or with attempts null, is never claimed). Under a policy, a producer
+// token's put gets the fields its token pins (the queue) filled in.
 func (w *Worker) Enqueue(ctx context.Context, payload any, delay time.Duration) (Result, error) {
 	return w.queue().Insert(ctx, D("payload", payload, "run_at", Expr("now() + ?", delay.Milliseconds()), "attempts", 0))
 }
@@ -208,7 +257,7 @@ func (w *Worker) Claim(ctx context.Context) ([]Job, error) {
 // claimAs sends the claim for owner through db (which may carry an idempotency key) and answers its jobs
 // and whether the answer was a replay.
 func (w *Worker) claimAs(ctx context.Context, db *Client, owner string) ([]Job, bool, error) {
-	if db != nil {
+	if db != nil && w.wait() > 0 {
 		db = db.Wait(w.wait())
 	}
 	res, err := w.queueOn(db).WhereCond(Raw("run_at <= now()")).Order("run_at", "asc").Limit(w.batch()).
@@ -245,32 +294,25 @@ func (w *Worker) Extend(ctx context.Context, j Job) error {
 	return err
 }
 
-// Fail gives the job back with reason, ready again after its backoff (Backoff * attempts², or
-// BackoffFunc), or dead (run_at null, taken by no claim) once it has been tried MaxAttempts times.
+// Fail gives the job back with reason, ready again after its backoff (Backoff(attempts), attempts²
+// seconds by default), or dead (run_at null, taken by no claim) once it has been tried MaxAttempts times.
 // CodeUnmet: the job is no longer the worker's.
 func (w *Worker) Fail(ctx context.Context, j Job, reason string) error {
 	return w.failOn(ctx, w.DB, j, reason)
 }
 
 func (w *Worker) failOn(ctx context.Context, db *Client, j Job, reason string) error {
-	runAt := Expr("case when attempts >= ? then null else now() + ? * attempts * attempts end",
-		w.maxAttempts(), orDuration(w.Backoff, time.Second).Milliseconds())
-	if w.BackoffFunc != nil {
-		runAt = Expr("case when attempts >= ? then null else now() + ? end", w.maxAttempts(), w.BackoffFunc(j.Attempts).Milliseconds())
-	}
+	runAt := Expr("case when attempts >= ? then null else now() + ? end", w.maxAttempts(), w.backoff(j.Attempts).Milliseconds())
 	_, err := w.mine(db, j).Update(ctx, D("owner", nil, "error", reason, "run_at", runAt), Require(1))
 	return err
 }
 
 // failDelay is the backoff Fail gives a job of these attempts (0 for one it makes dead).
 func (w *Worker) failDelay(attempts int64) time.Duration {
-	switch {
-	case attempts >= w.maxAttempts():
+	if attempts >= w.maxAttempts() {
 		return 0
-	case w.BackoffFunc != nil:
-		return w.BackoffFunc(attempts)
 	}
-	return orDuration(w.Backoff, time.Second) * time.Duration(attempts*attempts)
+	return w.backoff(attempts)
 }
 
 // deadOn fails a job claimed past MaxAttempts for good, without running it.
@@ -279,9 +321,16 @@ func (w *Worker) deadOn(ctx context.Context, db *Client, j Job) error {
 	return err
 }
 
-// giveBackOn makes a job ready again at once, its claim uncounted. CodeUnmet: it is no longer ours.
+// errGone is a give back that touched nothing: the job was no longer this claim's.
+var errGone = errors.New("the job is no longer this claim's")
+
+// giveBackOn makes a job ready again at once, its claim uncounted. It has no require: a job that is no
+// longer ours is left as it is (errGone), not refused.
 func (w *Worker) giveBackOn(ctx context.Context, db *Client, j Job) error {
-	_, err := w.mine(db, j).Update(ctx, D("owner", nil, "run_at", Expr("now()"), "attempts", Inc(-1)), Require(1))
+	res, err := w.mine(db, j).Update(ctx, D("owner", nil, "run_at", Expr("now()"), "attempts", Inc(-1)))
+	if err == nil && res.Affected == 0 {
+		return errGone
+	}
 	return err
 }
 

@@ -279,7 +279,7 @@ func TestWorkerPanicFailsJob(t *testing.T) {
 	db := liveClient(t)
 	q := liveQueue(t, db, "wpanic")
 	var log eventLog
-	w := &Worker{DB: db, Queue: q, Batch: 1, Wait: time.Second, Backoff: time.Hour, OnEvent: log.add}
+	w := &Worker{DB: db, Queue: q, Batch: 1, Wait: time.Second, Backoff: func(int64) time.Duration { return time.Hour }, OnEvent: log.add}
 	for _, p := range []string{"boom", "fine"} {
 		if _, err := w.Enqueue(bg, p, 0); err != nil {
 			t.Fatal(err)

@@ -15,21 +15,29 @@ package fenecdb
 // heartbeat's lost, a stop's give back) sends the one statement, and closes the job's finished channel
 // when it is done; a batch is over when every job's channel is closed.
 //
+// Slots: a job holds its Concurrency slot until it is settled (its ack or fail answered, or the job
+// lost or given back), not merely until its handler returns. So while the server is away a worker never
+// has more than Concurrency jobs run and unacknowledged, and an outage re-runs at most that many.
+//
 // The stops. Graceful (Run's ctx cancelled, or Shutdown): the held claim is given up, no claim is sent,
-// jobs not started are given back at once, started ones run on, heartbeats and all, for DrainTimeout.
-// Hard (Close, Shutdown's ctx ended, or the drain timed out): every unsettled job is given back and its
-// handler's ctx cancelled, and Run returns once those statements are answered. A handler that ignores
-// its ctx may still be running then; what it returns is dropped.
+// jobs not started are given back at once, started ones run on, heartbeats and all, until the drain
+// deadline (DrainTimeout after the stop); every call is retried until then. Hard (Close, Shutdown's ctx
+// ended, or the drain deadline): every unsettled job's handler ctx is cancelled and the job given back,
+// one try each, and every call still out is cut a grace of one second later, so Run returns within that
+// second whether the server answers or not. A handler that ignores its ctx may still be running then;
+// what it returns is dropped.
 //
 // The server going away is not an error of the loop: a call that fails on the way, times out or is
 // answered a 5xx is tried again after a pause (RetryMin doubled at each failure in a row up to RetryMax,
 // full jitter), the claim under the same owner and Idempotency-Key so that a retry after a lost answer is
 // answered the jobs the first try took. Acks, fails, dead letters and give backs have keys of their own.
+// Any other refusal (a 4xx but a lost lease's 412) stops the run gracefully and Run returns it.
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -48,8 +56,8 @@ import (
 // handlers' ctx, its cancellation does not.
 //
 // Connection errors, timeouts and 5xx answers are retried, never returned. Run returns an error only
-// for a refusal no retry can mend (a 4xx other than a lost lease: a missing queue, a token without the
-// right), after a graceful stop.
+// for a refusal no retry can mend (a 4xx other than a lost lease: a missing queue, a token the policy
+// refuses, an expired one), after a graceful stop.
 func (w *Worker) Run(ctx context.Context, handle func(ctx context.Context, j Job) error) error {
 	w.defaults()
 	if _, _, err := w.queue().ToFenecQL(); err != nil {
@@ -60,7 +68,12 @@ func (w *Worker) Run(ctx context.Context, handle func(ctx context.Context, j Job
 	r := &run{w: w, db: &db, handle: handle, base: context.WithoutCancel(ctx),
 		graceful: make(chan struct{}), hard: make(chan struct{}), finished: make(chan struct{}),
 		slots: make(chan struct{}, w.concurrency())}
+	var cutCalls context.CancelFunc
+	r.calls, cutCalls = context.WithCancel(r.base)
+	defer cutCalls()
+	r.cutCalls = cutCalls
 	if !w.stops.add(r) {
+		w.emit(Event{Type: evStopped})
 		return nil
 	}
 	defer w.stops.remove(r)
@@ -68,7 +81,7 @@ func (w *Worker) Run(ctx context.Context, handle func(ctx context.Context, j Job
 		r.stopGracefully() // stopped before it began: not even one claim
 	}
 	var cancelClaim context.CancelFunc
-	r.claimCtx, cancelClaim = context.WithCancel(r.base)
+	r.claimCtx, cancelClaim = context.WithCancel(r.calls)
 	defer cancelClaim()
 	go r.watch(ctx, cancelClaim)
 	defer close(r.finished)
@@ -83,7 +96,7 @@ func (w *Worker) Run(ctx context.Context, handle func(ctx context.Context, j Job
 			r.runBatch(jobs)
 		}
 	}
-	w.emit(Event{Type: "stopped"})
+	w.emit(Event{Type: evStopped})
 	return r.firstErr()
 }
 
@@ -180,12 +193,14 @@ type run struct {
 	w        *Worker
 	db       *Client // the Worker's DB, its retries left to Run
 	handle   func(context.Context, Job) error
-	base     context.Context // Run's ctx without its cancellation: the parent of every request and handler
+	base     context.Context // Run's ctx without its cancellation: the parent of every handler's ctx
+	calls    context.Context // the parent of every request: cut a grace after the hard stop
+	cutCalls context.CancelFunc
 	claimCtx context.Context // cancelled by the graceful stop: it gives a held claim up
 	graceful chan struct{}
 	hard     chan struct{}
 	finished chan struct{}
-	slots    chan struct{} // Concurrency of them; a handler holds one until it returns
+	slots    chan struct{} // Concurrency of them; a started job holds one until it is settled
 	stopOnce sync.Once
 	hardOnce sync.Once
 	errMu    sync.Mutex
@@ -204,7 +219,7 @@ func (r *run) watch(ctx context.Context, cancelClaim context.CancelFunc) {
 	}
 	r.stopGracefully()
 	cancelClaim()
-	drain := time.NewTimer(orDuration(r.w.DrainTimeout, 30*time.Second))
+	drain := time.NewTimer(r.w.drainTimeout())
 	defer drain.Stop()
 	select {
 	case <-drain.C:
@@ -213,7 +228,17 @@ func (r *run) watch(ctx context.Context, cancelClaim context.CancelFunc) {
 		return
 	}
 	r.hardOnce.Do(func() { close(r.hard) })
+	grace := time.NewTimer(stopGrace)
+	defer grace.Stop()
+	select {
+	case <-grace.C:
+		r.cutCalls()
+	case <-r.finished:
+	}
 }
+
+// stopGrace is how long the give backs of a hard stop may take before every call still out is cut.
+const stopGrace = time.Second
 
 func (r *run) stopGracefully() { r.stopOnce.Do(func() { close(r.graceful) }) }
 
@@ -237,27 +262,34 @@ func (w *Worker) emit(e Event) {
 	if w.OnEvent == nil {
 		return
 	}
+	e.Worker = w.name
 	w.eventMu.Lock()
 	defer w.eventMu.Unlock()
+	defer func() {
+		if p := recover(); p != nil {
+			log.Printf("fenecdb: worker %s: OnEvent panicked on %s: %v", w.name, e.Type, p)
+		}
+	}()
 	w.OnEvent(e)
 }
 
-// timeout bounds a request that is not held; held is for a held claim.
+// timeout bounds a request that is not held; held is for a held claim, which gets Wait on top.
 func (w *Worker) timeout(held bool) time.Duration {
-	switch {
-	case w.Timeout > 0 && held:
-		return w.wait() + w.Timeout
-	case w.Timeout > 0:
-		return w.Timeout
-	case held:
-		return w.wait() + 5*time.Second
+	if held {
+		return w.wait() + w.requestTimeout()
 	}
-	return 10 * time.Second
+	return w.requestTimeout()
+}
+
+func (w *Worker) retryMin() time.Duration { return orDuration(w.RetryMin, 100*time.Millisecond) }
+
+func (w *Worker) retryMax() time.Duration {
+	return max(w.retryMin(), orDuration(w.RetryMax, 5*time.Second))
 }
 
 // retryDelay is the pause after the n-th failure in a row (from 0): full jitter under a doubling cap.
 func (w *Worker) retryDelay(n int) time.Duration {
-	limit, most := orDuration(w.RetryMin, 100*time.Millisecond), orDuration(w.RetryMax, 5*time.Second)
+	limit, most := w.retryMin(), w.retryMax()
 	for i := 0; i < n && limit < most; i++ {
 		limit *= 2
 	}
@@ -267,8 +299,8 @@ func (w *Worker) retryDelay(n int) time.Duration {
 	return time.Duration(rand.Int64N(int64(limit) + 1))
 }
 
-// transient tells a failure a retry may mend: no answer (refused, cut, timed out, unreadable), or a 5xx,
-// 408 or 429.
+// transient tells a failure a retry may mend: no answer (refused, cut, timed out, unreadable), or a 5xx.
+// Any other answer is the server's word on the request, and sending it again would be answered the same.
 func transient(err error) bool {
 	var q *QueryError
 	if errors.As(err, &q) {
@@ -276,7 +308,7 @@ func transient(err error) bool {
 	}
 	var e *Error
 	if errors.As(err, &e) {
-		return e.Status >= 500 || e.Status == 408 || e.Status == 429
+		return e.Status >= 500
 	}
 	return true
 }
@@ -296,7 +328,7 @@ func pause(d time.Duration, stop <-chan struct{}) {
 func (r *run) claim() ([]*jobState, error) {
 	w := r.w
 	owner := w.nextOwner()
-	db := r.db.IdempotencyKey("claim:" + owner + "/" + w.nonce)
+	db := r.db.IdempotencyKey(callClaim + ":" + owner + "/" + w.nonce)
 	unsure := false // a try went unanswered: it may have taken jobs
 	for n := 0; ; n++ {
 		if closed(r.graceful) {
@@ -318,12 +350,12 @@ func (r *run) claim() ([]*jobState, error) {
 		if err != nil {
 			unsure = true
 			d := w.retryDelay(n)
-			w.emit(Event{Type: "retry", Owner: owner, Err: err, Delay: d})
+			w.emit(Event{Type: evRetry, Call: callClaim, Error: err.Error(), Delay: d})
 			pause(d, r.graceful)
 			continue
 		}
 		if len(jobs) > 0 {
-			w.emit(Event{Type: "claimed", Owner: owner, N: len(jobs)})
+			w.emit(Event{Type: evClaimed, Owner: owner, Count: len(jobs)})
 		}
 		states := make([]*jobState, len(jobs))
 		for i, j := range jobs {
@@ -349,26 +381,26 @@ func (r *run) claim() ([]*jobState, error) {
 // took nothing, and a server that does not answer now would keep a stopping worker waiting for nothing
 // more than its leases lapsing.
 func (r *run) giveBackOwner(owner string) {
-	ctx, cancel := context.WithTimeout(r.base, r.w.timeout(false))
+	ctx, cancel := context.WithTimeout(r.calls, r.w.timeout(false))
 	defer cancel()
 	rows, _ := r.w.giveBackOwner(ctx, r.db, owner)
 	for _, row := range rows {
 		attempts, _ := row["attempts"].(int64)
-		r.w.emit(Event{Type: "released", ID: row["id"], Owner: owner, Attempts: attempts})
+		r.w.emit(Event{Type: evReleased, ID: row["id"], Owner: owner, Attempts: attempts})
 	}
 }
 
 // retrying runs a settling call until it is answered, or refused for good. Once the run is stopped hard
-// it makes one last try without a pause.
+// it makes one last try without a pause, cut with every other call at the end of the stop's grace.
 func (r *run) retrying(about Event, call func(ctx context.Context) error) error {
 	for n := 0; ; n++ {
-		ctx, cancel := context.WithTimeout(r.base, r.w.timeout(false))
+		ctx, cancel := context.WithTimeout(r.calls, r.w.timeout(false))
 		err := call(ctx)
 		cancel()
 		if err == nil || !transient(err) || closed(r.hard) {
 			return err
 		}
-		about.Type, about.Err, about.Delay = "retry", err, r.w.retryDelay(n)
+		about.Type, about.Error, about.Delay = evRetry, err.Error(), r.w.retryDelay(n)
 		r.w.emit(about)
 		pause(about.Delay, r.hard)
 	}
@@ -435,7 +467,7 @@ func (r *run) dispatch(jobs []*jobState) {
 	w := r.w
 	for _, js := range jobs {
 		if js.Attempts > w.maxAttempts() && js.settle() {
-			go r.settleWith(js, "dead", "dead", errors.New("attempts exhausted"), func(ctx context.Context, db *Client) error {
+			go r.settleWith(js, evDead, callDead, "attempts exhausted", func(ctx context.Context, db *Client) error {
 				return w.deadOn(ctx, db, js.Job)
 			})
 		}
@@ -460,28 +492,30 @@ func (r *run) dispatch(jobs []*jobState) {
 			}
 			continue
 		}
-		w.emit(Event{Type: "start", ID: js.ID, Owner: js.Owner, Attempts: js.Attempts})
+		w.emit(Event{Type: evStart, ID: js.ID, Owner: js.Owner, Attempts: js.Attempts})
 		go r.runJob(js)
 	}
 }
 
-// runJob runs the handler of a job that holds a slot, and settles the job by what it returned.
+// runJob runs the handler of a job that holds a slot, settles the job by what it returned, and frees
+// the slot only once the job is settled (its ack or fail answered, or the job lost or given back).
 func (r *run) runJob(js *jobState) {
+	defer func() { <-r.slots }()
 	w := r.w
 	herr := callHandler(js.ctx, r.handle, js.Job)
-	<-r.slots
 	if !js.settle() {
-		return // lost, or given back by a hard stop: its outcome is no longer the worker's to tell
-	}
-	if herr == nil {
-		r.settleWith(js, "done", "ack", nil, func(ctx context.Context, db *Client) error { return w.ackOn(ctx, db, js.Job) })
+		<-js.finished // lost, or given back by a hard stop: its outcome is no longer the worker's to tell
 		return
 	}
-	kind := "failed"
-	if js.Attempts >= w.maxAttempts() {
-		kind = "dead"
+	if herr == nil {
+		r.settleWith(js, evDone, callAck, "", func(ctx context.Context, db *Client) error { return w.ackOn(ctx, db, js.Job) })
+		return
 	}
-	r.settleWith(js, kind, "fail", herr, func(ctx context.Context, db *Client) error {
+	kind := evFailed
+	if js.Attempts >= w.maxAttempts() {
+		kind = evDead
+	}
+	r.settleWith(js, kind, callFail, herr.Error(), func(ctx context.Context, db *Client) error {
 		return w.failOn(ctx, db, js.Job, herr.Error())
 	})
 }
@@ -498,29 +532,31 @@ func callHandler(ctx context.Context, handle func(context.Context, Job) error, j
 
 // giveBack makes a job that is not running (or whose handler a hard stop cancelled) ready again.
 func (r *run) giveBack(js *jobState) {
-	r.settleWith(js, "released", "release", nil, func(ctx context.Context, db *Client) error {
+	r.settleWith(js, evReleased, callRelease, "", func(ctx context.Context, db *Client) error {
 		return r.w.giveBackOn(ctx, db, js.Job)
 	})
 }
 
-// settleWith sends the one statement that settles a job the caller won, under a key of its own, and
-// tells the event: kind once answered, lost on a 412. A refusal no retry mends stops the run; a job
-// still unanswered at a hard stop is left for its lease to lapse.
-func (r *run) settleWith(js *jobState, kind, key string, why error, call func(context.Context, *Client) error) {
+// settleWith sends the one statement (call, the Idempotency-Key's first word) that settles a job the
+// caller won, under a key of its own, and tells the event: kind once answered (with why as its Error),
+// lost on a 412, nothing for a give back that found the job no longer ours. A refusal no retry mends
+// stops the run; a job still unanswered at the end of a hard stop is left for its lease to lapse.
+func (r *run) settleWith(js *jobState, kind, call, why string, send func(context.Context, *Client) error) {
 	defer close(js.finished)
 	w := r.w
-	db := r.db.IdempotencyKey(fmt.Sprintf("%s:%s:%v/%s", key, js.Owner, js.ID, w.nonce))
-	about := Event{ID: js.ID, Owner: js.Owner, Attempts: js.Attempts}
-	err := r.retrying(about, func(ctx context.Context) error { return call(ctx, db) })
+	db := r.db.IdempotencyKey(fmt.Sprintf("%s:%s:%v/%s", call, js.Owner, js.ID, w.nonce))
+	about := Event{ID: js.ID, Owner: js.Owner, Attempts: js.Attempts, Call: call}
+	err := r.retrying(about, func(ctx context.Context) error { return send(ctx, db) })
 	switch {
 	case err == nil:
-		about.Type, about.Err = kind, why
-		if kind == "failed" {
+		about.Type, about.Error, about.Call = kind, why, ""
+		if kind == evFailed {
 			about.Delay = w.failDelay(js.Attempts)
 		}
 		w.emit(about)
+	case errors.Is(err, errGone):
 	case IsStale(err):
-		about.Type = "lost"
+		about.Type = evLost
 		w.emit(about)
 	case !transient(err):
 		r.fail(err)
@@ -549,7 +585,7 @@ func (r *run) heartbeat(jobs []*jobState, done <-chan struct{}) {
 		}
 		d := min(every, r.w.retryDelay(fails))
 		fails++
-		r.w.emit(Event{Type: "retry", Owner: jobs[0].Owner, Err: err, Delay: d})
+		r.w.emit(Event{Type: evRetry, Call: callExtend, Error: err.Error(), Delay: d})
 		t.Reset(d)
 	}
 }
@@ -569,7 +605,7 @@ func (r *run) extend(jobs []*jobState) error {
 		return nil
 	}
 	owner := jobs[0].Owner
-	ctx, cancel := context.WithTimeout(r.base, w.timeout(false))
+	ctx, cancel := context.WithTimeout(r.calls, w.timeout(false))
 	res, err := w.queueOn(r.db).Where("owner", "=", owner).Where("id", "in", ids).
 		Update(ctx, D("run_at", Expr("now() + ?", w.lease().Milliseconds())), Returning("id"))
 	cancel()
@@ -587,7 +623,7 @@ func (r *run) extend(jobs []*jobState) error {
 	for _, js := range jobs {
 		if !kept[js.ID] && js.settle() {
 			js.cancel()
-			w.emit(Event{Type: "lost", ID: js.ID, Owner: js.Owner, Attempts: js.Attempts})
+			w.emit(Event{Type: evLost, Call: callExtend, ID: js.ID, Owner: js.Owner, Attempts: js.Attempts})
 			close(js.finished)
 		}
 	}

@@ -55,7 +55,7 @@ func run() error {
 		OnEvent:      out.event,
 	}
 	if backoff > 0 {
-		w.BackoffFunc = func(attempts int64) time.Duration { return backoff * time.Duration(attempts*attempts) }
+		w.Backoff = func(attempts int64) time.Duration { return backoff * time.Duration(attempts*attempts) }
 	}
 
 	signals := make(chan os.Signal, 2)
@@ -136,10 +136,13 @@ func (o *lines) event(e fenecdb.Event) {
 		m["attempts"] = e.Attempts
 	}
 	if e.Type == "claimed" {
-		m["n"] = e.N
+		m["n"] = e.Count
 	}
-	if e.Err != nil {
-		m["error"] = e.Err.Error()
+	if e.Error != "" {
+		m["error"] = e.Error
+	}
+	if e.Call != "" {
+		m["call"] = e.Call
 	}
 	if e.Type == "retry" || e.Type == "failed" {
 		m["delay_ms"] = e.Delay.Milliseconds()

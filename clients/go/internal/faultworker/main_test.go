@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -57,7 +56,7 @@ func TestHandlerSleepEndsWithItsCtx(t *testing.T) {
 func TestEventLines(t *testing.T) {
 	var out bytes.Buffer
 	o := &lines{worker: "w", out: &out}
-	o.event(fenecdb.Event{Type: "retry", Owner: "w:3", Err: errors.New("refused"), Delay: 250 * time.Millisecond})
+	o.event(fenecdb.Event{Type: "retry", Owner: "w:3", Error: "refused", Call: "claim", Delay: 250 * time.Millisecond})
 	o.event(fenecdb.Event{Type: "done", ID: int64(4), Owner: "w:3", Attempts: 2})
 	o.event(fenecdb.Event{Type: "stopped"})
 	var got []map[string]any
