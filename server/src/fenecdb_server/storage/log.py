@@ -309,12 +309,17 @@ class Log:
             return
         self._sync_upto(ticket)
 
-    def deferred(self) -> Deferred:
+    def deferred(self, owner: int) -> Deferred:
         """A scope on the calling thread in which `wait_durable` does not wait but notes the
         ticket (`.ticket`, 0 if none): the caller then owes `sync_upto(ticket)` before it
         says the write happened. The server's loop uses it to share one fdatasync among
-        every write of its turn (`http/durable.py`, the table in `sync.py`)."""
-        return Deferred(self._local)
+        every write of its turn (`http/durable.py`, the table in `sync.py`).
+
+        Only on the thread `owner` (a `threading.get_ident()`), the one that pays what it owes:
+        entered on any other thread the scope defers nothing, and a write there waits for its
+        own sync before the scope ends. So a ticket is never noted where no one will sync it (a
+        request run on a worker thread, whose caller would drop it: an answer with no sync)."""
+        return Deferred(self._local, threading.get_ident() == owner)
 
     def sync_upto(self, ticket: int) -> None:
         """Make every record up to `ticket` durable (group commit, as `wait_durable` does under
@@ -539,21 +544,26 @@ class Log:
 
 
 class Deferred:
-    """`Log.deferred()`: while entered, the thread's `wait_durable` calls note their ticket here."""
+    """`Log.deferred()`: while entered, the thread's `wait_durable` calls note their ticket here
+    (when `active`: on its owner's thread; else it stands aside and they wait)."""
 
-    __slots__ = ("ticket", "_local", "_outer")
+    __slots__ = ("ticket", "_local", "_outer", "_active")
 
-    def __init__(self, local: threading.local) -> None:
+    def __init__(self, local: threading.local, active: bool) -> None:
         self.ticket = 0
         self._local = local
         self._outer: Deferred | None = None
+        self._active = active
 
     def __enter__(self) -> Deferred:
-        self._outer = getattr(self._local, "slot", None)
-        self._local.slot = self
+        if self._active:
+            self._outer = getattr(self._local, "slot", None)
+            self._local.slot = self
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if not self._active:
+            return
         self._local.slot = self._outer
         if self._outer is not None and self.ticket > self._outer.ticket:
             self._outer.ticket = self.ticket
