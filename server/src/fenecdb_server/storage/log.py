@@ -92,7 +92,8 @@ Compaction (`compaction.py`): a side file `<path>.compact` gets a file header, t
 record and a copy of every record appended since the snapshot's mark; it is preallocated a
 step past its end like the live file, fsynced, renamed over the file and the directory
 fsynced. Until the rename the old file is whole; after it the
-new one is. A side file found at open is the remnant of an interrupted compaction: removed.
+new one is. A side file found at open, once the file's lock is held (a server refused because
+another holds it touches nothing), is the remnant of an interrupted compaction: removed.
 """
 
 from __future__ import annotations
@@ -170,9 +171,6 @@ class Log:
     def open(self) -> tuple[bytes | None, list[bytes]]:
         """Open or create the file; return (snapshot payload or None, write payloads in order)."""
         files = self.files
-        if files.exists(self.side_path):
-            log.warning("removing %s: the remnant of an interrupted compaction", self.side_path)
-            files.remove(self.side_path)
         created = not files.exists(self.path)
         fd = files.open(self.path)
         try:
@@ -180,6 +178,11 @@ class Log:
                 files.lock(fd)
             except BlockingIOError:
                 raise FenecError("io", f"{self.path} is in use by another process") from None
+            # Only now, the file's lock held: the side file of a server still running is its
+            # compaction in progress, never a remnant; nothing is touched before the lock.
+            if files.exists(self.side_path):
+                log.warning("removing %s: the remnant of an interrupted compaction", self.side_path)
+                files.remove(self.side_path)
             size = files.size(fd)
             data = self._read_all(fd, size)
             found = scan(data)
