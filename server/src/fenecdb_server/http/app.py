@@ -713,7 +713,7 @@ class App:
         if req.idem is not None:
             if not check_key(req.idem):
                 raise Refusal(400, E.body(E.IDEM_SIZE))
-            namespace = namespace_of(caller.sub) if caller.scoped else None
+            namespace = namespace_of(caller.claims) if caller.scoped else None
             if caller.scoped and namespace is None:
                 raise Refusal(400, E.body(IDEM_NO_SUB))
             key = namespaced(req.idem) if namespace is None else namespaced(req.idem, namespace)
