@@ -1,6 +1,6 @@
 """Access over HTTP (access.md, http.md §6, §8.9, §9) against a real `fenec-server` child process:
 the seed's worker policy, every row of "Refusals at a glance", refused tokens, the auth delay,
-a held claim whose token expires, `/_whoami`, scoped listings and Idempotency-Keys per `sub`.
+a held claim whose token expires, `/_whoami`, scoped listings and Idempotency-Keys per token scope.
 
 Tokens are minted with the server's secret in the test (and once with `--mint-token`)."""
 
@@ -347,6 +347,37 @@ def test_idempotency_keys_belong_to_the_tokens_sub(c: httpx.Client) -> None:
     r = q(c, nosub, claim(1), "x", **{"Idempotency-Key": "k"})
     assert r.status_code == 400
     assert r.json() == {"error": "an Idempotency-Key needs a token with a subject (`sub`)"}
+
+
+def test_an_idempotency_key_belongs_to_the_tokens_whole_scope(c: httpx.Client) -> None:
+    """Issue 40, item 3: keys were namespaced by `sub` alone, so a token of another scope with the
+    same `sub` (here another `queue`) was replayed a job of a queue its rules hide from it."""
+    ok(q(c, SERVER_AUTH, "put jobs {queue: 'billing', payload: {card: '4111 1111 1111 1111'}, run_at: now(), "
+                         "attempts: 0}"))
+    billing = worker("alice", "billing")
+    first = q(c, billing, claim(1), "alice", **{"Idempotency-Key": "k-1"})
+    assert [j["queue"] for j in ok(first)] == ["billing"]
+    mail = worker("alice", "mail")
+    other = q(c, mail, claim(1), "alice", **{"Idempotency-Key": "k-1"})
+    assert ok(other) == [] and "idempotent-replayed" not in other.headers  # its own run: no mail job
+    assert ok(q(c, mail, "get jobs")) == []
+    assert "4111" not in other.text
+    # another role with the same sub and queue: not the same scope either
+    producer = bearer(mint({"sub": "alice", "role": "producer", "queue": "billing"}))
+    r = q(c, producer, claim(1), "alice", **{"Idempotency-Key": "k-1"})
+    assert "idempotent-replayed" not in r.headers and "4111" not in r.text
+    # the same scope, refreshed (new exp, iat, nbf, jti): still the first answer
+    refreshed = worker("alice", "billing", iat=int(time.time()), nbf=int(time.time()) - 5, jti="r-2")
+    again = q(c, refreshed, claim(1), "alice", **{"Idempotency-Key": "k-1"})
+    assert ok(again) == first.json() and again.headers["idempotent-replayed"] == "true"
+
+
+def test_a_time_claim_of_any_size_is_a_401(c: httpx.Client) -> None:
+    """Issue 40, item 8: a validly signed token with `exp` or `nbf` of 10^400 was answered 500."""
+    for claims in ({"sub": "w1", "exp": 10 ** 400}, {"sub": "w1", "exp": int(time.time()) + 60, "nbf": 10 ** 400}):
+        r = q(c, bearer(mint_claims(claims, SECRET.encode())), "get jobs")
+        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer", r.text
+        assert "is not a number of seconds" in r.json()["error"]
 
 
 def test_list_claims_over_1000_values_are_refused(c: httpx.Client) -> None:

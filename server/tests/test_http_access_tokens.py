@@ -130,6 +130,13 @@ def test_time_rules(clock: Clock) -> None:
     assert refused(v, signed(HS, b'{"exp":"soon"}')) == "the token's exp is not a number of seconds"
     assert refused(v, signed(HS, b'{"exp":true}')) == "the token's exp is not a number of seconds"
     assert v.verify(signed(HS, b'{"exp":1800000000.5}')).exp == NOW + 0.5
+    # an integer of any size (issue 40, item 8: 10^400 raised OverflowError, a 500)
+    huge = b"1" + b"0" * 400
+    assert refused(v, signed(HS, b'{"exp":' + huge + b'}')) == "the token's exp is not a number of seconds"
+    assert refused(v, signed(HS, b'{"exp":-' + huge + b'}')) == "the token's exp is not a number of seconds"
+    assert refused(v, signed(HS, b'{"exp":1800000060,"nbf":' + huge + b'}')) == \
+        "the token's nbf is not a number of seconds"
+    assert refused(v, signed(HS, b'{"exp":1' + b"0" * 5000 + b'}')) == "not a JSON Web Token"  # past int()'s digits
     lax = T.Verifier(SECRET, require_exp=False, clock=clock)
     assert lax.verify(token({"sub": "forever"})).claims == {"sub": "forever"}
     bounded = T.Verifier(SECRET, max_age_s=60, clock=clock)
@@ -268,12 +275,22 @@ def test_open_and_admin_alone() -> None:
 
 
 def test_idempotency_namespaces() -> None:
-    assert namespace_of(None) is None
-    a = namespaced(b"k", namespace_of("a:b"))
-    b = namespaced(b"b:k", namespace_of("a"))
+    assert namespace_of(None) is None and namespace_of({"role": "worker"}) is None  # no `sub`
+    a = namespaced(b"k", namespace_of({"sub": "a:b"}))
+    b = namespaced(b"b:k", namespace_of({"sub": "a"}))
     assert a != b
-    assert namespaced(b"k", namespace_of("*")) != namespaced(b"k")
-    assert namespaced(b"k", namespace_of(7)) != namespaced(b"k", namespace_of("7"))
+    assert namespaced(b"k", namespace_of({"sub": "*"})) != namespaced(b"k")
+    assert namespaced(b"k", namespace_of({"sub": 7})) != namespaced(b"k", namespace_of({"sub": "7"}))
+    # the whole scope: any claim a rule may read sets the namespace apart ...
+    alice = {"sub": "alice", "role": "worker", "queue": "mail"}
+    ns = namespace_of(alice)
+    assert ns is not None and ns.startswith("$")
+    for other in ({"queue": "billing"}, {"role": "ops"}, {"role": ["worker"]}, {"tenant": 1}, {"sub": "bob"}):
+        assert namespace_of({**alice, **other}) != ns, other
+    # ... but the claims a refresh renews do not; nor does their order
+    assert namespace_of({**alice, "exp": 1, "iat": 2, "nbf": 3, "jti": "x"}) == ns
+    assert namespace_of(dict(reversed(list(alice.items())))) == ns
+    assert namespace_of({"sub": "\ud800"}) != namespace_of({"sub": "\udc00"})  # a lone surrogate too
 
 
 # -- the flags (access.md §2.1, server.md §1.4) --

@@ -351,6 +351,8 @@ def test_wire_statuses(server: Server) -> None:
     r = raw(a, b"GET / HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-%d: %s\r\n" % (i, b"b" * 100) for i in range(700))
             + b"\r\n")
     assert status_of(r) == 431
+    r = raw(a, b"POST /query HTTP/1.1\r\nX-Big: " + b"a" * 70000 + b"\r\nContent-Length: 2\r\n\r\n{}")
+    assert status_of(r) == 431 and "error" in body_of(r)  # a head the quick read would take but for its size
     r = raw(a, b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n")
     assert status_of(r) == 400 and "error" in body_of(r)
     r = raw(a, b"TRACE / HTTP/1.1\r\nHost: x\r\n\r\n")

@@ -126,3 +126,47 @@ def test_a_leftover_side_file_is_removed_at_open(tmp_path) -> None:
         f.write(b"half a compaction")
     assert reopen(path) == (None, [])
     assert not os.path.exists(path + ".compact")
+
+
+class PausedCompaction(FaultyFiles):
+    """Holds a compaction at its side file's first fsync (step 3) until told to go on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.go_on = threading.Event()
+
+    def fsync(self, fd: int) -> None:
+        if self._path(fd).endswith(".compact") and not self.entered.is_set():
+            self.entered.set()
+            self.go_on.wait(30)
+        super().fsync(fd)
+
+
+def test_a_second_server_refused_the_file_leaves_the_running_compaction_alone(tmp_path) -> None:
+    """Issue 40, item 7: a second server on a file in use was refused, but deleted the side file
+    first: the running server's compaction then failed (`No such file or directory`)."""
+    from fenecdb_server import Database
+
+    path = str(tmp_path / "db.fenec")
+    files = PausedCompaction()
+    db = Database(path, sync="always", files=files)
+    db.query("create collection jobs (n int)")
+    db.query("put jobs $1", [[{"n": i} for i in range(100)]])
+    db.query("del jobs where n >= 50")
+    done: list[dict] = []
+    running = threading.Thread(target=lambda: done.append(db.compact()))
+    running.start()
+    assert files.entered.wait(30)  # the side file is written, not yet renamed over the file
+    with pytest.raises(FenecError, match="in use"):
+        Database(path)
+    assert os.path.exists(path + ".compact")  # the refused one touched nothing
+    files.go_on.set()
+    running.join(30)
+    assert done and done[0]["bytes_after"] < done[0]["bytes_before"], done
+    assert not os.path.exists(path + ".compact")
+    db.query("put jobs {n: 100}")
+    db.close()
+    again = Database(path)
+    assert again.query("get jobs count") == [{"count": 51}]
+    again.close()

@@ -163,3 +163,44 @@ def test_the_syncer_covers_many_writes_with_one_fsync_per_interval(tmp_path) -> 
     fsyncs = files.calls["datasync"] - before
     assert 1 <= fsyncs <= intervals + 2, (fsyncs, intervals)
     lg.close()
+
+
+def test_always_an_idempotent_replay_answers_only_once_its_write_is_synced(tmp_path) -> None:
+    """In process, two threads: the first runs a keyed write and waits in its fdatasync; a retry
+    with the same key (another thread) is answered the stored answer, but not before that
+    fdatasync: its answer says the write happened, which under `always` means on disk."""
+    from fenecdb_server import Database
+    from fenecdb_server.engine.idempotency import Idem
+
+    files = FaultyFiles()
+    db = Database(str(tmp_path / "db.fenec"), sync="always", files=files)
+    db.query("create collection jobs (n int)")
+    entered = threading.Event()
+    release = threading.Event()
+    real = files.datasync
+
+    def datasync(fd: int) -> None:
+        entered.set()
+        release.wait(30)
+        real(fd)
+
+    files.datasync = datasync  # type: ignore[method-assign]
+    key = Idem("*:order-1", b"the same request", 60_000)
+    put = [("put jobs {n: 1}", None)]
+    first = threading.Thread(target=db.execute, args=(put,), kwargs={"idempotency": key})
+    first.start()
+    assert entered.wait(30)  # appended, and in its fdatasync
+    seen: list[tuple[object, int]] = []
+
+    def retry() -> None:
+        result = db.execute(put, idempotency=key)
+        seen.append((result.replayed is not None, db.log.durable))
+
+    again = threading.Thread(target=retry)
+    again.start()
+    again.join(2)  # given time to answer early, were it to
+    release.set()
+    first.join(30)
+    again.join(30)
+    assert seen == [(True, db.log.appended)]  # a replay, answered with its write durable
+    db.close()

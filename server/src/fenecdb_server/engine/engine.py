@@ -132,6 +132,7 @@ class Engine:
         self.closed = False
         self._failed: str | None = None
         self.appender: Appender | None = None
+        self._last_ticket: object = None  # the appender's ticket of the last record appended
         self.tally = Tally(self.collections)  # jobs enqueued, claimed, acked, failed, dead-lettered per queue
 
     # ---------------------------------------------------------------- collections
@@ -378,6 +379,7 @@ class Engine:
         if self._failed is not None:
             raise FenecError("io", f"writes are refused since the disk failed: {self._failed}")
         ticket = None
+        stored = None
         if not nowait:
             lock.acquire_write()
         elif not lock.try_write():
@@ -385,30 +387,34 @@ class Engine:
         try:
             if idempotency is not None:
                 stored = self.keys.find(idempotency, self.now())
-                if stored is not None:
-                    return Result([], self.seq, False, 0, stored)
-            blk = Block()
-            if block:
-                answers = self._run_block(parsed, blk, scope, ready, max_rows, max_writes)
-            else:  # one statement: the claim's path (bench/claim_bytecodes.py counts it)
-                text, stmt, params = parsed[0]
-                try:
-                    answers = [self._run_one(text, stmt, params, blk, scope, ready, max_rows, max_writes)]
-                except BaseException as e:
-                    blk.rollback()
-                    raise _answered(e, False, 0, text, "running") from None
-            if scope is not None and (max_rows or max_writes):
-                # a token's statements run their own picks (scoped.py): bounded here, before the record
-                try:
-                    _bounded(answers, max_rows, max_writes, len(blk.ops))
-                except FenecError:
-                    blk.rollback()
-                    raise
-            if idempotency is not None and (blk.taken > 0 or idempotency.keep_empty):
-                ticket = self._commit(blk, idempotency, answers)
-            elif blk.ops:
-                ticket = self._commit(blk)
-            result = Result(answers, self.seq, True, blk.taken, None)
+            if stored is not None:
+                # the answer of a write whose record may not be synced yet (that write waits for
+                # its fdatasync now): the replay waits for it as the write does, never answering first
+                ticket = self._last_ticket
+                result = Result([], self.seq, False, 0, stored)
+            else:
+                blk = Block()
+                if block:
+                    answers = self._run_block(parsed, blk, scope, ready, max_rows, max_writes)
+                else:  # one statement: the claim's path (bench/claim_bytecodes.py counts it)
+                    text, stmt, params = parsed[0]
+                    try:
+                        answers = [self._run_one(text, stmt, params, blk, scope, ready, max_rows, max_writes)]
+                    except BaseException as e:
+                        blk.rollback()
+                        raise _answered(e, False, 0, text, "running") from None
+                if scope is not None and (max_rows or max_writes):
+                    # a token's statements run their own picks (scoped.py): bounded here, before the record
+                    try:
+                        _bounded(answers, max_rows, max_writes, len(blk.ops))
+                    except FenecError:
+                        blk.rollback()
+                        raise
+                if idempotency is not None and (blk.taken > 0 or idempotency.keep_empty):
+                    ticket = self._commit(blk, idempotency, answers)
+                elif blk.ops:
+                    ticket = self._commit(blk)
+                result = Result(answers, self.seq, True, blk.taken, None)
         finally:
             lock.release_write()
         if ticket is not None:
@@ -467,7 +473,7 @@ class Engine:
     def _append(self, payload: bytes, out: list) -> object:
         assert self.appender is not None
         try:
-            return self.appender.append(payload, self.seq, out)
+            ticket = self.appender.append(payload, self.seq, out)
         except FenecError as e:
             self._failed = e.message
             raise
@@ -476,6 +482,8 @@ class Engine:
             log.exception("internal error appending a record")
             raise FenecError("io", f"{self._failed}: this write was not applied, but the file may hold "
                                    "it; every later write is refused until restart") from None
+        self._last_ticket = ticket
+        return ticket
 
     def _run_reads(self, parsed: list[Parsed], block: bool, scope: Scope | None, ready: dict | None,
                    rows: int = 0) -> list:

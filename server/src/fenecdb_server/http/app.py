@@ -615,7 +615,7 @@ class App:
         except OffLoop:
             return None  # the ASGI path runs it again, off the loop
         self.metrics.direct += 1
-        if claim is not None and not outcome.final and not waits.closing:
+        if claim is not None and not outcome.final and not waits.closing and not owed:
             # it took nothing, so it wrote nothing: no fdatasync is owed for it
             return Parked(claim, work, outcome.answer, seen, started, req, raw)
         self.account(started, kind, outcome.answer.status >= 400, req, raw)
@@ -763,7 +763,7 @@ class App:
         if req.idem is not None:
             if not check_key(req.idem):
                 raise Refusal(400, E.body(E.IDEM_SIZE))
-            namespace = namespace_of(caller.sub) if caller.scoped else None
+            namespace = namespace_of(caller.claims) if caller.scoped else None
             if caller.scoped and namespace is None:
                 raise Refusal(400, E.body(IDEM_NO_SUB))
             key = namespaced(req.idem) if namespace is None else namespaced(req.idem, namespace)
@@ -874,9 +874,10 @@ class App:
     async def run_off_loop(self, work: Work, *, held: bool) -> tuple[Outcome[Answer], str]:
         """`run_here` in a worker thread, for a long statement not parsed yet (OFF_LOOP_TEXT), a large
         body (OFF_LOOP_BODY) or a run the loop put back (`OffLoop`), under the command line's ceilings. A
-        write there waits for its own fsync by group commit (storage/sync.py), not for the loop's."""
+        write there waits for its own fsync by group commit (storage/sync.py), not for the loop's:
+        off the loop's thread `TurnSync.deferred` defers nothing, so it owes none."""
         def run() -> tuple[Outcome[Answer], str]:
-            outcome, kind, _owed = self.run_here(work, held=held)  # off the loop nothing is deferred
+            outcome, kind, _owed = self.run_here(work, held=held)
             return outcome, kind
         return await asyncio.get_running_loop().run_in_executor(self.large, partial(collection.deferred, run))
 
@@ -892,7 +893,7 @@ class App:
         owed: Deferred | None = None
         try:
             if self.turns is not None:
-                with self.turns.log.deferred() as owed:
+                with self.turns.deferred() as owed:
                     result = self._execute(work, scope, loop)
             else:
                 result = self._execute(work, scope, loop)
@@ -909,9 +910,6 @@ class App:
         except Exception:
             log.exception("internal fault")
             return Outcome(True, Answer(500, E.body(E.INTERNAL))), "read", _ticket(owed)
-        if owed is not None and result.replayed is not None and self.turns is not None:
-            # a replay answers for a write that may still be waiting for its fdatasync
-            owed.ticket = self.turns.log.appended
         outcome, kind = self._outcome(work, result, held)
         return outcome, kind, _ticket(owed)
 

@@ -29,15 +29,18 @@ the sync at a write's append rather than after the turn was tried with the threa
 Python client, on a 2-core AMD machine, one sitting); the turn's flush stays. Where there is neither the thread nor an
 AIO fdatasync, every sync runs in place, as it did before.
 
-The `Log.deferred()` scope is what keeps `Database.execute` from waiting itself: inside it, on
-the loop thread, `wait_durable` notes the record's ticket instead of blocking, and `App.run`
-(app.py) owes that ticket a flush before it answers. An Idempotency-Key replay waits for the
-flush too, as the write it answers for may be in this very turn. A read is not parked: it may
-see a write whose fdatasync has not finished (as it could before, from another thread). A write
-that runs off the loop (a large request in a worker thread, the sweeper, a compaction) waits in
-its own thread by group commit, as the in-process `Database` always does; if the sync running
-is one the loop started, that thread reaps it itself (`Log._await_sync`) rather than wait for
-the loop, which may be the very thread waiting.
+The `TurnSync.deferred()` scope (`Log.deferred`) is what keeps `Database.execute` from waiting
+itself: inside it, on the loop's thread, `wait_durable` notes the record's ticket instead of
+blocking, and `App.run_here` (app.py) answers that ticket, which its caller hands to `after`
+before it answers. The scope defers on the loop's thread alone: entered anywhere else it
+stands aside, so a write that runs off the loop (a large request, a held claim's large run or
+a `/batch` in a worker thread, the sweeper, a compaction) waits in its own thread by group
+commit, as the in-process `Database` always does, and no ticket is ever left to a caller that
+could drop it. If the sync running is one the loop started, that thread reaps it itself
+(`Log._await_sync`) rather than wait for the loop, which may be the very thread waiting. An
+Idempotency-Key replay waits like a write (the engine makes it wait for the last record
+appended), as the write it answers for may be in this very turn. A read is not parked: it may
+see a write whose fdatasync has not finished (as it could before, from another thread).
 
 Why not a thread: measured over HTTP (bench/durable_syscalls.py, strace counts; bench/README.md),
 the former hand-off of every write to a 4-thread pool cost 31-37 futex calls a write with 8
@@ -55,20 +58,23 @@ log refuses every later write (`Log._finish_ring`, `Log._lead_sync`), as before.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from ..storage import StorageFailed
+from ..storage.log import Deferred
 
 
 class TurnSync:
     """The parked answers of the writes of the loop's turns and the fdatasyncs that release them."""
 
-    __slots__ = ("log", "_loop", "_parked", "_covered", "_ring", "_scheduled", "flushes")
+    __slots__ = ("log", "_loop", "_thread", "_parked", "_covered", "_ring", "_scheduled", "flushes")
 
     def __init__(self, log: Any, loop: asyncio.AbstractEventLoop) -> None:
         self.log = log  # a storage.Log under --sync always
         self._loop = loop
+        self._thread = threading.get_ident()  # made on the loop's thread (App.start)
         self._parked: list[tuple[int, Callable[[StorageFailed | None], None]]] = []  # no sync started for them
         self._covered: list[tuple[int, Callable[[StorageFailed | None], None]]] = []  # the running sync's
         self._scheduled = False  # a `_flush` is queued with call_soon
@@ -85,6 +91,12 @@ class TurnSync:
     def syncing(self) -> bool:
         """An fdatasync runs on the ring now (the loop goes on meanwhile)."""
         return bool(self._covered)
+
+    def deferred(self) -> Deferred:
+        """The scope a request runs in (`Log.deferred`): on the loop's thread its write's sync is
+        owed, and the caller hands the ticket to `after` (or `durable`) before it answers; on a
+        worker thread it defers nothing, and the write waits for its own sync there."""
+        return self.log.deferred(self._thread)
 
     def after(self, ticket: int, then: Callable[[StorageFailed | None], None]) -> None:
         """Call `then(None)` once `ticket` is durable, `then(error)` if its fdatasync failed: from

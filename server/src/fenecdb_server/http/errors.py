@@ -17,6 +17,8 @@ from ..errors import FenecError
 
 BODY_CEILING = 64 * 1024 * 1024
 HEAD_CEILING = 64 * 1024
+# the request target (path and query string): httptools reads at most this many bytes of it
+TARGET_CEILING = HEAD_CEILING - 1
 
 # Messages of the wire-level refusals (the statuses are those of `http.md` §6).
 QUERY_REQUIRED = "`query` is required"
@@ -62,6 +64,10 @@ def timed_out(what: str, seconds: float) -> bytes:
 
 def head_too_large() -> bytes:
     return body(f"the header block is over {HEAD_CEILING} bytes")
+
+
+def target_too_long() -> bytes:
+    return body(f"the request target is over {TARGET_CEILING} bytes")
 
 
 def no_route(method: str, path: str) -> bytes:

@@ -11,7 +11,9 @@ ASGI app sees a request:
   otherwise 408 and close. Without them a connection that never finished its head held a slot
   for ever, and 100 of them (the default ceiling) locked every client out;
 * a header block over 64 KiB is 431 (llhttp has no ceiling of its own: the bytes of the head
-  are counted as they arrive, so a head that never ends cannot grow without bound);
+  are counted as they arrive, so a head that never ends cannot grow without bound), and a
+  request target over 65 535 bytes 414, refused as its bytes arrive (httptools reads no longer
+  URL: past it uvicorn's read of the head failed, a 400 `User callback error`);
 * a request the parser cannot read is a JSON 400 (uvicorn writes plain text), an unknown
   method a 501;
 * at the ceiling, on a server that takes tokens, a new connection closes the longest-idle one
@@ -127,6 +129,8 @@ class FenecProtocol(HttpToolsProtocol):
         self._timer: Any = None
         self._direct: list[bytes] | None = None  # the body read so far, on the short way
         self._mid = False  # httptools is inside a request (its head or body read in part)
+        self._target = 0  # bytes of the request target read so far
+        self._refusal: tuple[int, bytes] | None = None  # decided in a parser callback, written after it
         # told the moment the client's close is read (a held claim's `Lines.forget`, http.md §8.10):
         # uvicorn's own path to the app (connection_lost, the receive() watcher) takes more loop turns
         self._leaving: list[Callable[[], None]] = []
@@ -276,6 +280,9 @@ class FenecProtocol(HttpToolsProtocol):
         except httptools.HttpParserUpgrade:
             pass  # no upgrade is served: the request goes on as a plain one
         except httptools.HttpParserError as e:
+            if self._refusal is not None:  # a callback stopped the parse to refuse the request
+                self._refuse(*self._refusal)
+                return
             why = str(e).rstrip(".")
             if "method" in why.lower():
                 self._refuse(501, E.body("the method is not supported"))
@@ -283,8 +290,12 @@ class FenecProtocol(HttpToolsProtocol):
                 self._refuse(400, E.malformed(why))
             return
         if self._in_head and self._head_bytes > HEAD_CEILING + 4:
-            # the head has not ended within the ceiling: refuse before buffering more of it
-            self._refuse(431, E.head_too_large())
+            # the head has not ended within the ceiling: refuse before buffering more of it. With
+            # no URL read yet, its request line has not ended: the target is what is too long
+            if self._head_size == 0 and self._target == 0:
+                self._refuse(414, E.target_too_long())
+            else:
+                self._refuse(431, E.head_too_large())
 
     def _refuse(self, status: int, body: bytes) -> None:
         if self.transport.is_closing():
@@ -300,10 +311,15 @@ class FenecProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self._in_head = True
         self._head_size = 0
+        self._target = 0
         if self._timer is None:  # a later request on the connection: timed from its first byte
             self._arm(self.shared.header_timeout, "head")
 
     def on_url(self, url: bytes) -> None:
+        self._target += len(url)
+        if self._target > E.TARGET_CEILING:
+            self._refusal = (414, E.target_too_long())
+            raise ValueError("the request target is too long")  # stops the parser: data_received refuses
         super().on_url(url)
         self._head_size += len(url)
 

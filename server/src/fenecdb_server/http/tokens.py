@@ -10,7 +10,8 @@ its 401 message:
    algorithm, so an RS256 token never verifies against a secret  → `the token's signature ...`
 4. a list claim the policy reads holding more than 1 000 values
 5. time, on every use (the cache keeps 1-4 only): `exp` (required unless
-   `--jwt-require-exp off`), `--jwt-max-age`, `nbf`.
+   `--jwt-require-exp off`), `--jwt-max-age`, `nbf`; an `exp` or `nbf` that is not a number, or an
+   integer past what a float holds (10^400), is `the token's exp is not a number of seconds`.
 
 The claims are taken from our own exact parse of the payload (large integers keep their
 value), never from a second, laxer one.
@@ -118,7 +119,10 @@ def _seconds(claims: dict[str, Any], name: str) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TokenError(not_seconds(name))
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an integer past a float (10^400): no moment, as a float past it is no number
+        raise TokenError(not_seconds(name)) from None
 
 
 class Verified:

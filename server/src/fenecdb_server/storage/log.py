@@ -92,7 +92,8 @@ Compaction (`compaction.py`): a side file `<path>.compact` gets a file header, t
 record and a copy of every record appended since the snapshot's mark; it is preallocated a
 step past its end like the live file, fsynced, renamed over the file and the directory
 fsynced. Until the rename the old file is whole; after it the
-new one is. A side file found at open is the remnant of an interrupted compaction: removed.
+new one is. A side file found at open, once the file's lock is held (a server refused because
+another holds it touches nothing), is the remnant of an interrupted compaction: removed.
 """
 
 from __future__ import annotations
@@ -170,9 +171,6 @@ class Log:
     def open(self) -> tuple[bytes | None, list[bytes]]:
         """Open or create the file; return (snapshot payload or None, write payloads in order)."""
         files = self.files
-        if files.exists(self.side_path):
-            log.warning("removing %s: the remnant of an interrupted compaction", self.side_path)
-            files.remove(self.side_path)
         created = not files.exists(self.path)
         fd = files.open(self.path)
         try:
@@ -180,6 +178,11 @@ class Log:
                 files.lock(fd)
             except BlockingIOError:
                 raise FenecError("io", f"{self.path} is in use by another process") from None
+            # Only now, the file's lock held: the side file of a server still running is its
+            # compaction in progress, never a remnant; nothing is touched before the lock.
+            if files.exists(self.side_path):
+                log.warning("removing %s: the remnant of an interrupted compaction", self.side_path)
+                files.remove(self.side_path)
             size = files.size(fd)
             data = self._read_all(fd, size)
             found = scan(data)
@@ -309,12 +312,17 @@ class Log:
             return
         self._sync_upto(ticket)
 
-    def deferred(self) -> Deferred:
+    def deferred(self, owner: int) -> Deferred:
         """A scope on the calling thread in which `wait_durable` does not wait but notes the
         ticket (`.ticket`, 0 if none): the caller then owes `sync_upto(ticket)` before it
         says the write happened. The server's loop uses it to share one fdatasync among
-        every write of its turn (`http/durable.py`, the table in `sync.py`)."""
-        return Deferred(self._local)
+        every write of its turn (`http/durable.py`, the table in `sync.py`).
+
+        Only on the thread `owner` (a `threading.get_ident()`), the one that pays what it owes:
+        entered on any other thread the scope defers nothing, and a write there waits for its
+        own sync before the scope ends. So a ticket is never noted where no one will sync it (a
+        request run on a worker thread, whose caller would drop it: an answer with no sync)."""
+        return Deferred(self._local, threading.get_ident() == owner)
 
     def sync_upto(self, ticket: int) -> None:
         """Make every record up to `ticket` durable (group commit, as `wait_durable` does under
@@ -539,21 +547,26 @@ class Log:
 
 
 class Deferred:
-    """`Log.deferred()`: while entered, the thread's `wait_durable` calls note their ticket here."""
+    """`Log.deferred()`: while entered, the thread's `wait_durable` calls note their ticket here
+    (when `active`: on its owner's thread; else it stands aside and they wait)."""
 
-    __slots__ = ("ticket", "_local", "_outer")
+    __slots__ = ("ticket", "_local", "_outer", "_active")
 
-    def __init__(self, local: threading.local) -> None:
+    def __init__(self, local: threading.local, active: bool) -> None:
         self.ticket = 0
         self._local = local
         self._outer: Deferred | None = None
+        self._active = active
 
     def __enter__(self) -> Deferred:
-        self._outer = getattr(self._local, "slot", None)
-        self._local.slot = self
+        if self._active:
+            self._outer = getattr(self._local, "slot", None)
+            self._local.slot = self
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if not self._active:
+            return
         self._local.slot = self._outer
         if self._outer is not None and self.ticket > self._outer.ticket:
             self._outer.ticket = self.ticket
