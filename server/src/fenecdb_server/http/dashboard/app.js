@@ -279,6 +279,7 @@ function whenOf(q, state, job) {
   const iso = state === 'done' ? (q.done ? job[q.done] : null) : job[q.ready];
   if (!iso) return ['–', ''];
   const ms = Date.parse(iso) - serverNow();
+  if (Math.abs(ms) < 1000 && state !== 'done') return ['now', iso];
   if (ms > 0) return [`in ${span(ms)}`, iso];
   // the ready time has passed: a job still owned is a lease that ran out and may be claimed again
   if (job.owner != null && state !== 'done') return [`lease lapsed ${span(ms)} ago`, iso];
@@ -330,7 +331,7 @@ async function showJobs(scroll) {
   if (clock.length) skew = Date.parse(clock[0].now) - Date.now();
   $('jobs-panel').hidden = false;
   $('jobs-title').textContent = `${state} jobs in ${q.name}${value === undefined ? '' : ` · ${label(value)}`}`;
-  $('bulk').hidden = state !== 'dead';
+  $('bulk').hidden = state !== 'dead' || !rows.length;
   $('jobs-more').hidden = rows.length <= PAGE;
   const cols = columns(q, state);
   const head = $('jobs').tHead.rows[0];
