@@ -20,8 +20,9 @@ def work(db: Database, queue: str, n: int) -> None:
 
 
 def rates(recent: Recent) -> dict[tuple[str, str], dict[str, float]]:
-    return {(r["collection"], r["queue"]): {k: v for k, v in r.items() if k not in ("collection", "queue")}
-            for r in recent.render()["queues"]}
+    doc = recent.render()
+    rows = [dict(zip(doc["queue_fields"], r, strict=True)) for r in doc["queues"]]
+    return {(r.pop("collection"), r.pop("queue")): r for r in rows}
 
 
 def make() -> Database:

@@ -220,8 +220,9 @@ class Recent:
 
     * `samples`: per second, the time and the queue counters' totals over the whole server with
       the held claims (the last ten minutes).
-    * `queues`: per queue (a collection, and a value of its `queue` field: "" for a collection
-      without one, or a job without a value), the counters' rates per second over `queues_span_s`:
+    * `queues`: per queue, a row of `queue_fields`: the collection, the value of its `queue` field
+      ("" for a collection without one, or a job without a value), and the counters' rates per
+      second over `queues_span_s`:
       from the oldest of the marks kept every QUEUE_STEP_S seconds to the latest sample, about the
       last minute. Only those marks and the latest sample are kept, not a series per queue, so
       the memory is a few copies of the tally whatever the number of queues.
@@ -255,16 +256,16 @@ class Recent:
         end, now = self.latest
         start, then = self.marks[0] if self.marks else self.latest
         span = end - start
-        names = self.FIELDS[:len(QUEUE_COUNTERS)]
-        queues = []
-        for (name, value), c in sorted(now.items()):
-            before = then.get((name, value))
-            row: dict[str, Any] = {"collection": name, "queue": value}
-            for i, field in enumerate(names):
-                done = c[i] - (before[i] if before is not None else 0)
-                row[field] = round(done / span, 3) if span > 0 else 0.0
+        none = [0] * len(QUEUE_COUNTERS)
+        queues: list[list[Any]] = []
+        for key, c in sorted(now.items()):
+            before = then.get(key, none)
+            row: list[Any] = [key[0], key[1]]
+            for i in range(len(QUEUE_COUNTERS)):
+                row.append(round((c[i] - before[i]) / span, 3) if span > 0 else 0.0)
             queues.append(row)
         return {"interval_s": 1, "fields": ["t", *self.FIELDS], "samples": [list(s) for s in self.samples],
+                "queue_fields": ["collection", "queue", *self.FIELDS[:len(QUEUE_COUNTERS)]],
                 "queues_span_s": round(span, 3), "queues": queues}
 
 

@@ -503,7 +503,9 @@ async function loadRecent() {
   chart = { times, series, end: s.length ? s[s.length - 1][0] : Date.now() / 1000 };
   drawChart();
   const by = new Map();
-  for (const r of doc.queues || []) {
+  const fields = doc.queue_fields || [];
+  for (const row of doc.queues || []) {
+    const r = Object.fromEntries(fields.map((name, i) => [name, row[i]]));
     if (!by.has(r.collection)) by.set(r.collection, new Map());
     by.get(r.collection).set(r.queue, r);
   }
