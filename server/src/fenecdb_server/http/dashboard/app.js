@@ -19,7 +19,7 @@ const params = new URLSearchParams(location.search);
 const EVERY_MS = params.has('every') ? Number(params.get('every')) * 1000 : 5000;
 
 const $ = (id) => document.getElementById(id);
-let queues = [];        // [{name, ready, done, error, queue}]
+let queues = [];        // [{name, ready, done, error, queue, enqueued, fields}]
 let view = null;        // {q, value, state} of the job list
 let chosen = null;      // {q, id} of the detail
 let fullAccess = false;
