@@ -127,7 +127,7 @@ async function useToken(page, token) {
   await loaded(page, since);
 }
 
-test('the dashboard: counts, a job, a resend, and a read-only token refused', async () => {
+test('the dashboard: counts, job lists, a job, a resend, the rates, and a read-only token refused', async () => {
   const context = await browser.newContext({ viewport: { width: 1280, height: 860 } });
   const page = await context.newPage();
   const outside = [];
