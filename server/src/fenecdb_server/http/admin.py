@@ -7,8 +7,9 @@
 * `GET /_admin/backup`: a consistent copy of the running database, streamed as a data file
   (`fenec-server --file <it>` opens it). `Fenec-Seq` is the change number it holds: every write
   answered with a lower or equal `Fenec-Seq` is in it, none after.
-* `GET /_metrics/recent`: the last ten minutes of per-second samples of the queue counters
-  (metrics.Recent), for the dashboard's rates; read like `/_metrics`.
+* `GET /_metrics/recent`: the last ten minutes of per-second samples of the queue counters'
+  totals, and per queue their rates over about the last minute (metrics.Recent), for the
+  dashboard's rates; read like `/_metrics`, whose tokens may read every queue.
 
 `App.http` checked the token before routing here: `/_admin/*` takes the server token (or a
 server with no token at all, which binds only loopback); a scoped token is refused 403.

@@ -8,7 +8,8 @@ and reclaimable bytes and the auto-compactions; the process's resident memory
 
 Counters are plain integers bumped on the event loop thread (no lock: one thread writes them).
 A scrape reads the gauges through `db.stats()`, which takes only the shared lock. `Recent` keeps
-the per-second samples `GET /_metrics/recent` answers (the dashboard's rates).
+what `GET /_metrics/recent` answers (the dashboard's rates): per-second samples of the whole
+server's counters, and per queue its rates over about the last minute.
 """
 
 from __future__ import annotations
@@ -214,27 +215,59 @@ class Metrics:
 
 
 class Recent:
-    """Per-second samples of the queue counters' totals and the held claims, for the
-    dashboard's rates: `sample()` runs once a second on the event loop (App.start); nothing
-    is added to the claim path beyond the tally's integer increments."""
+    """What `GET /_metrics/recent` answers, for the dashboard's rates. `sample()` runs once a
+    second on the event loop (App.start); nothing is added to the claim path beyond the tally's
+    integer increments.
+
+    * `samples`: per second, the time and the queue counters' totals over the whole server with
+      the held claims (the last ten minutes).
+    * `queues`: per queue, a row of `queue_fields`: the collection, the value of its `queue` field
+      ("" for a collection without one, or a job without a value), and the counters' rates per
+      second over `queues_span_s`:
+      from the oldest of the marks kept every QUEUE_STEP_S seconds to the latest sample, about the
+      last minute. Only those marks and the latest sample are kept, not a series per queue, so
+      the memory is a few copies of the tally whatever the number of queues.
+
+    It is read like `/_metrics` (the server or the admin token), which may read every queue."""
 
     FIELDS = ("enqueued", "claimed", "acked", "failed", "dead_lettered", "held")
+    QUEUE_STEP_S = 10.0
+    QUEUE_MARKS = 7  # one every QUEUE_STEP_S: the oldest is a minute before the newest
 
     def __init__(self) -> None:
         self.samples: deque[tuple[float, ...]] = deque(maxlen=RECENT_SAMPLES)
+        self.marks: deque[tuple[float, dict[tuple[str, str], list[int]]]] = deque(maxlen=self.QUEUE_MARKS)
+        self.latest: tuple[float, dict[tuple[str, str], list[int]]] = (0.0, {})
 
     def sample(self, db: Database, waits: Any, at: float | None = None) -> None:
-        totals = [0] * len(QUEUE_COUNTERS)
+        t = time.time() if at is None else at
         tally = getattr(db, "tally", None)
-        if tally is not None:
-            for c in tally.snapshot().values():
-                for i, n in enumerate(c):
-                    totals[i] += n
+        counters: dict[tuple[str, str], list[int]] = tally.snapshot() if tally is not None else {}
+        totals = [0] * len(QUEUE_COUNTERS)
+        for c in counters.values():
+            for i, n in enumerate(c):
+                totals[i] += n
         held = waits.held if waits is not None else 0
-        self.samples.append((time.time() if at is None else at, *totals, held))
+        self.samples.append((t, *totals, held))
+        self.latest = (t, counters)
+        if not self.marks or t - self.marks[-1][0] >= self.QUEUE_STEP_S:
+            self.marks.append(self.latest)
 
     def render(self) -> dict[str, Any]:
-        return {"interval_s": 1, "fields": ["t", *self.FIELDS], "samples": [list(s) for s in self.samples]}
+        end, now = self.latest
+        start, then = self.marks[0] if self.marks else self.latest
+        span = end - start
+        none = [0] * len(QUEUE_COUNTERS)
+        queues: list[list[Any]] = []
+        for key, c in sorted(now.items()):
+            before = then.get(key, none)
+            row: list[Any] = [key[0], key[1]]
+            for i in range(len(QUEUE_COUNTERS)):
+                row.append(round((c[i] - before[i]) / span, 3) if span > 0 else 0.0)
+            queues.append(row)
+        return {"interval_s": 1, "fields": ["t", *self.FIELDS], "samples": [list(s) for s in self.samples],
+                "queue_fields": ["collection", "queue", *self.FIELDS[:len(QUEUE_COUNTERS)]],
+                "queues_span_s": round(span, 3), "queues": queues}
 
 
 def _label(value: str) -> str:

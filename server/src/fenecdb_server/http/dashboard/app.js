@@ -8,14 +8,23 @@ const TOKEN_KEY = 'fenec.token';
 const STATES = ['ready', 'leased', 'delayed', 'retrying', 'dead', 'done'];
 const PAGE = 50;
 const MAX_VALUES = 50; // distinct `queue` values listed per collection
+const RATES = ['enqueued', 'claimed', 'acked']; // per queue, from GET /_metrics/recent
+// A job's enqueue time, when the collection keeps one (a `timestamp` field of one of these names);
+// without it a job's age is counted from its ready time, and the page says which.
+const ENQUEUED = ['enqueued_at', 'created_at'];
+const OTHER = '(other)'; // the counters' bucket for a collection's values past their first 1 000
+const PAYLOAD_CHARS = 60; // a payload's text in the job list; the detail shows it whole
+const SVG = 'http://www.w3.org/2000/svg';
 const params = new URLSearchParams(location.search);
 const EVERY_MS = params.has('every') ? Number(params.get('every')) * 1000 : 5000;
 
 const $ = (id) => document.getElementById(id);
-let queues = [];        // [{name, ready, done, error, queue}]
+let queues = [];        // [{name, ready, done, error, queue, enqueued, fields}]
 let view = null;        // {q, value, state} of the job list
 let chosen = null;      // {q, id} of the detail
 let fullAccess = false;
+let skew = 0;           // the server's clock minus this browser's, in ms (relative times use the server's)
+let chart = null;       // the last series drawn, drawn again when the window is resized
 
 // ------------------------------------------------------------------ talking to the server
 
@@ -115,25 +124,81 @@ async function queueValues(q) {
   return values;
 }
 
+// ------------------------------------------------------------------ time, as the server tells it
+
+const serverNow = () => Date.now() + skew;
+
+// a duration as an operator reads it: "45 s", "9 min", "2.5 h", "3 d"
+function span(ms) {
+  const s = Math.abs(ms) / 1000;
+  if (s < 90) return `${Math.round(s)} s`;
+  if (s < 90 * 60) return `${Math.round(s / 60)} min`;
+  if (s < 10 * 3600) return `${(s / 3600).toFixed(1)} h`;
+  if (s < 48 * 3600) return `${Math.round(s / 3600)} h`;
+  return `${Math.round(s / 86400)} d`;
+}
+
+// "in 9 min" or "2 min ago", from an ISO time the server wrote
+function relative(iso) {
+  const ms = Date.parse(iso) - serverNow();
+  return ms > 0 ? `in ${span(ms)}` : `${span(ms)} ago`;
+}
+
 // ------------------------------------------------------------------ the counts
 
-async function loadQueues() {
+function queueOf(c) {
+  const q = shapeOf(c);
+  if (!q) return null;
+  const since = c.fields.find((x) => ENQUEUED.includes(x.name) && x.type === 'timestamp');
+  q.enqueued = since ? since.name : null;
+  q.fields = c.fields.map((x) => x.name);
+  return q;
+}
+
+async function countsOf(q, value) {
+  const [where, params] = valueFilter(q, value);
+  const statements = STATES.map((s) => [`get ${q.name} where ${stateFilter(q, s)}${where} count`, params]);
+  statements.push([`get ${q.name} where ${q.ready} <= now()${where} order ${q.ready} limit 1 ` +
+    `select now() - ${q.ready} as age`, params]);
+  const answers = await batch(statements);
+  const counts = Object.fromEntries(STATES.map((s, i) => [s, answers[i][0].count]));
+  const oldest = answers[STATES.length].length ? answers[STATES.length][0].age : 0;
+  return { counts, oldest };
+}
+
+// the rates of one queue value, or of every value of the collection (value undefined on a
+// collection with a `queue` field); null when this token may not read the server's counters
+function ratesOf(recent, q, value) {
+  if (!recent) return null;
+  const mine = recent.by.get(q.name) || new Map();
+  const sum = Object.fromEntries(RATES.map((k) => [k, 0]));
+  for (const [v, r] of mine) {
+    // the counters put a job with no `queue` value, and a collection without the field, under ""
+    if (value === undefined || v === (value === null ? '' : value)) for (const k of RATES) sum[k] += r[k];
+  }
+  return sum;
+}
+
+async function loadQueues(recent) {
   const collections = await call('GET', '/collections');
-  queues = collections.map(shapeOf).filter(Boolean);
+  queues = collections.map(queueOf).filter(Boolean);
   const rows = [];
   for (const q of queues) {
-    for (const value of await queueValues(q)) {
-      const [where, params] = valueFilter(q, value);
-      const statements = STATES.map((s) => [`get ${q.name} where ${stateFilter(q, s)}${where} count`, params]);
-      statements.push([`get ${q.name} where ${q.ready} <= now()${where} order ${q.ready} limit 1 ` +
-        `select now() - ${q.ready} as age`, params]);
-      const answers = await batch(statements);
-      const counts = Object.fromEntries(STATES.map((s, i) => [s, answers[i][0].count]));
-      const oldest = answers[STATES.length].length ? answers[STATES.length][0].age : 0;
-      rows.push({ q, value, counts, oldest });
+    const values = await queueValues(q);
+    if (q.queue && recent) { // a queue value whose jobs are all gone still has its rates
+      for (const [v, r] of recent.by.get(q.name) || []) {
+        const value = v === '' ? null : v;
+        if (v !== OTHER && !values.includes(value) && RATES.some((k) => r[k] > 0)) values.push(value);
+      }
+    }
+    if (q.queue && values.length > 1) {
+      rows.push({ q, value: undefined, total: true, ...(await countsOf(q, undefined)), rate: ratesOf(recent, q) });
+    }
+    for (const value of values) {
+      rows.push({ q, value, total: false, ...(await countsOf(q, value)), rate: ratesOf(recent, q, value) });
     }
   }
-  renderQueues(rows);
+  renderQueues(rows, recent);
 }
 
 function age(ms) {
@@ -144,57 +209,143 @@ function age(ms) {
   return `${(s / 3600).toFixed(1)} h`;
 }
 
+function perSecond(x) {
+  if (!x) return '0';
+  if (x < 1) return x.toFixed(2);
+  if (x < 100) return x.toFixed(1);
+  return String(Math.round(x));
+}
+
 function label(value) {
   if (value === undefined) return '';
   return value === null ? '(none)' : value;
 }
 
-function renderQueues(rows) {
+function renderQueues(rows, recent) {
   const body = $('queues').tBodies[0];
   body.replaceChildren();
   $('no-queues').hidden = rows.length > 0;
-  for (const { q, value, counts, oldest } of rows) {
+  $('queues-note').hidden = rows.length === 0;
+  $('rates-group').textContent = recent ? 'per second, last minute' : 'per second: the server token only';
+  for (const { q, value, total, counts, oldest, rate } of rows) {
     const tr = body.insertRow();
     tr.dataset.collection = q.name;
-    tr.dataset.queue = label(value);
+    if (total) {
+      tr.dataset.total = 'true';
+      tr.className = 'total';
+    } else {
+      tr.dataset.queue = label(value);
+    }
     tr.insertCell().textContent = q.name;
-    tr.insertCell().textContent = label(value);
+    const name = tr.insertCell();
+    name.textContent = total ? 'all' : label(value);
+    if (total) name.title = `every queue of ${q.name}, added up`;
     for (const s of STATES) {
       const td = tr.insertCell();
-      td.className = 'n';
+      td.className = s === 'retrying' ? 'n part' : 'n';
       const b = document.createElement('button');
       b.type = 'button';
       b.textContent = String(counts[s]);
       b.dataset.state = s;
       b.className = `${s}${counts[s] ? '' : ' zero'}`;
-      b.title = `list the ${s} jobs`;
-      b.addEventListener('click', () => { view = { q, value, state: s }; chosen = null; showJobs(); });
+      b.title = s === 'retrying' ? 'list the jobs that failed before and wait for another try (in ready or delayed)'
+        : `list the ${s} jobs`;
+      b.addEventListener('click', () => { view = { q, value, state: s }; chosen = null; showJobs(true); });
       td.append(b);
     }
     const td = tr.insertCell();
     td.className = 'n oldest';
     td.textContent = age(oldest);
+    for (const k of RATES) {
+      const cell = tr.insertCell();
+      cell.className = 'n rate';
+      cell.dataset.rate = k;
+      cell.textContent = rate ? perSecond(rate[k]) : '–';
+      cell.title = rate ? `jobs ${k} per second, over the last ${Math.round(recent.span)} s`
+        : 'the rates need the server token';
+    }
   }
 }
 
 // ------------------------------------------------------------------ the job list and a job
 
-async function showJobs() {
+const WHEN = { ready: 'ready since', leased: 'lease ends', delayed: 'due', retrying: 'next try', dead: null,
+  done: 'done' };
+
+const text = (v) => (v === null || v === undefined ? '' : String(v));
+
+// [text, the ISO time it was worked out from] of a job's time in a list of `state` jobs
+function whenOf(q, state, job) {
+  const iso = state === 'done' ? (q.done ? job[q.done] : null) : job[q.ready];
+  if (!iso) return ['–', ''];
+  const ms = Date.parse(iso) - serverNow();
+  if (Math.abs(ms) < 1000 && state !== 'done') return ['now', iso];
+  if (ms > 0) return [`in ${span(ms)}`, iso];
+  // the ready time has passed: a job still owned is a lease that ran out and may be claimed again
+  if (job.owner != null && state !== 'done') return [`lease lapsed ${span(ms)} ago`, iso];
+  return [state === 'retrying' ? `due ${span(ms)} ago` : `${span(ms)} ago`, iso];
+}
+
+// [text, ISO] of a job's age: since it was enqueued where the collection keeps that time, else
+// since its ready time (nothing before it is due)
+function ageOf(q, job) {
+  const iso = job[q.enqueued || q.ready];
+  if (!iso) return ['–', ''];
+  const ms = serverNow() - Date.parse(iso);
+  return ms < 0 ? ['–', ''] : [span(ms), iso];
+}
+
+function payloadOf(q, job) {
+  if (q.fields.includes('payload')) return job.payload;
+  const known = new Set(['id', 'owner', 'attempts', q.ready, q.queue, q.error, q.done, q.enqueued]);
+  return Object.fromEntries(Object.entries(job).filter(([k]) => !known.has(k)));
+}
+
+function shortened(v) {
+  const t = v === undefined ? '' : JSON.stringify(v);
+  return t.length > PAYLOAD_CHARS ? `${t.slice(0, PAYLOAD_CHARS - 1)}…` : t;
+}
+
+// the job list's columns for jobs of `state`: [heading, class, job => [text, title]]
+function columns(q, state) {
+  const cols = [['id', 'id', (j) => [String(j.id), '']]];
+  if (q.queue) cols.push(['queue', 'queue', (j) => [text(j[q.queue]), '']]);
+  cols.push(['attempts', 'n', (j) => [text(j.attempts), '']]);
+  if (state === 'ready' || state === 'leased' || state === 'retrying') cols.push(['owner', 'owner', (j) => [text(j.owner), '']]);
+  if (WHEN[state]) cols.push([WHEN[state], 'when', (j) => whenOf(q, state, j)]);
+  cols.push([`age (since ${q.enqueued || q.ready})`, 'age', (j) => ageOf(q, j)]);
+  cols.push(['payload', 'payload', (j) => [shortened(payloadOf(q, j)), 'the whole payload is in the job\'s detail']]);
+  if (q.error) cols.push(['error', 'err', (j) => [text(j[q.error]), text(j[q.error])]]);
+  return cols;
+}
+
+async function showJobs(scroll) {
   if (!view) return;
   const { q, value, state } = view;
   const [where, params] = valueFilter(q, value);
   const order = state === 'ready' || state === 'delayed' || state === 'leased' ? q.ready : 'id';
-  const rows = await query(`get ${q.name} where ${stateFilter(q, state)}${where} order ${order} limit ${PAGE + 1}`,
-    params);
+  const [rows, clock] = await batch([
+    [`get ${q.name} where ${stateFilter(q, state)}${where} order ${order} limit ${PAGE + 1}`, params],
+    [`get ${q.name} limit 1 select now() as now`, []],
+  ]);
+  if (clock.length) skew = Date.parse(clock[0].now) - Date.now();
   $('jobs-panel').hidden = false;
   $('jobs-title').textContent = `${state} jobs in ${q.name}${value === undefined ? '' : ` · ${label(value)}`}`;
-  $('bulk').hidden = state !== 'dead';
+  $('bulk').hidden = state !== 'dead' || !rows.length;
   $('jobs-more').hidden = rows.length <= PAGE;
+  const cols = columns(q, state);
+  const head = $('jobs').tHead.rows[0];
+  head.replaceChildren(...cols.map(([heading, cls]) => {
+    const th = document.createElement('th');
+    th.textContent = heading;
+    th.className = cls;
+    return th;
+  }));
   const body = $('jobs').tBodies[0];
   body.replaceChildren();
   if (!rows.length) {
     const td = body.insertRow().insertCell();
-    td.colSpan = 6;
+    td.colSpan = cols.length;
     td.className = 'muted none';
     td.textContent = `no ${state} job`;
   }
@@ -202,14 +353,16 @@ async function showJobs() {
     const tr = body.insertRow();
     tr.dataset.id = String(job.id);
     if (chosen && chosen.id === job.id) tr.className = 'chosen';
-    for (const v of [job.id, q.queue ? job[q.queue] : '', job.attempts, job.owner, job[q.ready]]) {
-      tr.insertCell().textContent = v === null || v === undefined ? '' : String(v);
+    for (const [, cls, cell] of cols) {
+      const [t, title] = cell(job);
+      const td = tr.insertCell();
+      td.className = cls;
+      td.textContent = t;
+      if (title) td.title = title;
     }
-    const err = tr.insertCell();
-    err.className = 'err';
-    err.textContent = q.error && job[q.error] != null ? String(job[q.error]) : '';
     tr.addEventListener('click', () => { chosen = { q, id: job.id }; showJob(); showJobs(); });
   }
+  if (scroll) $('jobs-panel').scrollIntoView({ block: 'nearest' });
 }
 
 async function showJob() {
@@ -230,27 +383,41 @@ async function showJob() {
     return;
   }
   const job = rows[0];
-  const now = Date.now();
   const readyAt = job[q.ready] ? Date.parse(job[q.ready]) : null;
   let state = 'dead';
   if (readyAt === null) state = q.done && job[q.done] ? 'done' : 'dead';
-  else if (readyAt <= now) state = 'ready';
+  else if (readyAt <= serverNow()) state = 'ready';
   else state = job.owner != null ? 'leased' : 'delayed';
+  const retrying = (state === 'ready' || state === 'delayed') && job.attempts > 0 && q.error && job[q.error] != null;
+  // [name, text, ISO time it stands for]
   const facts = [
-    ['state', state], ['attempts', job.attempts], ['error', q.error ? job[q.error] : null],
-    ['owner', job.owner], [state === 'leased' ? 'lease ends' : 'ready time', job[q.ready]],
+    ['state', retrying ? `${state} · retrying (failed before, waits for another try)` : state],
+    ['attempts', text(job.attempts)], ['error', q.error ? text(job[q.error]) : ''], ['owner', text(job.owner)],
   ];
-  if (q.queue) facts.splice(1, 0, ['queue', job[q.queue]]);
-  if (q.done) facts.push(['done at', job[q.done]]);
-  for (const [k, v] of facts) {
+  if (q.queue) facts.splice(1, 0, ['queue', text(job[q.queue])]);
+  if (WHEN[state] && state !== 'done') facts.push([WHEN[state], ...whenOf(q, state, job)]);
+  facts.push([`age (since ${q.enqueued || q.ready})`, ...ageOf(q, job)]);
+  if (q.done) facts.push(['done', ...(job[q.done] ? [relative(job[q.done]), job[q.done]] : ['', ''])]);
+  for (const [k, v, iso] of facts) {
     const dt = document.createElement('dt');
     dt.textContent = k;
     const dd = document.createElement('dd');
-    dd.textContent = v === null || v === undefined ? '–' : String(v);
     dd.dataset.fact = k;
+    const main = document.createElement('span');
+    main.className = 'value';
+    main.textContent = v === '' ? '–' : v;
+    dd.append(main);
+    if (iso) {
+      dd.title = iso;
+      const raw = document.createElement('span');
+      raw.className = 'iso';
+      raw.textContent = iso;
+      dd.append(raw);
+    }
     dl.append(dt, dd);
   }
-  $('detail-payload').textContent = JSON.stringify(job.payload === undefined ? job : job.payload, null, 2);
+  const payload = payloadOf(q, job);
+  $('detail-payload').textContent = JSON.stringify(payload === undefined ? null : payload, null, 2);
   $('detail-actions').hidden = state !== 'dead';
 }
 
@@ -295,16 +462,23 @@ function allMatching(verb) {
 
 // ------------------------------------------------------------------ throughput
 
-async function loadRates() {
-  if (!fullAccess) { $('rates-body').hidden = true; $('rates-off').hidden = false; return; }
+// GET /_metrics/recent, read like /_metrics: the whole server's per-second samples (drawn here)
+// and per queue its rates over about the last minute ({span, by: collection -> value -> rates});
+// null when this token may not read the server's counters
+async function loadRecent() {
+  const off = (message) => {
+    $('rates-body').hidden = true;
+    $('rates-off').hidden = false;
+    if (message) $('rates-off').textContent = message;
+    chart = null;
+    return null;
+  };
+  if (!fullAccess) return off('');
   let doc;
   try {
     doc = await call('GET', '/_metrics/recent');
   } catch (e) {
-    $('rates-body').hidden = true;
-    $('rates-off').hidden = false;
-    $('rates-off').textContent = `Throughput: ${e.message}`;
-    return;
+    return off(`Throughput: ${e.message}`);
   }
   $('rates-body').hidden = false;
   $('rates-off').hidden = true;
@@ -312,31 +486,95 @@ async function loadRates() {
   const at = (name) => f.indexOf(name);
   const s = doc.samples;
   const rate = (name, i) => (s[i][at(name)] - s[i - 1][at(name)]) / Math.max(s[i][0] - s[i - 1][0], 0.001);
-  const claims = [];
-  const acks = [];
-  for (let i = 1; i < s.length; i++) { claims.push(rate('claimed', i)); acks.push(rate('acked', i)); }
+  const series = Object.fromEntries(RATES.map((k) => [k, []]));
+  const times = [];
+  for (let i = 1; i < s.length; i++) {
+    times.push(s[i][0]);
+    for (const k of RATES) series[k].push(rate(k, i));
+  }
   const recent = (xs) => {
     const tail = xs.slice(-10);
     return tail.length ? (tail.reduce((a, b) => a + b, 0) / tail.length).toFixed(1) : '0.0';
   };
-  $('claims-rate').textContent = recent(claims);
-  $('acks-rate').textContent = recent(acks);
+  $('enqueued-rate').textContent = recent(series.enqueued);
+  $('claims-rate').textContent = recent(series.claimed);
+  $('acks-rate').textContent = recent(series.acked);
   $('held').textContent = s.length ? String(s[s.length - 1][at('held')]) : '0';
-  drawChart(claims, acks);
+  chart = { times, series, end: s.length ? s[s.length - 1][0] : Date.now() / 1000 };
+  drawChart();
+  const by = new Map();
+  const fields = doc.queue_fields || [];
+  for (const row of doc.queues || []) {
+    const r = Object.fromEntries(fields.map((name, i) => [name, row[i]]));
+    if (!by.has(r.collection)) by.set(r.collection, new Map());
+    by.get(r.collection).set(r.queue, r);
+  }
+  return { span: doc.queues_span_s || 0, by };
 }
 
-function drawChart(claims, acks) {
-  const svg = $('rates-chart');
-  svg.replaceChildren();
-  const top = Math.max(1, ...claims, ...acks);
-  const width = 600;
-  const span = Math.max(60, claims.length); // at least a minute wide, at most the ten minutes kept
-  for (const [xs, cls] of [[claims, 'claimed'], [acks, 'acked']]) {
-    const line = document.createElementNS('http://www.w3.org/2000/svg', 'polyline');
-    const start = span - xs.length;
-    line.setAttribute('points', xs.map((y, i) => `${((start + i) / span) * width},${115 - (y / top) * 105}`).join(' '));
-    line.setAttribute('class', cls);
-    svg.append(line);
+function svg(name, attrs, content) {
+  const el = document.createElementNS(SVG, name);
+  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
+  if (content !== undefined) el.textContent = content;
+  return el;
+}
+
+// the top of the value axis: 4 steps of 1, 2, 2.5 or 5 times a power of ten
+function niceTop(max) {
+  if (!(max > 0)) return 1;
+  const raw = max / 4;
+  const mag = 10 ** Math.floor(Math.log10(raw));
+  const n = raw / mag;
+  const step = (n <= 1 ? 1 : n <= 2 ? 2 : n <= 2.5 ? 2.5 : n <= 5 ? 5 : 10) * mag;
+  return step * 4;
+}
+
+const clockTime = (seconds) => new Date(seconds * 1000).toLocaleTimeString([], { hour12: false });
+
+// the rates over time: a time axis (the last minutes, to the newest sample), a value axis in
+// jobs/s, one line per series (the legend above names them), drawn at the element's own size so
+// the labels keep their size
+function drawChart() {
+  const el = $('rates-chart');
+  el.replaceChildren();
+  if (!chart) return;
+  const W = Math.max(320, Math.round(el.clientWidth || 600));
+  const H = 210;
+  const m = { l: 52, r: 16, t: 14, b: 40 };
+  const pw = W - m.l - m.r;
+  const ph = H - m.t - m.b;
+  el.setAttribute('viewBox', `0 0 ${W} ${H}`);
+  const { times, series, end } = chart;
+  const first = times.length ? times[0] : end;
+  const minutes = Math.min(10, Math.max(1, Math.ceil((end - first) / 60)));
+  const from = end - minutes * 60;
+  const x = (t) => m.l + ((t - from) / (minutes * 60)) * pw;
+  const top = niceTop(Math.max(0, ...RATES.flatMap((k) => series[k])));
+  const y = (v) => m.t + ph - (v / top) * ph;
+
+  for (let i = 0; i <= 4; i++) {
+    const v = (top / 4) * i;
+    el.append(svg('line', { x1: m.l, x2: W - m.r, y1: y(v), y2: y(v), class: i ? 'grid' : 'axis' }));
+    el.append(svg('text', { x: m.l - 6, y: y(v) + 4, class: 'tick y' }, String(Number(v.toPrecision(3)))));
+  }
+  el.append(svg('text', { x: 12, y: m.t + ph / 2, class: 'unit', transform: `rotate(-90 12 ${m.t + ph / 2})` },
+    'jobs/s'));
+  el.append(svg('line', { x1: m.l, x2: m.l, y1: m.t, y2: m.t + ph, class: 'axis' }));
+
+  const every = minutes <= 1 ? 15 : minutes <= 2 ? 30 : minutes <= 5 ? 60 : 120;
+  for (let ago = 0; ago <= minutes * 60; ago += every) {
+    const at = x(end - ago);
+    el.append(svg('line', { x1: at, x2: at, y1: m.t + ph, y2: m.t + ph + 5, class: 'axis' }));
+    const name = ago === 0 ? 'now' : ago < 60 ? `−${ago} s` : `−${ago / 60} min`;
+    el.append(svg('text', { x: at, y: m.t + ph + 17, class: `tick x${ago === 0 ? ' end' : ''}` }, name));
+  }
+  el.append(svg('text', { x: m.l + pw / 2, y: H - 4, class: 'title' },
+    `time: the last ${minutes} min, up to ${clockTime(end)} (server samples, one a second)`));
+
+  for (const k of RATES) {
+    const points = times.map((t, i) => [t, series[k][i]]).filter(([t]) => t >= from)
+      .map(([t, v]) => `${x(t).toFixed(1)},${y(v).toFixed(1)}`);
+    el.append(svg('polyline', { points: points.join(' '), class: `series ${k}` }));
   }
 }
 
@@ -348,10 +586,10 @@ async function refresh() {
     fullAccess = Boolean(who.full);
     $('who').textContent = who.full ? 'full access' : `token of ${who.sub || '(no sub)'}: its rules apply`;
     $('who').className = '';
-    await loadQueues();
-    await loadRates();
+    await loadQueues(await loadRecent());
     if (view) await showJobs();
     if (chosen) await showJob();
+    $('updated').textContent = `updated ${new Date().toLocaleTimeString([], { hour12: false })}`;
     document.body.dataset.loaded = String(Date.now());
   } catch (e) {
     if (e.status === 401) {
@@ -389,6 +627,7 @@ function start() {
   $('delete-one').addEventListener('click', deleteOne);
   $('resend-all').addEventListener('click', () => allMatching('Resend'));
   $('delete-all').addEventListener('click', () => allMatching('Delete'));
+  window.addEventListener('resize', drawChart);
   refresh();
   if (EVERY_MS > 0) setInterval(refresh, EVERY_MS);
 }
