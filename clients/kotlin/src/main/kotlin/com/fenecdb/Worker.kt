@@ -17,7 +17,6 @@ import kotlinx.coroutines.currentCoroutineContext
 import kotlinx.coroutines.delay
 import kotlinx.coroutines.joinAll
 import kotlinx.coroutines.launch
-import kotlinx.coroutines.selects.onTimeout
 import kotlinx.coroutines.selects.select
 import kotlinx.coroutines.withContext
 import kotlinx.coroutines.withTimeoutOrNull
@@ -285,12 +284,7 @@ class Worker(val db: FenecRemote, val queue: String, val options: WorkerOptions 
             if (h.state.compareAndSet(State.WAITING, State.SETTLING)) batch.launch(Dispatchers.Default) { release(h) }
         }
         val left = left()
-        if (left != null && left.isPositive()) {
-            select<Unit> {
-                hard.onAwait { }
-                onTimeout(left) { }
-            }
-        }
+        if (left != null && left.isPositive()) withTimeoutOrNull(left) { hard.await() }
         for (h in held) {
             if (h.state.get() == State.RUNNING) h.cancel(Cancel.STOP, "the worker's drain timeout passed")
         }
