@@ -55,10 +55,11 @@ import kotlinx.coroutines.Job as Task
  * give-back met by a 412 says nothing). Any other answer ends [run]: the worker stops as a graceful stop does, then
  * [run] throws that [FenecException].
  *
- * A stop has a deadline: `drainTimeout` after a graceful [stop], at once for a hard one (the earlier wins). No call
- * of a stopping worker is retried past it, and every call's time is cut to what is left of it plus [GRACE], so [run]
- * returns within `drainTimeout` + 1 s of a stop whether the server answers or not; a job whose give-back could not
- * be sent comes back when its lease runs out (no event: it was neither given back nor lost).
+ * A stop has a deadline: `drainTimeout` after a graceful [stop], at once for a hard one (the earlier wins). At the
+ * deadline what still runs is cancelled and given back; no call of a stopping worker is sent (or sent again) past
+ * the deadline and its [GRACE], and a call in flight is cut there, so [run] returns within `drainTimeout` + 1 s of a
+ * stop whether the server answers or not; a job whose give-back could not be sent comes back when its lease runs
+ * out (no event: it was neither given back nor lost).
  *
  * The handler runs in the context of the coroutine that called [run] (its dispatcher), in a scope of the worker's
  * own, so that the worker can stop waiting on a handler it cancelled; the worker's bookkeeping (heartbeat,
@@ -219,7 +220,7 @@ class Worker(val db: FenecRemote, val queue: String, val options: WorkerOptions 
             val tasks = ArrayList<Task>()
             for (h in held) {
                 if (h.job.attempts > options.maxAttempts && h.state.compareAndSet(State.WAITING, State.SETTLING)) {
-                    tasks += launch(Dispatchers.Default) { bury(h) }
+                    tasks += launch(Dispatchers.Default, CoroutineStart.ATOMIC) { bury(h) }
                 }
             }
             repeat(minOf(concurrency, held.size)) { tasks += launch { lane(held, handler, handlers) } }
@@ -281,7 +282,9 @@ class Worker(val db: FenecRemote, val queue: String, val options: WorkerOptions 
     private suspend fun atStop(held: List<Held>, batch: CoroutineScope) {
         stopping.await()
         for (h in held) {
-            if (h.state.compareAndSet(State.WAITING, State.SETTLING)) batch.launch(Dispatchers.Default) { release(h) }
+            // ATOMIC: a job moved to SETTLING is settled even when the batch is cancelled before this coroutine starts
+            // (a cancelled run's guard may call stop, and wake this watcher, before the cancellation reaches it)
+            if (h.state.compareAndSet(State.WAITING, State.SETTLING)) batch.launch(Dispatchers.Default, CoroutineStart.ATOMIC) { release(h) }
         }
         val left = left()
         if (left != null && left.isPositive()) withTimeoutOrNull(left) { hard.await() }
@@ -422,7 +425,9 @@ class Worker(val db: FenecRemote, val queue: String, val options: WorkerOptions 
                 return attempt(call)
             } catch (e: FenecException) {
                 if (!retryable(e)) throw e
-                val left = left()
+                // past the deadline a call is still sent again within the grace: the first try of a stop's last
+                // give-back may meet a pooled connection the server has just closed, and fail at once
+                val left = left()?.plus(GRACE)
                 if (left != null && !left.isPositive()) throw Stopped()
                 var pause = Random.nextLong(ceiling.inWholeMilliseconds + 1).milliseconds
                 if (left != null) pause = minOf(pause, left)
@@ -433,13 +438,13 @@ class Worker(val db: FenecRemote, val queue: String, val options: WorkerOptions 
         }
     }
 
-    /** One try of [call]; once stopping, cut at the deadline and [GRACE] more (a [Stopped]), however it began. */
+    /** One try of [call]; once stopping, cut at the deadline and [GRACE] more (a [Stopped]), whenever it began. */
     private suspend fun <T : Any> attempt(call: suspend () -> T): T = coroutineScope {
         val answer = async { call() }
         select<T?> {
             answer.onAwait { it }
             stopping.onAwait { null }
-        } ?: withTimeoutOrNull(left()!!.coerceAtLeast(Duration.ZERO) + GRACE) { answer.await() }
+        } ?: withTimeoutOrNull((left()!! + GRACE).coerceAtLeast(Duration.ZERO)) { answer.await() }
             ?: run {
                 answer.cancel()
                 throw Stopped()

@@ -236,12 +236,14 @@ class WorkerTest {
         val hard = Worker(db, queue.name, WorkerOptions(name = "w2", batch = 3, concurrency = 2, lease = 30.seconds, wait = 1.seconds,
             drainTimeout = 1.hours, onEvent = hardEvents))
         val cancelledHandlers = AtomicInteger()
+        val runningHandlers = AtomicInteger()
         val hardRun = launch {
             hard.run {
+                runningHandlers.incrementAndGet()
                 try { awaitCancellation() } catch (e: CancellationException) { cancelledHandlers.incrementAndGet(); throw e }
             }
         }
-        until("two jobs running") { hardEvents.of(WorkerEvent.Type.START).size == 2 }
+        until("two handlers running") { runningHandlers.get() == 2 }
         withTimeout(60_000) { hardRun.cancelAndJoin() }
         until("both handlers cancelled") { cancelledHandlers.get() == 2 } // they run in the worker's scope, not run's
         assertEquals(3L, hard.released.get(), hardEvents.all.joinToString("\n"))

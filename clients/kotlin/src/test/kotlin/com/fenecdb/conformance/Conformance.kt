@@ -5,7 +5,7 @@ import kotlin.system.exitProcess
 
 /**
  * The SDK's conformance run (conformance.md Part C): the vectors runner, the scenario runner, then the worker under
- * the docs' policy (its own server: [Policy]), then exactly one line `kotlin: N passed, M failed` on standard output.
+ * the docs' policy ([Policy], on the second server run.py starts), then exactly one line `kotlin: N passed, M failed` on standard output.
  * Exits 0 exactly when M is 0.
  */
 object Conformance {
@@ -40,12 +40,8 @@ object Conformance {
         )
         scenarios.runFile(fileFrom("FENEC_SCENARIOS", "conformance/worker-scenarios.json"), only)
 
-        val policy = Policy(root(), requireServer = System.getenv("FENEC_REQUIRE_SERVER") == "1")
-        if (System.getenv("FENEC_URL").isNullOrEmpty()) {
-            println("skipped conformance/policy-scenarios.json: FENEC_URL not set (a run without a server)")
-        } else {
-            policy.runFile(File(root(), "conformance/policy-scenarios.json"), only)
-        }
+        val policy = Policy()
+        policy.run(requireServer = System.getenv("FENEC_REQUIRE_SERVER") == "1")
 
         val passed = vectors.passed + scenarios.passed + policy.passed
         val failed = vectors.failed + scenarios.failed + policy.failed

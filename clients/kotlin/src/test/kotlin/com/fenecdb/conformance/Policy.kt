@@ -2,307 +2,195 @@ package com.fenecdb.conformance
 
 import com.fenecdb.Fenec
 import com.fenecdb.FenecException
-import com.fenecdb.FenecRemote
 import com.fenecdb.Job
 import com.fenecdb.Worker
 import com.fenecdb.WorkerEvent
 import com.fenecdb.WorkerOptions
+import kotlinx.coroutines.CompletableDeferred
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.async
-import kotlinx.coroutines.awaitCancellation
+import kotlinx.coroutines.coroutineScope
 import kotlinx.coroutines.delay
 import kotlinx.coroutines.runBlocking
 import kotlinx.coroutines.withTimeout
+import kotlinx.coroutines.withTimeoutOrNull
 import kotlinx.serialization.json.Json
-import kotlinx.serialization.json.JsonArray
 import kotlinx.serialization.json.JsonObject
 import kotlinx.serialization.json.JsonPrimitive
+import kotlinx.serialization.json.int
 import kotlinx.serialization.json.jsonArray
 import kotlinx.serialization.json.jsonObject
 import kotlinx.serialization.json.jsonPrimitive
 import kotlinx.serialization.json.long
-import kotlinx.serialization.json.longOrNull
 import java.io.File
-import java.security.SecureRandom
-import java.util.Base64
+import java.util.concurrent.ConcurrentHashMap
 import java.util.concurrent.ConcurrentLinkedQueue
-import java.util.concurrent.TimeUnit
+import java.util.concurrent.atomic.AtomicInteger
+import kotlin.time.Duration
 import kotlin.time.Duration.Companion.milliseconds
+import kotlin.time.Duration.Companion.seconds
 
 /**
- * The worker under the docs' own policy (`conformance/policy-scenarios.json`): a `fenec-server` of its own, started
- * with the ```policy block of docs/access.md as its policy file and a fresh HS256 secret, the scenario's tokens minted
- * by that server, and the SDK's own [Worker] sending each token. The server is `<repo>/.venv/bin/fenec-server`
- * (the one `make conformance` runs); without it every scenario is skipped, or failed under FENEC_REQUIRE_SERVER=1.
+ * The worker under the docs' own policy (conformance/README.md, "The worker under the docs' policy"): one case,
+ * `worker under the docs' policy`, played with the SDK's own [Worker] against the second server `run.py` starts with
+ * `worker-policy.json`'s policy, told by FENEC_POLICY_URL, FENEC_POLICY_ROOT_TOKEN, FENEC_POLICY_TOKENS and
+ * FENEC_POLICY_SCENARIO.
  */
-class Policy(private val root: File, private val requireServer: Boolean, private val out: (String) -> Unit = ::println) {
+class Policy(private val out: (String) -> Unit = ::println) {
     var passed = 0; private set
     var failed = 0; private set
-    var skipped = 0; private set
 
     private class Failed(message: String) : Exception(message)
 
-    private val command = File(root, ".venv/bin/fenec-server")
-
-    fun runFile(file: File, only: String?) {
-        val spec = Json.parseToJsonElement(file.readText()).jsonObject
-        val chosen = spec["scenarios"]!!.jsonArray.map { it.jsonObject }.filter { only == null || str(it, "name").contains(only) }
-        if (chosen.isEmpty()) return
-        if (!command.canExecute()) {
-            for (s in chosen) {
-                if (requireServer) { failed++; out("FAIL ${str(s, "name")}: no fenec-server at $command") }
-                else { skipped++; out("skipped ${str(s, "name")}: no fenec-server at $command") }
-            }
+    fun run(requireServer: Boolean) {
+        val url = System.getenv("FENEC_POLICY_URL")?.takeIf { it.isNotEmpty() }?.trimEnd('/')
+        if (url == null) {
+            if (requireServer) { failed++; out("FAIL $NAME: FENEC_REQUIRE_SERVER=1 but FENEC_POLICY_URL is not set") }
+            else out("skipped $NAME: FENEC_POLICY_URL not set")
             return
         }
-        val dir = kotlin.io.path.createTempDirectory("fenec-policy-").toFile()
         try {
-            val server = Server(spec, dir)
-            try {
-                for (s in chosen) {
-                    val name = str(s, "name")
-                    try {
-                        val summary = runBlocking(Dispatchers.Default) { withTimeout(120_000) { play(server, spec, s) } }
-                        passed++
-                        out("ok $name: $summary")
-                    } catch (e: Failed) {
-                        failed++
-                        out("FAIL $name: ${e.message}")
-                    } catch (e: Exception) {
-                        failed++
-                        out("FAIL $name: no error / $e")
-                    }
-                }
-            } finally {
-                server.close()
-            }
+            val spec = Json.parseToJsonElement(File(System.getenv("FENEC_POLICY_SCENARIO")).readText()).jsonObject
+            val tokens = Json.parseToJsonElement(System.getenv("FENEC_POLICY_TOKENS")).jsonObject.mapValues { it.value.jsonPrimitive.content }
+            val summary = runBlocking(Dispatchers.Default) { play(spec, url, tokens, System.getenv("FENEC_POLICY_ROOT_TOKEN")) }
+            passed++
+            out("ok $NAME: $summary")
+        } catch (e: Failed) {
+            failed++
+            out("FAIL $NAME: ${e.message}")
         } catch (e: Exception) {
-            for (s in chosen) { failed++; out("FAIL ${str(s, "name")}: the policy server did not start: $e") }
-        } finally {
-            dir.deleteRecursively()
-        }
-        out("policy scenarios $file: $passed ok, $failed FAIL, $skipped skipped")
-    }
-
-    /** The server on the docs' policy: its URL, its server token, and a minter of tokens on its secret. */
-    private inner class Server(spec: JsonObject, dir: File) : AutoCloseable {
-        private val secret = File(dir, "jwt.secret")
-        val admin: String = token(24)
-        val url: String
-        private val process: Process
-
-        init {
-            val page = File(root, str(spec, "policy_from")).readText()
-            val block = Regex("```policy\n(.*?)```", RegexOption.DOT_MATCHES_ALL).findAll(page).single().groupValues[1]
-            val policy = File(dir, "docs.policy").apply { writeText(block) }
-            secret.writeText(token(48))
-            val pb = ProcessBuilder(command.path, "--http", "127.0.0.1:0", "--jwt-secret-file", secret.path, "--policy", policy.path)
-                .redirectOutput(ProcessBuilder.Redirect.DISCARD)
-            pb.environment()["FENEC_HTTP_TOKEN"] = admin
-            process = pb.start()
-            url = address(process) ?: throw IllegalStateException("fenec-server did not report its address")
-        }
-
-        fun mint(claims: JsonObject): String {
-            val p = ProcessBuilder(command.path, "--jwt-secret-file", secret.path, "--mint-token", claims.toString())
-                .redirectError(ProcessBuilder.Redirect.DISCARD).start()
-            val text = p.inputStream.bufferedReader().readText().trim()
-            check(p.waitFor(60, TimeUnit.SECONDS) && p.exitValue() == 0 && text.isNotEmpty()) { "--mint-token failed" }
-            return text
-        }
-
-        override fun close() {
-            process.destroy()
-            if (!process.waitFor(10, TimeUnit.SECONDS)) process.destroyForcibly()
+            failed++
+            out("FAIL $NAME: $e")
         }
     }
 
-    private suspend fun play(server: Server, spec: JsonObject, s: JsonObject): String {
-        val tokens = spec["tokens"]!!.jsonObject.mapValues { server.mint(it.value.jsonObject) }
-        val queue = str(spec, "queue")
-        val admin = Fenec.connect(server.url, server.admin)
-        admin.run("drop collection if exists $queue")
-        admin.run(str(spec, "schema"))
-        return when (str(s, "kind")) {
-            "work" -> work(server, tokens, queue, s)
-            "give_back" -> giveBack(server, tokens, queue, s)
-            "refused" -> refused(server, tokens, queue, s)
-            else -> throw Failed("kind: work, give_back or refused / ${str(s, "kind")}")
-        }
+    private suspend fun until(what: String, done: suspend () -> Boolean) {
+        withTimeoutOrNull(DEADLINE) { while (!done()) delay(50) } ?: throw Failed("not within $DEADLINE: $what")
     }
 
-    /** The jobs of [s] enqueued through the producer token: each by [Worker.enqueue], or a raw put for initial attempts. */
-    private suspend fun enqueue(db: FenecRemote, queue: String, s: JsonObject): Map<String, String> {
-        val producer = Worker(db, queue)
-        var n = 0
-        val groups = HashMap<String, String>()
-        for (g in s["jobs"]!!.jsonArray.map { it.jsonObject }) {
-            repeat(num(g, "count").toInt()) {
-                val key = "${str(g, "group")}-${n++}"
-                groups[key] = str(g, "group")
-                val payload = (Vectors().decode(g["payload"]!!) as Map<*, *>) + ("key" to key)
-                val initial = (g["initial_attempts"] as? JsonPrimitive)?.longOrNull
-                if (initial == null) producer.enqueue(payload)
-                else db.run("put $queue {payload: \$1, run_at: now(), attempts: \$2}", listOf(payload, initial))
-            }
-        }
-        return groups
-    }
+    private fun keyOf(payload: Any?): String = (payload as? Map<*, *>)?.get("key")?.toString() ?: "?"
 
-    private fun options(s: JsonObject, name: String, events: ConcurrentLinkedQueue<WorkerEvent>): WorkerOptions {
-        val w = s["worker"]?.jsonObject ?: JsonObject(emptyMap())
-        val backoff = (w["backoff_ms"] as? JsonPrimitive)?.long ?: 1000
-        val d = WorkerOptions()
-        return WorkerOptions(
-            name = name,
-            batch = (w["batch"] as? JsonPrimitive)?.long?.toInt() ?: d.batch,
-            concurrency = (w["concurrency"] as? JsonPrimitive)?.long?.toInt() ?: d.concurrency,
-            lease = (w["lease_ms"] as? JsonPrimitive)?.long?.milliseconds ?: d.lease,
-            wait = (w["wait_ms"] as? JsonPrimitive)?.long?.milliseconds ?: d.wait,
-            maxAttempts = (w["max_attempts"] as? JsonPrimitive)?.long?.toInt() ?: d.maxAttempts,
-            drainTimeout = (w["drain_ms"] as? JsonPrimitive)?.long?.milliseconds ?: d.drainTimeout,
-            backoff = { attempts -> (backoff * attempts * attempts).milliseconds },
+    private suspend fun play(spec: JsonObject, url: String, tokens: Map<String, String>, root: String): String = coroutineScope {
+        val admin = Fenec.connect(url, root)
+        val producer = Fenec.connect(url, tokens.getValue("producer"))
+        val other = Fenec.connect(url, tokens.getValue("other"))
+        try {
+            admin.run("drop collection jobs")
+        } catch (e: FenecException) {
+            if (e.code != FenecException.Code.NOT_FOUND) throw e // each SDK's runner starts from a fresh queue
+        }
+        admin.run(spec["schema"]!!.jsonPrimitive.content)
+        val w = spec["worker"]!!.jsonObject
+        fun ms(key: String) = w[key]!!.jsonPrimitive.long.milliseconds
+        val events = ConcurrentLinkedQueue<WorkerEvent>()
+        val backoff = ms("backoff_ms")
+        val worker = Worker(Fenec.connect(url, tokens.getValue("worker")), "jobs", WorkerOptions(
+            name = w["name"]!!.jsonPrimitive.content, batch = w["batch"]!!.jsonPrimitive.int,
+            concurrency = w["concurrency"]!!.jsonPrimitive.int, lease = ms("lease_ms"), wait = ms("wait_ms"),
+            maxAttempts = w["max_attempts"]!!.jsonPrimitive.int, backoff = { backoff }, drainTimeout = ms("drain_timeout_ms"),
             onEvent = { events.add(it) },
-        )
-    }
-
-    /** What a job's payload asks: sleep, then fail while attempts <= fail_times; `hold`: wait to be cancelled. */
-    private suspend fun handle(job: Job) {
-        val p = job.payload as? Map<*, *> ?: emptyMap<String, Any?>()
-        if (p["hold"] == true) awaitCancellation()
-        (p["sleep_ms"] as? Number)?.let { delay(it.toLong()) }
-        val fail = p["fail"] as? String
-        val times = (p["fail_times"] as? Number)?.toLong()
-        if (fail != null && (times == null || job.attempts <= times)) throw IllegalStateException(fail)
-    }
-
-    private fun keyOf(payload: Any?): String? = (payload as? Map<*, *>)?.get("key")?.toString()
-
-    private suspend fun work(server: Server, tokens: Map<String, String>, queue: String, s: JsonObject): String {
-        val groups = enqueue(Fenec.connect(server.url, tokens.getValue("producer")), queue, s)
-        val events = ConcurrentLinkedQueue<WorkerEvent>()
-        val otherEvents = ConcurrentLinkedQueue<WorkerEvent>()
-        val starts = java.util.concurrent.ConcurrentHashMap<String, MutableList<Long>>()
-        val workers = (1..num(s, "workers").toInt()).map { i ->
-            Worker(Fenec.connect(server.url, tokens.getValue(str(s, "token"))), queue, options(s, "w$i", events))
+        ))
+        val enqueuer = Worker(producer, "jobs") // a producer's token enqueues; it never runs
+        val jobs = spec["jobs"]!!.jsonArray.map { it.jsonObject }
+        val byKey = jobs.associateBy { it["key"]!!.jsonPrimitive.content }
+        val queueOfWorker = spec["tokens"]!!.jsonObject["worker"]!!.jsonObject["queue"]!!.jsonPrimitive.content
+        for (job in jobs) {
+            val key = job["key"]!!.jsonPrimitive.content
+            if ((job["by"] as? JsonPrimitive)?.content == "server token") {
+                admin.run("put jobs {queue: \$1, payload: \$2, run_at: now(), attempts: \$3}",
+                    listOf(queueOfWorker, mapOf("key" to key), job["attempts"]!!.jsonPrimitive.long))
+            } else if (enqueuer.enqueue(mapOf("key" to key)) != 1L) {
+                throw Failed("enqueue answers 1 / otherwise")
+            }
         }
-        val others = (1..num(s, "other_workers").toInt()).map { i ->
-            Worker(Fenec.connect(server.url, tokens.getValue(str(s, "other_token"))), queue, options(s, "other$i", otherEvents))
+        val starts = ConcurrentHashMap<String, AtomicInteger>()
+        val stopping = CompletableDeferred<Unit>()
+        val handler: suspend (Job) -> Unit = { job ->
+            val key = keyOf(job.payload)
+            starts.getOrPut(key) { AtomicInteger() }.incrementAndGet()
+            val spec1 = byKey[key]
+            when (spec1?.get("behaviour")?.jsonPrimitive?.content ?: "block") {
+                "fail-always" -> throw IllegalStateException(key)
+                "fail-once" -> if (job.attempts == 1L) throw IllegalStateException(key)
+                "slow" -> delay(spec1!!["hold_ms"]!!.jsonPrimitive.long) // past the lease: only the heartbeat keeps it
+                "block" -> withTimeoutOrNull(DEADLINE) { stopping.await() }
+            }
         }
-        return kotlinx.coroutines.coroutineScope {
-            val runs = (workers + others).map { w ->
-                async {
-                    try {
-                        w.run { job ->
-                            synchronized(starts) { starts.getOrPut(keyOf(job.payload) ?: "?") { ArrayList() }.add(job.attempts) }
-                            handle(job)
-                        }
-                        null
-                    } catch (e: FenecException) {
-                        e
-                    }
+        val running = async {
+            try {
+                worker.run(handler)
+                null
+            } catch (e: FenecException) {
+                e
+            }
+        }
+        suspend fun rows() = admin.from("jobs").rows().associateBy { keyOf(it["payload"]) }
+        until("every job settled") {
+            running.isCompleted || rows().let { now ->
+                byKey.all { (k, j) ->
+                    if (j["expect"]!!.jsonObject["fate"]!!.jsonPrimitive.content == "acked") k !in now else now[k]?.get("run_at") == null && k in now
                 }
             }
-            val admin = Fenec.connect(server.url, server.admin)
-            // settled: acked (the row gone) or dead (run_at null)
-            while (admin.from(queue).count() > admin.from(queue).where("run_at", null).count()) delay(50)
-            (workers + others).forEach { it.stop() }
-            val ended = runs.map { it.await() }
-            ended.filterNotNull().firstOrNull()?.let { throw Failed("run ends by a stop / it threw $it") }
-            val rows = admin.from(queue).rows().associateBy { keyOf(it["payload"]) }
-            for (g in s["jobs"]!!.jsonArray.map { it.jsonObject }) {
-                for ((key, group) in groups) {
-                    if (group != str(g, "group")) continue
-                    val n = starts[key]?.size ?: 0
-                    if (n != num(g, "starts").toInt()) throw Failed("$key: ${num(g, "starts").toInt()} starts / $n")
-                    val row = rows[key]
-                    when (str(g, "expect")) {
-                        "done" -> if (row != null) throw Failed("$key acked (its row gone) / $row")
-                        "dead" -> {
-                            if (row == null || row["run_at"] != null || row["owner"] != null) throw Failed("$key dead / $row")
-                            if (row.long("attempts") != num(g, "attempts").toLong()) throw Failed("$key dead at attempts ${num(g, "attempts").toLong()} / $row")
-                            if (row.string("error")?.contains(str(g, "error")) != true) throw Failed("$key error ${str(g, "error")} / $row")
-                        }
-                    }
+        }
+        if (running.isCompleted) throw Failed("run goes on / it ended: ${running.await()}")
+        val now = rows()
+        for ((key, job) in byKey) {
+            val exp = job["expect"]!!.jsonObject
+            val n = starts[key]?.get() ?: 0
+            if (n != exp["starts"]!!.jsonPrimitive.int) throw Failed("$key started ${exp["starts"]} times / $n")
+            if (exp["fate"]!!.jsonPrimitive.content == "dead") {
+                val row = now.getValue(key)
+                if (row.string("error") != exp["error"]!!.jsonPrimitive.content || row.long("attempts") != exp["attempts"]!!.jsonPrimitive.long || row["owner"] != null) {
+                    throw Failed("$key dead with ${exp["error"]} at ${exp["attempts"]}, no owner / $row")
                 }
             }
-            val lost = events.count { it.type == WorkerEvent.Type.LOST }
-            if (lost != 0) throw Failed("no lease lost (the heartbeat kept every slow job) / $lost lost")
-            val otherClaimed = otherEvents.count { it.type == WorkerEvent.Type.CLAIMED }
-            if (otherClaimed != 0) throw Failed("the other queue's worker claims nothing / $otherClaimed claims")
-            val acked = events.count { it.type == WorkerEvent.Type.DONE }
-            val failed = events.count { it.type == WorkerEvent.Type.FAILED }
-            val dead = events.count { it.type == WorkerEvent.Type.DEAD }
-            "${groups.size} jobs under the policy: $acked acked, $failed failed, $dead dead; the other queue's worker claimed none"
         }
-    }
-
-    private suspend fun giveBack(server: Server, tokens: Map<String, String>, queue: String, s: JsonObject): String {
-        val groups = enqueue(Fenec.connect(server.url, tokens.getValue("producer")), queue, s)
-        val events = ConcurrentLinkedQueue<WorkerEvent>()
-        val worker = Worker(Fenec.connect(server.url, tokens.getValue(str(s, "token"))), queue, options(s, "w1", events))
-        return kotlinx.coroutines.coroutineScope {
-            val run = async { try { worker.run(::handle); null } catch (e: FenecException) { e } }
-            while (events.none { it.type == WorkerEvent.Type.START }) delay(20)
-            worker.stop()
-            run.await()?.let { throw Failed("run ends by the stop / it threw $it") }
-            val released = events.count { it.type == WorkerEvent.Type.RELEASED }
-            val want = num(s["expect"]!!.jsonObject, "released").toInt()
-            if (released != want) throw Failed("$want released / $released (${events.map { it.type }})")
-            val rows = Fenec.connect(server.url, server.admin).from(queue).where(com.fenecdb.Cond.raw("run_at <= now()")).where("owner", null).rows()
-            val attempts = s["jobs"]!!.jsonArray.single().jsonObject["attempts"]!!.jsonPrimitive.long
-            if (rows.size != groups.size || rows.any { it.long("attempts") != attempts }) {
-                throw Failed("${groups.size} jobs ready, unowned, at attempts $attempts / $rows")
+        // the other queue's token: a ready mail job is not there for it
+        if (enqueuer.enqueue(mapOf("key" to "left")) != 1L) throw Failed("enqueue answers 1 / otherwise")
+        val left = rows()["left"]
+        // the claim a Worker sends (JobQueue's, the same statement), with the other queue's token: it takes nothing
+        val taken = com.fenecdb.JobQueue(other, "jobs").claim("w-8:1", batch = 10, lease = 30.seconds)
+        if (taken.isNotEmpty()) throw Failed("the other queue's worker claims nothing / it claimed $taken")
+        if (left != null) {
+            for (statement in listOf("set jobs {run_at: now() + 60000} where id = \$1 and owner = \$2 require 1",
+                "del jobs where id = \$1 and owner = \$2 require 1")) {
+                val code = try {
+                    other.run(statement, listOf(left["id"], left.string("owner") ?: "w-7:1"))
+                    null
+                } catch (e: FenecException) {
+                    e.code
+                }
+                if (code != FenecException.Code.UNMET) throw Failed("412 for the other queue's `$statement` / $code")
             }
-            "$released given back, ready at attempts $attempts"
         }
-    }
-
-    private suspend fun refused(server: Server, tokens: Map<String, String>, queue: String, s: JsonObject): String {
-        val expect = s["expect"]!!.jsonObject
-        val otherProducer = Fenec.connect(server.url, tokens.getValue(str(s, "other_producer")))
-        val put = statusOf { otherProducer.run("put $queue {queue: \$1, payload: \$2, run_at: now(), attempts: 0}", listOf("mail", mapOf("key" to "x"))) }
-        if (put != num(expect, "put_status").toInt()) throw Failed("the other queue's put answered ${num(expect, "put_status").toInt()} / $put")
-        // a job of this queue, held by this queue's worker: the other queue's worker acks it by its id and owner
-        Worker(Fenec.connect(server.url, tokens.getValue("producer")), queue).enqueue(mapOf("key" to "held"))
-        val events = ConcurrentLinkedQueue<WorkerEvent>()
-        val worker = Worker(Fenec.connect(server.url, tokens.getValue(str(s, "token"))), queue,
-            WorkerOptions(name = "w1", wait = 1000.milliseconds, drainTimeout = 200.milliseconds, onEvent = { events.add(it) }))
-        return kotlinx.coroutines.coroutineScope {
-            val run = async { worker.run { awaitCancellation() } }
-            while (events.none { it.type == WorkerEvent.Type.START }) delay(20)
-            val held = events.first { it.type == WorkerEvent.Type.START }
-            val other = Fenec.connect(server.url, tokens.getValue(str(s, "other_token")))
-            val ack = statusOf { other.run("del $queue where id = \$1 and owner = \$2 require 1", listOf(held.id, held.owner)) }
-            worker.stop()
-            run.await()
-            if (ack != num(expect, "ack_status").toInt()) throw Failed("the other queue's ack answered ${num(expect, "ack_status").toInt()} / $ack")
-            "the other queue's put $put, its ack of a held job $ack"
+        until("the left job acked") { "left" !in rows() }
+        // the stop: two block jobs run, the third is given back; one put, so that one claim takes them all
+        val n = spec["stop"]!!.jsonObject["jobs"]!!.jsonPrimitive.int
+        producer.run("put jobs \$1", listOf((0 until n).map { mapOf("payload" to mapOf("key" to "block-$it"), "run_at" to 0, "attempts" to 0) }))
+        until("two block jobs running") { starts.filterKeys { it.startsWith("block") }.values.sumOf { it.get() } == 2 }
+        worker.stop()
+        stopping.complete(Unit)
+        withTimeout(DEADLINE) { running.await() }?.let { throw Failed("run ends by the stop / it threw $it") }
+        val back = rows().filterKeys { it.startsWith("block") }.values
+        val exp = spec["stop"]!!.jsonObject["expect"]!!.jsonObject
+        val givenBack = exp["given_back"]!!.jsonPrimitive.int
+        val attempts = exp["given_back_row"]!!.jsonObject["attempts"]!!.jsonPrimitive.long
+        if (back.size != givenBack || back.any { it["owner"] != null || it.long("attempts") != attempts || it["run_at"] == null }) {
+            throw Failed("$givenBack block job given back, owner null, attempts $attempts, run_at set / $back")
         }
-    }
-
-    private suspend fun statusOf(call: suspend () -> Unit): Int = try {
-        call()
-        200
-    } catch (e: FenecException) {
-        e.status
+        val types = events.groupingBy { it.type.label }.eachCount()
+        if (types["released"] != givenBack || (types["lost"] ?: 0) != 0 || types["stopped"] != 1) {
+            throw Failed("$givenBack released, no lost, one stopped / $types")
+        }
+        val contract = Json.parseToJsonElement(File(File(System.getenv("FENEC_POLICY_SCENARIO")).parentFile, "worker-contract.json").readText())
+        val known = contract.jsonObject["events"]!!.jsonObject["type_names"]!!.jsonObject["kotlin"]!!.jsonObject.keys
+        if (!known.containsAll(types.keys)) throw Failed("events of the contract's types / ${types.keys}")
+        "${byKey.size} jobs settled under the docs' policy (${types["done"]} acked, ${types["failed"]} failed, ${types["dead"]} dead); " +
+            "the other queue's token claimed nothing and its extend and ack were 412; the stop gave $givenBack back"
     }
 
     private companion object {
-        val random = SecureRandom()
-        fun token(bytes: Int): String = Base64.getEncoder().encodeToString(ByteArray(bytes).also { random.nextBytes(it) })
-        fun str(o: JsonObject, key: String): String = (o[key] as JsonPrimitive).content
-        fun num(o: JsonObject, key: String): Double = (o[key] as JsonPrimitive).content.toDouble()
-
-        fun address(process: Process): String? {
-            val lines = process.errorStream.bufferedReader()
-            var url: String? = null
-            while (url == null) {
-                val line = lines.readLine() ?: break
-                url = Regex("listening on: (http://\\S+)").find(line)?.groupValues?.get(1)
-            }
-            Thread { try { lines.forEachLine { } } catch (e: Exception) { } }.apply { isDaemon = true }.start()
-            return url
-        }
+        const val NAME = "worker under the docs' policy"
+        val DEADLINE = 60.seconds
     }
 }
