@@ -109,7 +109,8 @@ class Policy(private val out: (String) -> Unit = ::println) {
             val key = keyOf(job.payload)
             starts.getOrPut(key) { AtomicInteger() }.incrementAndGet()
             val spec1 = byKey[key]
-            when (spec1?.get("behaviour")?.jsonPrimitive?.content ?: "block") {
+            // the `left` job (step 5) is acked at once; `block-<n>` (step 6) waits for the stop
+            when (spec1?.get("behaviour")?.jsonPrimitive?.content ?: if (key.startsWith("block")) "block" else "ok") {
                 "fail-always" -> throw IllegalStateException(key)
                 "fail-once" -> if (job.attempts == 1L) throw IllegalStateException(key)
                 "slow" -> delay(spec1!!["hold_ms"]!!.jsonPrimitive.long) // past the lease: only the heartbeat keeps it
