@@ -24,8 +24,8 @@ import kotlin.time.Duration.Companion.seconds
  *   bury     set q {owner: $1, error: $2, run_at: $3} where id = $4 and owner = $5 require 1
  *                                                      (claimed past its attempts: dead-lettered, never run)
  *   keep     set q {owner: $1, run_at: $2, done_at: now()} where id = $3 and owner = $4 require 1   (ack, kept done)
- *   release  set q {owner: $1, run_at: now(), attempts: attempts - 1} where id = $2 and owner = $3
- *              (given back at a stop, never started: the claim's attempt is undone; a started job keeps it)
+ *   release  set q {owner: $1, run_at: now(), attempts: coalesce(attempts, 0) + $2} where id = $3 and owner = $4
+ *              (given back at a stop, $2 = -1: the claim's attempt is undone, as the docs' policy requires)
  *
  * A job whose `run_at` is null is dead (failed [deadAfter] times), or kept done when it has a `done_at`. Ack, extend and fail name the owner the claim
  * wrote, so a worker whose lease lapsed and whose job went to another finds out: they answer false (a 412), never
@@ -121,11 +121,8 @@ class JobQueue(val db: FenecRemote, val name: String) {
     internal fun keepDoneStatement(id: Any, owner: String): Statement =
         mine(base, id, owner).toUpdate(linkedMapOf("owner" to null, "run_at" to null, "done_at" to Computed.expr("now()")), require = 1)
 
-    internal fun releaseStatement(id: Any, owner: String, started: Boolean): Statement {
-        val patch = linkedMapOf<String, Any?>("owner" to null, "run_at" to Computed.expr("now()"))
-        if (!started) patch["attempts"] = Computed.expr("attempts - 1")
-        return mine(base, id, owner).toUpdate(patch)
-    }
+    internal fun releaseStatement(id: Any, owner: String): Statement =
+        mine(base, id, owner).toUpdate(linkedMapOf("owner" to null, "run_at" to Computed.expr("now()"), "attempts" to Computed.inc(-1)))
 
     private suspend fun held(write: suspend () -> Long): Boolean = try {
         write() == 1L

@@ -103,16 +103,18 @@ class LiveTest {
         val seen = ConcurrentHashMap<Long, AtomicInteger>()
         val failures = ConcurrentHashMap<Long, AtomicInteger>()
         val workers = (1..4).map { w ->
-            Worker(queue, "w$w", batch = 3, lease = 5.seconds, wait = 1.seconds, deadAfter = 2, backoff = 10.milliseconds) { job ->
-                val n = (job.payload as Map<*, *>)["n"] as Long
-                if (n % 10 == 0L) { // every tenth job always fails: after two attempts it is dead
-                    failures.getOrPut(n) { AtomicInteger() }.incrementAndGet()
-                    throw IllegalStateException("job $n refuses")
-                }
-                seen.getOrPut(n) { AtomicInteger() }.incrementAndGet()
-            }
+            Worker(db, queue.name, WorkerOptions(name = "w$w", batch = 3, lease = 5.seconds, wait = 1.seconds, maxAttempts = 2,
+                backoff = { attempts -> 10.milliseconds * (attempts * attempts).toDouble() }))
         }
-        val running = workers.map { w -> launch { w.run() } }
+        val handler: suspend (Job) -> Unit = { job ->
+            val n = (job.payload as Map<*, *>)["n"] as Long
+            if (n % 10 == 0L) { // every tenth job always fails: after two attempts it is dead
+                failures.getOrPut(n) { AtomicInteger() }.incrementAndGet()
+                throw IllegalStateException("job $n refuses")
+            }
+            seen.getOrPut(n) { AtomicInteger() }.incrementAndGet()
+        }
+        val running = workers.map { w -> launch { w.run(handler) } }
         (1..jobs).map { n -> async { queue.enqueue(mapOf("n" to n)) } }.forEach { it.await() }
         withTimeout(30_000) {
             while (true) {

@@ -93,24 +93,22 @@ class ReadmeTest {
             // readme:begin
             val db = Fenec.connect(System.getProperty("fenecdb.url", "http://127.0.0.1:8080"))
             db.run("create collection if not exists jobs (payload json, run_at timestamp @sorted, owner text, attempts int, error text)")
-            val queue = JobQueue(db, "jobs")
-            queue.enqueue(mapOf("to" to "ada@example.com"))
-
-            val worker = Worker(queue, WorkerOptions(batch = 10, concurrency = 4, lease = 30.seconds, wait = 30.seconds))
+            val worker = Worker(db, "jobs", WorkerOptions(batch = 10, concurrency = 4, lease = 30.seconds, wait = 30.seconds))
+            worker.enqueue(mapOf("to" to "ada@example.com"))
             val running = launch { worker.run { job -> send((job.payload as Map<*, *>)["to"] as String) } }
             // readme:end
             withTimeout(60_000) { while (sent.isEmpty()) delay(20) }
             server.stop() // a restart while the claim after ada's is held at the server
             server.start()
-            queue.enqueue(mapOf("to" to "bo@example.com"))
+            worker.enqueue(mapOf("to" to "bo@example.com"))
             withTimeout(120_000) { while (sent.size < 2) delay(20) }
             assertTrue(running.isActive)
             // readme:begin
             worker.stop()   // no more claims; the jobs not started go back now; running ones finish within drainTimeout
-            running.join()  // run() has returned
+            running.join()  // run() has returned, within drainTimeout + 1 s; worker.stop(hard = true) cancels them now
             // readme:end
             assertEquals(listOf("ada@example.com", "bo@example.com"), sent.toList())
-            assertEquals(0L, queue.counts().total)
+            assertEquals(0L, JobQueue(db, "jobs").counts().total)
         }
     }
 

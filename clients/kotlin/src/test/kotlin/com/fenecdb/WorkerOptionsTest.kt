@@ -27,7 +27,7 @@ class WorkerOptionsTest {
         assertEquals(5, o.maxAttempts)
         assertEquals(listOf(1.seconds, 4.seconds, 9.seconds), (1L..3L).map { o.backoff(it) })
         assertEquals(30.seconds, o.drainTimeout)
-        assertEquals(100.milliseconds, o.retry)
+        assertEquals(100.milliseconds, o.retryMin)
         assertEquals(5.seconds, o.retryMax)
         assertEquals(10.seconds, o.timeout)
         assertFalse(o.keepDone)
@@ -38,6 +38,7 @@ class WorkerOptionsTest {
     fun `the heartbeat follows the lease unless it is given`() {
         assertEquals(1.seconds, WorkerOptions().copy(lease = 3.seconds).beat)
         assertEquals(200.milliseconds, WorkerOptions(lease = 3.seconds, heartbeat = 200.milliseconds).beat)
+        assertEquals(Duration.ZERO, WorkerOptions(heartbeat = Duration.ZERO).beat) // off
     }
 
     @Test
@@ -45,7 +46,8 @@ class WorkerOptionsTest {
         fun refused(make: () -> WorkerOptions): String = assertThrows<IllegalArgumentException> { make() }.message!!
         assertEquals("batch is a count of jobs from 1 (got 0)", refused { WorkerOptions(batch = 0) })
         assertEquals("concurrency is a count of jobs from 1 (got 0)", refused { WorkerOptions(concurrency = 0) })
-        assertEquals("heartbeat is a duration above 0 and below the lease (got 30s)", refused { WorkerOptions(heartbeat = 30.seconds) })
+        assertEquals("heartbeat is a duration above 0 and below the lease, or Duration.ZERO for none (got 30s)", refused { WorkerOptions(heartbeat = 30.seconds) })
+        assertEquals("retryMin is a pause above 0, and retryMax at least as long (got 1s, 500ms)", refused { WorkerOptions(retryMin = 1.seconds, retryMax = 500.milliseconds) })
         assertEquals("lease is a duration of at least 1 ms (got 0s)", refused { WorkerOptions(lease = Duration.ZERO) })
         assertEquals("maxAttempts is a count from 1 (got 0)", refused { WorkerOptions(maxAttempts = 0) })
         assertEquals("a worker's name is a text, not empty", refused { WorkerOptions(name = "") })

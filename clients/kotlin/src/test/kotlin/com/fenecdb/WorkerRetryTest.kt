@@ -55,7 +55,7 @@ class WorkerRetryTest {
     fun `a claim that met a 503 and an ack whose answer was cut are sent again under their own keys`() = runBlocking(Dispatchers.Default) {
         val events = ConcurrentLinkedQueue<WorkerEvent>()
         val db = Fenec.connect("http://127.0.0.1:${server.address.port}")
-        val worker = Worker(JobQueue(db, "jobs"), WorkerOptions(name = "w1", wait = Duration.ZERO, retry = 10.milliseconds,
+        val worker = Worker(db, "jobs", WorkerOptions(name = "w1", wait = Duration.ZERO, retryMin = 10.milliseconds,
             retryMax = 20.milliseconds, onEvent = { events.add(it) }))
         val ran = ConcurrentLinkedQueue<Any>()
         val running = launch { worker.run { job -> ran.add(job.id) } }
@@ -73,6 +73,6 @@ class WorkerRetryTest {
         assertEquals(2, events.count { it.type == WorkerEvent.Type.RETRY })
         assertEquals(listOf(WorkerEvent.Type.CLAIMED, WorkerEvent.Type.START, WorkerEvent.Type.DONE),
             events.filter { it.type != WorkerEvent.Type.RETRY && it.type != WorkerEvent.Type.STOPPED }.map { it.type })
-        assertEquals(0L, worker.stale.get())
+        assertEquals(0L, worker.lost.get())
     }
 }

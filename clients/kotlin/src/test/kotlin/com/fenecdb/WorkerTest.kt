@@ -58,18 +58,21 @@ class WorkerTest {
         repeat(3) { n -> queue.enqueue(mapOf("n" to n)) }
         val starts = ConcurrentHashMap<Any, AtomicInteger>()
         val workers = (1..3).map { w ->
-            // the shape of earlier releases: batch 10, one job at a time
-            Worker(queue, "w$w", lease = 2.seconds, wait = 1.seconds) { job ->
-                starts.getOrPut(job.id) { AtomicInteger() }.incrementAndGet()
-                delay(5_000)
+            Worker(db, queue.name, WorkerOptions(name = "w$w", lease = 2.seconds, wait = 1.seconds))
+        }
+        val running = workers.map { w ->
+            launch {
+                w.run { job ->
+                    starts.getOrPut(job.id) { AtomicInteger() }.incrementAndGet()
+                    delay(5_000)
+                }
             }
         }
-        val running = workers.map { w -> launch { w.run() } }
         until("every job acked", 120) { workers.sumOf { it.acked.get() } == 3L }
         running.forEach { it.cancelAndJoin() }
         assertEquals(3, starts.size)
         assertTrue(starts.values.all { it.get() == 1 }, "a job started more than once: $starts")
-        assertEquals(0L, workers.sumOf { it.stale.get() })
+        assertEquals(0L, workers.sumOf { it.lost.get() })
         assertEquals(0L, queue.counts().total)
     }
 
@@ -82,9 +85,9 @@ class WorkerTest {
         val count = { job: Job -> starts.getOrPut(job.id) { AtomicInteger() }.incrementAndGet(); Unit }
         val events = Events()
         // runBlocking's one thread, blocked by each handler for 2.5 leases: the heartbeat runs elsewhere
-        val blocked = Worker(queue, WorkerOptions(name = "blocked", batch = 2, lease = 1.seconds, wait = 1.seconds, onEvent = events))
+        val blocked = Worker(db, queue.name, WorkerOptions(name = "blocked", batch = 2, lease = 1.seconds, wait = 1.seconds, onEvent = events))
         // another worker, on other threads, takes any job whose lease lapses
-        val other = Worker(queue, WorkerOptions(name = "other", batch = 1, lease = 30.seconds, wait = 1.seconds))
+        val other = Worker(db, queue.name, WorkerOptions(name = "other", batch = 1, lease = 30.seconds, wait = 1.seconds))
         var otherRun: kotlinx.coroutines.Job? = null
         try {
             runBlocking {
@@ -92,10 +95,10 @@ class WorkerTest {
                 until("the blocked worker claimed both jobs") { events.of(WorkerEvent.Type.CLAIMED).isNotEmpty() }
                 assertEquals(2, events.of(WorkerEvent.Type.CLAIMED).single().count)
                 otherRun = kotlinx.coroutines.CoroutineScope(Dispatchers.Default).launch { other.run(count) }
-                until("both jobs settled by the blocked worker", 120) { blocked.acked.get() + blocked.stale.get() == 2L }
+                until("both jobs settled by the blocked worker", 120) { blocked.acked.get() + blocked.lost.get() == 2L }
                 running.cancelAndJoin()
             }
-            assertEquals(0L, blocked.stale.get(), "the blocked worker lost a lease")
+            assertEquals(0L, blocked.lost.get(), "the blocked worker lost a lease")
             assertEquals(2L, blocked.acked.get())
             assertTrue(starts.values.all { it.get() == 1 }, "a job started more than once: $starts")
         } finally {
@@ -110,7 +113,7 @@ class WorkerTest {
         val events = Events()
         val cancelled = CompletableDeferred<Boolean>()
         val done = ConcurrentLinkedQueue<Long>()
-        val worker = Worker(queue, WorkerOptions(name = "w1", batch = 1, lease = 1.seconds, wait = 1.seconds, onEvent = events))
+        val worker = Worker(db, queue.name, WorkerOptions(name = "w1", batch = 1, lease = 1.seconds, wait = 1.seconds, onEvent = events))
         val running = launch {
             worker.run { job ->
                 if (job.row.n() == 1L) {
@@ -150,7 +153,7 @@ class WorkerTest {
             val events = Events()
             val gate = CompletableDeferred<Unit>()
             val worked = ConcurrentHashMap<Long, AtomicInteger>()
-            val worker = Worker(queue, WorkerOptions(name = "w1", batch = 1, lease = 30.seconds, wait = 1.seconds,
+            val worker = Worker(db, queue.name, WorkerOptions(name = "w1", batch = 1, lease = 30.seconds, wait = 1.seconds,
                 timeout = 2.seconds, onEvent = events))
             val running = launch {
                 worker.run { job ->
@@ -171,7 +174,7 @@ class WorkerTest {
             running.cancelAndJoin()
             assertEquals((0L..5L).toSet(), worked.keys)
             assertTrue(worked.values.all { it.get() == 1 }, "a job ran twice: $worked")
-            assertEquals(0L, worker.stale.get())
+            assertEquals(0L, worker.lost.get())
             assertEquals(0L, queue.counts().total)
         }
     }
@@ -183,7 +186,7 @@ class WorkerTest {
         for (n in 1..6) queue.enqueue(mapOf("n" to n))
         val events = Events()
         val gate = CompletableDeferred<Unit>()
-        val worker = Worker(queue, WorkerOptions(name = "w1", batch = 6, concurrency = 1, lease = 30.seconds, wait = 30.seconds,
+        val worker = Worker(db, queue.name, WorkerOptions(name = "w1", batch = 6, concurrency = 1, lease = 30.seconds, wait = 30.seconds,
             drainTimeout = 1.hours, onEvent = events))
         val running = launch { worker.run { gate.await() } }
         until("the first job started") { events.of(WorkerEvent.Type.START).size == 1 }
@@ -201,7 +204,7 @@ class WorkerTest {
         assertEquals(WorkerEvent.Type.STOPPED, events.all.last().type)
 
         // an idle worker's held claim (30 s) is given up by stop(): run returns long before the wait would end
-        val idle = Worker(fresh(db, "idle"), WorkerOptions(name = "w2", wait = 30.seconds))
+        val idle = Worker(db, fresh(db, "idle").name, WorkerOptions(name = "w2", wait = 30.seconds))
         val idling = launch { idle.run { } }
         delay(300)
         val asked = System.nanoTime()
@@ -216,7 +219,7 @@ class WorkerTest {
         val queue = fresh(db, "drain")
         for (n in 1..3) queue.enqueue(mapOf("n" to n))
         val events = Events()
-        val drained = Worker(queue, WorkerOptions(name = "w1", batch = 1, lease = 30.seconds, wait = 1.seconds,
+        val drained = Worker(db, queue.name, WorkerOptions(name = "w1", batch = 1, lease = 30.seconds, wait = 1.seconds,
             drainTimeout = 200.milliseconds, onEvent = events))
         val running = launch { drained.run { awaitCancellation() } }
         until("a job started") { events.of(WorkerEvent.Type.START).isNotEmpty() }
@@ -225,23 +228,25 @@ class WorkerTest {
         assertEquals(1L, drained.released.get())
         val back = db.from(queue.name).where("id", events.of(WorkerEvent.Type.START).single().id).first()!!
         assertNull(back["owner"])
-        assertEquals(1L, back.long("attempts"), "a job that ran keeps its attempt")
+        assertEquals(0L, back.long("attempts"), "a job given back has its claim's attempt taken off")
         assertNull(back["error"])
 
         // hard: cancel the coroutine that runs the worker, with a batch of 3 in hand and 2 running
         val hardEvents = Events()
-        val hard = Worker(queue, WorkerOptions(name = "w2", batch = 3, concurrency = 2, lease = 30.seconds, wait = 1.seconds,
+        val hard = Worker(db, queue.name, WorkerOptions(name = "w2", batch = 3, concurrency = 2, lease = 30.seconds, wait = 1.seconds,
             drainTimeout = 1.hours, onEvent = hardEvents))
         val cancelledHandlers = AtomicInteger()
+        val runningHandlers = AtomicInteger()
         val hardRun = launch {
             hard.run {
+                runningHandlers.incrementAndGet()
                 try { awaitCancellation() } catch (e: CancellationException) { cancelledHandlers.incrementAndGet(); throw e }
             }
         }
-        until("two jobs running") { hardEvents.of(WorkerEvent.Type.START).size == 2 }
+        until("two handlers running") { runningHandlers.get() == 2 }
         withTimeout(60_000) { hardRun.cancelAndJoin() }
-        assertEquals(2, cancelledHandlers.get())
-        assertEquals(3L, hard.released.get())
+        until("both handlers cancelled") { cancelledHandlers.get() == 2 } // they run in the worker's scope, not run's
+        assertEquals(3L, hard.released.get(), hardEvents.all.joinToString("\n"))
         assertEquals(3L, db.from(queue.name).where("owner", null).count())
         assertEquals(WorkerEvent.Type.STOPPED, hardEvents.all.last().type)
     }
@@ -251,7 +256,7 @@ class WorkerTest {
         val db = Fenec.connect(LiveServer.url())
         val queue = fresh(db, "throw")
         val events = Events()
-        val worker = Worker(queue, WorkerOptions(name = "w1", batch = 1, wait = 1.seconds, backoff = { 1.hours }, onEvent = events))
+        val worker = Worker(db, queue.name, WorkerOptions(name = "w1", batch = 1, wait = 1.seconds, backoff = { 1.hours }, onEvent = events))
         val running = launch {
             worker.run { job ->
                 when (job.row.n()) {
@@ -287,7 +292,7 @@ class WorkerTest {
         db.from(queue.name).insert(mapOf("payload" to mapOf("n" to 1), "run_at" to Computed.expr("now()"), "attempts" to 3))
         queue.enqueue(mapOf("n" to 2))
         val ran = ConcurrentLinkedQueue<Long>()
-        val worker = Worker(queue, WorkerOptions(name = "w1", batch = 10, maxAttempts = 3, wait = 1.seconds))
+        val worker = Worker(db, queue.name, WorkerOptions(name = "w1", batch = 10, maxAttempts = 3, wait = 1.seconds))
         val running = launch { worker.run { job -> ran.add(job.row.n()) } }
         until("both settled") { worker.dead.get() == 1L && worker.acked.get() == 1L }
         running.cancelAndJoin()
@@ -309,7 +314,7 @@ class WorkerTest {
         val most = AtomicInteger()
         val started = AtomicInteger()
         val firstThree = CompletableDeferred<Unit>()
-        val worker = Worker(queue, WorkerOptions(name = "w1", batch = 9, concurrency = 3, wait = 1.seconds))
+        val worker = Worker(db, queue.name, WorkerOptions(name = "w1", batch = 9, concurrency = 3, wait = 1.seconds))
         val running = launch {
             worker.run {
                 val now = inFlight.incrementAndGet()

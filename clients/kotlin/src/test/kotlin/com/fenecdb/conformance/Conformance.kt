@@ -4,8 +4,9 @@ import java.io.File
 import kotlin.system.exitProcess
 
 /**
- * The SDK's conformance run (conformance.md Part C): the vectors runner, then the scenario runner, then exactly one
- * line `kotlin: N passed, M failed` on standard output. Exits 0 exactly when M is 0.
+ * The SDK's conformance run (conformance.md Part C): the vectors runner, the scenario runner, then the worker under
+ * the docs' policy ([Policy], on the second server run.py starts), then exactly one line `kotlin: N passed, M failed` on standard output.
+ * Exits 0 exactly when M is 0.
  */
 object Conformance {
     /** The repository root, found from where this code was loaded (never from the working directory). */
@@ -39,8 +40,11 @@ object Conformance {
         )
         scenarios.runFile(fileFrom("FENEC_SCENARIOS", "conformance/worker-scenarios.json"), only)
 
-        val passed = vectors.passed + scenarios.passed
-        val failed = vectors.failed + scenarios.failed
+        val policy = Policy()
+        policy.run(requireServer = System.getenv("FENEC_REQUIRE_SERVER") == "1")
+
+        val passed = vectors.passed + scenarios.passed + policy.passed
+        val failed = vectors.failed + scenarios.failed + policy.failed
         System.out.flush()
         println("kotlin: $passed passed, $failed failed")
         System.out.flush()

@@ -2,7 +2,6 @@ package com.fenecdb.faults
 
 import com.fenecdb.Fenec
 import com.fenecdb.Job
-import com.fenecdb.JobQueue
 import com.fenecdb.Worker
 import com.fenecdb.WorkerEvent
 import com.fenecdb.WorkerOptions
@@ -91,10 +90,11 @@ fun main() {
         keepDone = env("FENEC_KEEP_DONE").let { it != null && it != "0" },
         onEvent = { e: WorkerEvent ->
             line(mapOf("event" to e.type.label, "worker" to e.worker, "id" to e.id, "owner" to e.owner, "attempts" to e.attempts,
-                "error" to e.error, "delay_ms" to e.delay?.inWholeMilliseconds, "count" to e.count, "t" to System.currentTimeMillis()))
+                "error" to e.error, "delay_ms" to e.delay?.inWholeMilliseconds, "count" to e.count, "call" to e.call,
+                "t" to System.currentTimeMillis()))
         },
     )
-    val worker = Worker(JobQueue(Fenec.connect(url, timeout = timeout), queueName), options)
+    val worker = Worker(Fenec.connect(url, timeout = timeout), queueName, options)
 
     // `ready` comes first: the worker's own events follow it
     line(mapOf("event" to "ready", "worker" to name, "t" to System.currentTimeMillis()))
@@ -106,9 +106,9 @@ fun main() {
             failure = e
         }
     }
-    // SIGTERM: the graceful stop; SIGINT: the hard one (the run's coroutine cancelled). Either ends `running`.
+    // SIGTERM: the graceful stop; SIGINT: the hard one. Either ends `running`.
     Signal.handle(Signal("TERM")) { worker.stop() }
-    Signal.handle(Signal("INT")) { running.cancel() }
+    Signal.handle(Signal("INT")) { worker.stop(hard = true) }
     runBlocking { running.join() }
     val failed = failure
     if (failed != null && failed !is kotlinx.coroutines.CancellationException) {
