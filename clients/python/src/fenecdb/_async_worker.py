@@ -8,7 +8,10 @@ the batch's order. The heartbeat is a task too. A lost lease cancels that job's 
 `job.lost` is true, and the worker settles it no more). `stop()` may be called from any thread:
 it cancels a held claim at once (cancelling a request closes its connection, and the
 server gives the claim up), gives the unstarted jobs back at once, waits for the running ones
-up to `drain_timeout`, then cancels them and gives them back. `stop(hard=True)` cancels at once.
+up to `drain_timeout`, then cancels them and gives them back; no call is retried past that
+deadline, so `run` returns within `drain_timeout` + 1 s even while the server is down.
+`stop(hard=True)` cancels at once. A refusal no retry mends (404, 403, 401) stops the worker and
+`run` raises it.
 
 Statements, retries and events are `_worker_core`'s, as for the blocking worker.
 """
@@ -35,6 +38,7 @@ from ._worker_core import (
     ms,
     options,
     retryable,
+    squared,
 )
 
 if TYPE_CHECKING:
@@ -79,14 +83,14 @@ class AsyncWorker(WorkerCore):
 
     def __init__(self, db: AsyncClient, queue: str, *, name: str | None = None, batch: int = 10,
                  concurrency: int = 1, lease: float = 30.0, wait: float = 30.0,
-                 heartbeat: float | bool | None = None, max_attempts: int = 5, dead_after: int | None = None,
-                 backoff: Backoff = 1.0, drain_timeout: float = 30.0, timeout: float | None = None,
-                 keep_done: bool = False, retry: tuple[float, float] = (0.1, 5.0),
+                 heartbeat: float | None = None, max_attempts: int = 5, dead_after: int | None = None,
+                 backoff: Backoff = squared, drain_timeout: float = 30.0, timeout: float = 10.0,
+                 retry_min: float = 0.1, retry_max: float = 5.0, keep_done: bool = False,
                  on_event: OnEvent | None = None) -> None:
         super().__init__(db.collection(queue), options(
-            queue, name, heartbeat, dead_after, max_attempts, retry, batch=batch, concurrency=concurrency,
-            lease=lease, wait=wait, backoff=backoff, drain_timeout=drain_timeout, timeout=timeout,
-            keep_done=keep_done), heartbeat, on_event)
+            queue, name, dead_after, max_attempts, batch=batch, concurrency=concurrency, lease=lease, wait=wait,
+            heartbeat=heartbeat, backoff=backoff, drain_timeout=drain_timeout, timeout=timeout,
+            retry_min=retry_min, retry_max=retry_max, keep_done=keep_done), on_event)
         self.db = db
         self._stopping = asyncio.Event()
         self._hard = asyncio.Event()
@@ -118,6 +122,7 @@ class AsyncWorker(WorkerCore):
             loop.call_soon_threadsafe(self._stop_now, hard)
 
     def _stop_now(self, hard: bool) -> None:
+        self.clock.start(hard)
         self._stopping.set()
         if hard:
             self._hard.set()
@@ -144,13 +149,25 @@ class AsyncWorker(WorkerCore):
     # -- sending ----------------------------------------------------------------------------------
 
     async def _send(self, call: Call, until: asyncio.Event) -> Any:
-        pause = Pause(self.options.retry_base, self.options.retry_cap)
+        pause = Pause(self.options.retry_min, self.options.retry_max)
         while True:
             try:
-                return await self.db._send(call.request(self.db._wire, self.options))
+                return await self.db._send(call.request(self.db._wire, self.options, self.clock.cap()))
             except Exception as exc:
-                if await _wait(until, self._retry_pause(pause, call, exc, until.is_set())):
+                if await self._pause(self._retry_pause(pause, call, exc, until.is_set()), until):
                     raise Stopped(call.kind) from exc
+
+    async def _pause(self, delay: float, until: asyncio.Event) -> bool:
+        """Wait out a retry pause: True when `until` was set or a stop's deadline came first."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + delay
+        while True:
+            limit = self._pause_limit(end - loop.time())
+            if until.is_set() or limit is None:
+                return True
+            if limit <= 0:
+                return False
+            await _wait(until if self._stopping.is_set() else self._stopping, limit)
 
     async def _claim(self) -> list[AsyncJob] | None:
         if self._stopping.is_set():
@@ -194,7 +211,7 @@ class AsyncWorker(WorkerCore):
             if retry:
                 await self._send(call, self._hard)
             else:
-                await self.db._send(call.request(self.db._wire, self.options))
+                await self.db._send(call.request(self.db._wire, self.options, self.clock.cap()))
         except Exception as exc:
             return self._extend_failed(job, exc)
         return True
@@ -202,7 +219,7 @@ class AsyncWorker(WorkerCore):
     # -- the heartbeat ----------------------------------------------------------------------------
 
     async def _beat(self) -> None:
-        pause = Pause(self.options.retry_base, self.options.retry_cap)
+        pause = Pause(self.options.retry_min, self.options.retry_max)
         period = self.options.beat
         while True:
             await asyncio.sleep(period)
@@ -220,7 +237,7 @@ class AsyncWorker(WorkerCore):
                     self.events.emit("retry", job, call="extend", error=error_text(answer), delay_ms=ms(delay))
                     period = min(period, delay)
                 else:
-                    self.events.emit("error", job, call="extend", error=error_text(answer))
+                    self._end_with(answer)
             if all(not isinstance(a, BaseException) for a in answers):
                 pause.tries = 0
 
@@ -250,6 +267,8 @@ class AsyncWorker(WorkerCore):
         async with self._running_loop():
             while (jobs := await self._claim()) is not None:
                 await self._work(jobs, handler)
+        if self.fatal is not None:
+            raise self.fatal
 
     async def _work(self, jobs: list[AsyncJob], handler: Callable[[AsyncJob], Awaitable[object]]) -> None:
         gate = asyncio.Semaphore(self.options.runners)
@@ -265,10 +284,8 @@ class AsyncWorker(WorkerCore):
                 await asyncio.gather(*(self._settle(job, "release", self.plan.to_release(job))
                                        for job in jobs if job.state is State.PENDING), return_exceptions=True)
                 hard = asyncio.ensure_future(self._hard.wait())
-                loop = asyncio.get_running_loop()
-                deadline = loop.time() + self.options.drain_timeout
                 try:
-                    while pending and not self._hard.is_set() and (remaining := deadline - loop.time()) > 0:
+                    while pending and not self._hard.is_set() and (remaining := self.clock.left() or 0.0) > 0:
                         _, pending = await asyncio.wait(pending | {hard}, timeout=remaining,
                                                         return_when=asyncio.FIRST_COMPLETED)
                         pending.discard(hard)
@@ -294,10 +311,14 @@ class AsyncWorker(WorkerCore):
             self._in_hand = []
 
     async def _release_once(self, job: AsyncJob) -> None:
-        """Give back a job on a hard stop: one try, no retry (the lease lapses if it fails)."""
+        """Give back a job on a hard stop: one try, no retry, within the stop's grace (the lease
+        lapses if it fails)."""
+        cap = self.clock.cap()
+        if cap is not None and cap <= 0:
+            return
         if job.begin_settle():
             try:
-                await self.db._send(self._release_call(job).request(self.db._wire, self.options))
+                await self.db._send(self._release_call(job).request(self.db._wire, self.options, cap))
             except Exception:
                 job.end_settle(False)
                 raise
@@ -330,8 +351,14 @@ class AsyncWorker(WorkerCore):
                     await self._settle(job, "ack", job.to_ack())
                 else:
                     await self._fail(job, error_text(failure))
-            except Exception as exc:
-                self.events.emit("error", job, error=error_text(exc))
+            except Exception as exc:  # an answer no retry mends: it ends run
+                self._end_with(exc)
+
+    # -- enqueue ----------------------------------------------------------------------------------
+
+    async def enqueue(self, payload: Any, *, delay: float = 0.0) -> Any:
+        """Put one job into the queue, ready after `delay` seconds; answers its id."""
+        return await self.db.query(*self.enqueue_statement(payload, delay))
 
     # -- async for job in worker ------------------------------------------------------------------
 

@@ -11,11 +11,14 @@ extends every job in hand each `heartbeat` (a third of the lease); a 412 there m
 was lost: `job.lost` turns true, `job.cancelled` is set, and the worker settles it no more.
 
 The server going away (connection refused or cut, a timeout, a 5xx, a 503) never ends `run`:
-the call is retried after a jittered pause under the same Idempotency-Key (`_worker_core`).
+the call is retried after a jittered pause under the same Idempotency-Key (`_worker_core`). Any
+other refusal (a 404 queue, a 403 policy, a 401 token) stops the worker, and `run` raises it.
 
 `stop()` (any thread; `handle_signals()` maps SIGTERM/SIGINT to it) gives up a held claim at
 once (`_abort`), gives the unstarted jobs back at once, lets running ones finish within
-`drain_timeout`, then cancels the rest and returns. `stop(hard=True)` cancels at once. A
+`drain_timeout`, then cancels the rest and returns; no call is retried past that deadline, so
+`run` returns within `drain_timeout` + 1 s even while the server is down. `stop(hard=True)`
+cancels at once. A
 thread cannot be killed: "cancel" sets `job.cancelled` and gives the job back, and whatever
 the handler does after that is not acked. `for job in worker:` is the same loop with the
 settling in the caller's hands (`job.ack()`, `job.fail(error)`).
@@ -47,6 +50,7 @@ from ._worker_core import (
     ms,
     options,
     retryable,
+    squared,
 )
 
 if TYPE_CHECKING:
@@ -89,14 +93,14 @@ class Worker(WorkerCore):
 
     def __init__(self, db: Client, queue: str, *, name: str | None = None, batch: int = 10,
                  concurrency: int = 1, lease: float = 30.0, wait: float = 30.0,
-                 heartbeat: float | bool | None = None, max_attempts: int = 5, dead_after: int | None = None,
-                 backoff: Backoff = 1.0, drain_timeout: float = 30.0, timeout: float | None = None,
-                 keep_done: bool = False, retry: tuple[float, float] = (0.1, 5.0),
+                 heartbeat: float | None = None, max_attempts: int = 5, dead_after: int | None = None,
+                 backoff: Backoff = squared, drain_timeout: float = 30.0, timeout: float = 10.0,
+                 retry_min: float = 0.1, retry_max: float = 5.0, keep_done: bool = False,
                  on_event: OnEvent | None = None) -> None:
         super().__init__(db.collection(queue), options(
-            queue, name, heartbeat, dead_after, max_attempts, retry, batch=batch, concurrency=concurrency,
-            lease=lease, wait=wait, backoff=backoff, drain_timeout=drain_timeout, timeout=timeout,
-            keep_done=keep_done), heartbeat, on_event)
+            queue, name, dead_after, max_attempts, batch=batch, concurrency=concurrency, lease=lease, wait=wait,
+            heartbeat=heartbeat, backoff=backoff, drain_timeout=drain_timeout, timeout=timeout,
+            retry_min=retry_min, retry_max=retry_max, keep_done=keep_done), on_event)
         self.db = db
         self._stopping = threading.Event()
         self._hard = threading.Event()
@@ -113,6 +117,7 @@ class Worker(WorkerCore):
 
     def stop(self, *, hard: bool = False) -> None:
         """Stop from any thread: give up a held claim, give back unstarted jobs, drain (or not: `hard`)."""
+        self.clock.start(hard)
         self._stopping.set()
         if hard:
             self._hard.set()
@@ -156,15 +161,28 @@ class Worker(WorkerCore):
     # -- sending ----------------------------------------------------------------------------------
 
     def _send(self, call: Call, until: threading.Event, sender: AbortableSender | None = None) -> Any:
-        """Send `call`, retrying the network and 5xx until it is answered or `until` is set."""
-        pause = Pause(self.options.retry_base, self.options.retry_cap)
+        """Send `call`, retrying the network and 5xx until it is answered, `until` is set or a
+        stop's deadline passes (each try's timeout cut to what the stop leaves)."""
+        pause = Pause(self.options.retry_min, self.options.retry_max)
         while True:
             try:
-                request = call.request(self.db._wire, self.options)
+                request = call.request(self.db._wire, self.options, self.clock.cap())
                 return sender.send(request) if sender is not None else self.db._send(request)
             except Exception as exc:
-                if until.wait(self._retry_pause(pause, call, exc, until.is_set())):
+                if self._pause(self._retry_pause(pause, call, exc, until.is_set()), until):
                     raise Stopped(call.kind) from exc
+
+    def _pause(self, delay: float, until: threading.Event) -> bool:
+        """Wait out a retry pause: True when `until` was set or a stop's deadline came first.
+        A stop during the pause wakes it, so the deadline it brings is heeded at once."""
+        end = time.monotonic() + delay
+        while True:
+            limit = self._pause_limit(end - time.monotonic())
+            if until.is_set() or limit is None:
+                return True
+            if limit <= 0:
+                return False
+            (until if self._stopping.is_set() else self._stopping).wait(limit)
 
     def _claim(self, sender: AbortableSender | None) -> list[Job] | None:
         """One claim (held), or None once stopping."""
@@ -175,6 +193,10 @@ class Worker(WorkerCore):
             rows = self._send(call, self._stopping, sender)
         except Stopped:
             return None
+        except Exception as exc:
+            if self._stopping.is_set() and retryable(exc):
+                return None
+            raise
         jobs = [Job(row, owner, self) for row in rows]
         with self._cv:
             self._in_hand = jobs
@@ -209,7 +231,7 @@ class Worker(WorkerCore):
             if retry:
                 self._send(call, self._hard)
             else:
-                self.db._send(call.request(self.db._wire, self.options))
+                self.db._send(call.request(self.db._wire, self.options, self.clock.cap()))
         except Exception as exc:
             return self._extend_failed(job, exc)
         return True
@@ -217,7 +239,7 @@ class Worker(WorkerCore):
     # -- the heartbeat ----------------------------------------------------------------------------
 
     def _beat(self, done: threading.Event) -> None:
-        pause = Pause(self.options.retry_base, self.options.retry_cap)
+        pause = Pause(self.options.retry_min, self.options.retry_max)
         period = self.options.beat
         while not done.wait(period):
             period = self.options.beat
@@ -231,8 +253,8 @@ class Worker(WorkerCore):
                     pause.tries = 0
                 except Exception as exc:
                     if not retryable(exc):
-                        self.events.emit("error", job, call="extend", error=error_text(exc))
-                        continue
+                        self._end_with(exc)
+                        return
                     delay = pause.next()  # the next beat comes sooner, after a retry's pause
                     self.events.emit("retry", job, call="extend", error=error_text(exc), delay_ms=ms(delay))
                     period = min(period, delay)
@@ -269,6 +291,8 @@ class Worker(WorkerCore):
             except BaseException:  # a KeyboardInterrupt outside handle_signals, say: nothing stays leased
                 self._give_up()
                 raise
+        if self.fatal is not None:
+            raise self.fatal
 
     def _give_up(self) -> None:
         self.stop(hard=True)
@@ -293,17 +317,15 @@ class Worker(WorkerCore):
                 self._running += 1
             threading.Thread(target=self._run_one, args=(job, handler), name=f"{self.name}-job-{job.id}",
                              daemon=True).start()
-        for job in todo:  # stopping: the unstarted go back at once
+        for job in todo:  # stopping: the unstarted go back at once (retried up to the stop's deadline)
             self._release(job)
-        deadline: float | None = None
         with self._cv:
             while self._running and not self._hard.is_set():
-                if self._stopping.is_set():
-                    deadline = deadline or time.monotonic() + self.options.drain_timeout
-                    if not self._cv.wait(deadline - time.monotonic()) and time.monotonic() >= deadline:
-                        break
-                else:
+                time_left = self.clock.left()
+                if time_left is None:
                     self._cv.wait()
+                elif time_left <= 0 or not self._cv.wait(time_left) and self.clock.passed():
+                    break
             left = [job for job in self._in_hand if job.state in (State.PENDING, State.RUNNING)]
             self._in_hand = []
         if left:  # hard stop, or the drain ran out: cancel and give back what is left
@@ -315,11 +337,15 @@ class Worker(WorkerCore):
                     self._settle_once(job)
 
     def _settle_once(self, job: Job) -> None:
-        """Give back a job on a hard stop: one try, no retry (the lease lapses if it fails)."""
+        """Give back a job on a hard stop: one try, no retry, within the stop's grace (the lease
+        lapses if it fails)."""
         job.cancelled.set()
+        cap = self.clock.cap()
+        if cap is not None and cap <= 0:
+            return
         if job.begin_settle():
             try:
-                self.db._send(self._release_call(job).request(self.db._wire, self.options))
+                self.db._send(self._release_call(job).request(self.db._wire, self.options, cap))
             except Exception:
                 job.end_settle(False)
                 raise
@@ -340,12 +366,18 @@ class Worker(WorkerCore):
                 self._settle(job, "ack", job.to_ack())
             else:
                 self._fail(job, error_text(failure))
-        except Exception as exc:
-            self.events.emit("error", job, error=error_text(exc))
+        except Exception as exc:  # an answer no retry mends: it ends run
+            self._end_with(exc)
         finally:
             with self._cv:
                 self._running -= 1
                 self._cv.notify_all()
+
+    # -- enqueue ----------------------------------------------------------------------------------
+
+    def enqueue(self, payload: Any, *, delay: float = 0.0) -> Any:
+        """Put one job into the queue, ready after `delay` seconds; answers its id."""
+        return self.db.query(*self.enqueue_statement(payload, delay))
 
     # -- for job in worker ------------------------------------------------------------------------
 
