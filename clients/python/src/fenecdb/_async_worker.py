@@ -356,9 +356,9 @@ class AsyncWorker(WorkerCore):
 
     # -- enqueue ----------------------------------------------------------------------------------
 
-    async def enqueue(self, payload: Any, *, delay: float = 0.0) -> Any:
-        """Put one job into the queue, ready after `delay` seconds; answers its id."""
-        return await self.db.query(*self.enqueue_statement(payload, delay))
+    async def enqueue(self, payload: Any, *, delay: float = 0.0) -> int:
+        """Put one job into the queue, ready after `delay` seconds; answers the count written, 1."""
+        return int((await self.db.query(*self.enqueue_statement(payload, delay)))["affected"])
 
     # -- async for job in worker ------------------------------------------------------------------
 

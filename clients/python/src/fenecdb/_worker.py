@@ -375,9 +375,9 @@ class Worker(WorkerCore):
 
     # -- enqueue ----------------------------------------------------------------------------------
 
-    def enqueue(self, payload: Any, *, delay: float = 0.0) -> Any:
-        """Put one job into the queue, ready after `delay` seconds; answers its id."""
-        return self.db.query(*self.enqueue_statement(payload, delay))
+    def enqueue(self, payload: Any, *, delay: float = 0.0) -> int:
+        """Put one job into the queue, ready after `delay` seconds; answers the count written, 1."""
+        return int(self.db.query(*self.enqueue_statement(payload, delay))["affected"])
 
     # -- for job in worker ------------------------------------------------------------------------
 
