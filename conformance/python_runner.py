@@ -10,6 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import python_policy  # noqa: E402
 import python_scenarios  # noqa: E402
 import python_vectors  # noqa: E402
 
@@ -19,6 +20,9 @@ def main(argv: list[str]) -> int:
     passed, failed = python_vectors.run_file(python_vectors.vectors_path(), only)
     p, f = python_scenarios.run_file(python_scenarios.scenarios_path(), only)
     passed, failed = passed + p, failed + f
+    if only is None or only in "worker under the docs' policy":
+        p, f = python_policy.run_file(python_policy.policy_path())
+        passed, failed = passed + p, failed + f
     print(f"python: {passed} passed, {failed} failed", flush=True)
     return 1 if failed else 0
 

@@ -21,12 +21,15 @@ proxy) prints `<sdk> faults: N passed, M failed`; an SDK without the script prin
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -52,18 +55,21 @@ SERVER_START_S = 60  # generous: a loaded machine starts a Python server slowly
 class Server:
     """`fenec-server --http 127.0.0.1:0` in memory; its address read from its `listening on:` line."""
 
-    def __init__(self) -> None:
+    def __init__(self, *flags: str, env: dict[str, str] | None = None) -> None:
         self.proc: subprocess.Popen[str] | None = None
         self.url: str | None = None
         self.lines: list[str] = []
+        self.flags = list(flags)
+        self.env = env
 
     def start(self) -> str | None:
         exe = BIN / "fenec-server"
         if not exe.exists():
             print(f"conformance: no server at {exe.relative_to(ROOT)}", flush=True)
             return None
-        self.proc = subprocess.Popen([str(exe), "--http", "127.0.0.1:0"], cwd=ROOT, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen([str(exe), "--http", "127.0.0.1:0", *self.flags], cwd=ROOT,
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     text=True, env=self.env)
         found = threading.Event()
 
         def read() -> None:
@@ -93,6 +99,28 @@ class Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def policy_server(folder: Path) -> tuple[Server, dict[str, str]]:
+    """A second server, under worker-policy.json's policy with a secret and a server token of its own,
+    and the environment that tells a runner about it: FENEC_POLICY_URL, FENEC_POLICY_ROOT_TOKEN,
+    FENEC_POLICY_TOKENS (a JSON object of minted tokens, by worker-policy.json's `tokens` names) and
+    FENEC_POLICY_SCENARIO."""
+    spec_path = HERE / "worker-policy.json"
+    spec = json.loads(spec_path.read_text())
+    (folder / "jobs.policy").write_text("\n".join(spec["policy"]) + "\n")
+    (folder / "jwt.secret").write_text(secrets.token_urlsafe(48))
+    root = secrets.token_urlsafe(24)
+    env = {**os.environ, "FENEC_HTTP_TOKEN": root}
+    server = Server("--jwt-secret-file", str(folder / "jwt.secret"), "--policy", str(folder / "jobs.policy"), env=env)
+    url = server.start()
+    if url is None:
+        return server, {}
+    tokens = {name: subprocess.check_output([str(BIN / "fenec-server"), "--jwt-secret-file", str(folder / "jwt.secret"),
+                                             "--mint-token", json.dumps(claims)], text=True).strip()
+              for name, claims in spec["tokens"].items()}
+    return server, {"FENEC_POLICY_URL": url, "FENEC_POLICY_ROOT_TOKEN": root,
+                    "FENEC_POLICY_TOKENS": json.dumps(tokens), "FENEC_POLICY_SCENARIO": str(spec_path)}
 
 
 def run_sdk(name: str, cmd: list[str], cwd: Path, env: dict[str, str],
@@ -155,8 +183,16 @@ def main(argv: list[str]) -> int:
     env["FENEC_VECTORS"] = str(Path(os.environ.get("FENEC_VECTORS") or HERE / "builder.json").resolve())
     env["FENEC_SCENARIOS"] = str(Path(os.environ.get("FENEC_SCENARIOS") or HERE / "worker-scenarios.json").resolve())
     server = Server()
+    guarded = Server()
+    scratch = tempfile.TemporaryDirectory(prefix="fenec-policy-")
     server_failed = False
     if not vectors_only:
+        guarded, policy_env = policy_server(Path(scratch.name))
+        if policy_env:
+            env.update(policy_env)
+            print(f"conformance: policy server at {policy_env['FENEC_POLICY_URL']}", flush=True)
+        else:
+            server_failed = True
         url = server.start()
         env["FENEC_REQUIRE_SERVER"] = "1"
         if url:
@@ -190,6 +226,8 @@ def main(argv: list[str]) -> int:
                 passed_sdks.append(name)
     finally:
         server.stop()
+        guarded.stop()
+        scratch.cleanup()
     fault_green: list[str] = []
     fault_red: list[str] = []
     fault_skipped: list[str] = []
