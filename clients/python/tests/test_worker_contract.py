@@ -10,15 +10,13 @@ import inspect
 import json
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from collections.abc import Iterator
-
+import fenecdb
 import pytest
 from capture_transport import Answer, Capture, Sent, answer
-
-import fenecdb
 from fenecdb import AsyncWorker, Client, Worker
 
 CONTRACT = json.loads((Path(__file__).resolve().parents[3] / "conformance" / "worker-contract.json").read_text())
