@@ -1,6 +1,6 @@
-"""What the blocking and the asyncio worker share: options, the statements, a job's states, the
-retry pause, the events, and `WorkerCore`: what follows each answer or failure. The two shells
-(`_worker`, `_async_worker`) only wait and send.
+"""The nouns of a worker, shared by both drivers: options, the statements, a job's states, the stop's
+deadline, the retry rule and pause, the events. What a worker does with them is `_worker_machine`'s;
+the two drivers (`_worker`, `_async_worker`) only wait and send.
 
 The statements, each made by the builder (so the text is the one the conformance vectors fix):
 
@@ -19,7 +19,7 @@ too: see `Plan`); every call is sent under an
 Idempotency-Key made from it, so a call retried after a lost answer is answered as the first
 try was (a claim: the jobs it took, none leaked leased). A connection error, a timeout or a 5xx
 is retried after a pause of full jitter (0 to `retry_min`, doubling up to `retry_max`); a 412
-means the lease was lost to another claim; any other answer ends `run` with it (`Fatal`).
+means the lease was lost to another claim; any other answer ends `run` with it.
 
 A stop has a deadline (`StopClock`): `drain_timeout` after a graceful stop, at once for a hard
 one. No call of a stopping worker is retried past it, and every call's timeout is cut to what is
@@ -40,20 +40,19 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any
 
 from ._conditions import raw
 from ._errors import FenecError, UnmetError
-from ._query import QueryBase, Statement, expr, inc
+from ._query import QueryBase, expr, inc
 from ._wire import Request, Wire
 
 log = logging.getLogger("fenecdb.worker")
 
 Backoff = Callable[[int], float]
 GRACE = 1.0  # seconds a stop's last give-backs may take past its deadline (the contract's stop_bound_margin_ms)
-J = TypeVar("J", bound="JobBase")
 OnEvent = Callable[[dict[str, Any]], None]
 EXHAUSTED = "attempts exhausted"
 
@@ -330,10 +329,6 @@ class StopClock:
         return left is not None and left <= 0
 
 
-class Fatal(Exception):
-    """What ends `run`: an answer that no retry mends (4xx but a job's 412), kept to raise once stopped."""
-
-
 def retryable(exc: BaseException) -> bool:
     """A failure the server may not have caused for good: the network, a timeout, a 5xx."""
     if isinstance(exc, FenecError):
@@ -383,131 +378,3 @@ class Events:
                 self.hook(event)
             except Exception:  # a broken hook must not stop the worker
                 log.exception("the on_event hook raised on %s", type)
-
-
-# ---------------------------------------------------------------- the worker, apart from waiting and sending
-
-SETTLED_EVENT = {"ack": "done", "fail": "failed", "dead": "dead", "release": "released"}
-
-
-class Stopped(Exception):
-    """A call given up because the worker is stopping."""
-
-
-def options(queue: str, name: str | None, dead_after: int | None, max_attempts: int, **rest: Any) -> Options:
-    return Options(queue=queue, name=name or new_name(),
-                   max_attempts=max_attempts if dead_after is None else dead_after, **rest)
-
-
-class WorkerCore:
-    """A worker but for how it waits and sends: its options, statements and events, and what each
-    answer or failure of a call leads to. Nothing here waits or sends: a shell (`Worker`,
-    `AsyncWorker`) sends a call, then hands its outcome to one of these methods."""
-
-    def __init__(self, collection: QueryBase, options: Options, on_event: OnEvent | None) -> None:
-        self.options = options
-        self.plan = Plan(collection, options)
-        self.heartbeat = options.beating
-        self.events = Events(options.name, on_event)
-        self.clock = StopClock(options.drain_timeout)
-        self.fatal: BaseException | None = None  # the answer that ends run, raised once stopped
-
-    def enqueue_statement(self, payload: Any, delay: float = 0.0) -> Statement:
-        """The contract's enqueue: `put <queue> {payload: $1, run_at: now() + $2, attempts: $3}`."""
-        if not delay >= 0:
-            raise ValueError(f"delay is seconds, from 0 (got {delay!r})")
-        return self.plan.query.to_insert({"payload": payload, "run_at": expr("now() + ?", ms(delay)), "attempts": 0})
-
-    def _end_with(self, exc: BaseException) -> None:
-        """`exc` ends run: kept (the first one) and the worker stopped gracefully."""
-        if self.fatal is None:
-            self.fatal = exc
-        self.stop()
-
-    def stop(self, *, hard: bool = False) -> None:  # each driver's own
-        raise NotImplementedError
-
-    def _pause_limit(self, delay: float) -> float | None:
-        """How long a retry pause of `delay` may last: None when a stop's deadline has passed."""
-        left = self.clock.left()
-        if left is None:
-            return delay
-        return None if left <= 0 else min(delay, left)
-
-    @property
-    def name(self) -> str:
-        return self.options.name
-
-    def to_claim(self, owner: str) -> Statement:
-        return self.plan.to_claim(owner)
-
-    def _claim_call(self, wait: float | None = None) -> tuple[str, Call]:
-        """A new claim token and its claim (held for `wait` when given, else the options' wait)."""
-        owner = self.plan.next_owner()
-        call = self.plan.claim(owner)
-        if wait is not None:
-            call = Call(call.kind, call.text, call.params, call.key, wait)
-        return owner, call
-
-    def _retry_pause(self, pause: Pause, call: Call, exc: BaseException, stopping: bool) -> float:
-        """`call` failed with `exc`: the pause before it is sent again (a `retry` event says so).
-        Raises `exc` again when the failure is no network's or 5xx, `Stopped` when stopping."""
-        if not retryable(exc):
-            raise exc
-        if stopping or self.clock.passed():
-            raise Stopped(call.kind) from exc
-        delay = pause.next()
-        self.events.emit("retry", call.job, call=call.kind, error=error_text(exc), delay_ms=ms(delay))
-        return delay
-
-    def _past_max(self, owner: str, jobs: Sequence[J]) -> list[J]:
-        """A claim took `jobs` (a `claimed` event): those to dead-letter unrun, their attempts past the most."""
-        if jobs:
-            self.events.emit("claimed", owner=owner, count=len(jobs))
-        return [job for job in jobs if job.attempts > self.options.max_attempts]
-
-    def _settled(self, job: JobBase, kind: str, event: str | None, fields: dict[str, Any]) -> bool:
-        job.end_settle(True)
-        self.events.emit(event or SETTLED_EVENT[kind], job, **fields)
-        return True
-
-    def _settle_failed(self, job: JobBase, kind: str, exc: BaseException) -> bool:
-        """A settle's call raised `exc`: False when the job is no longer ours (its lease went to
-        another claim: a `lost` event) or the worker stopped; `exc` again otherwise."""
-        job.end_settle(False)
-        if lease_lost(exc):
-            job.cancelled.set()
-            self.events.emit("lost", job, call=kind)
-            return False
-        if isinstance(exc, Stopped):
-            return False
-        raise exc
-
-    def _failure(self, job: JobBase, error: str, backoff: Backoff | None) -> tuple[Statement, str | None,
-                                                                                    dict[str, Any]]:
-        """A failed job's settle: (its statement, its event when not `failed`, the event's fields)."""
-        statement, delay = self.plan.failure(job, error, backoff)
-        if delay is None:
-            return statement, "dead", {"error": error}
-        return statement, None, {"error": error, "delay_ms": ms(delay)}
-
-    def _extend_call(self, job: JobBase, lease: float | None) -> Call | None:
-        """The call that extends `job`'s lease, or None when the job is settled or lost."""
-        if job.state not in (State.PENDING, State.RUNNING):
-            return None
-        return self.plan.settle("extend", job, self.plan.to_extend(job, lease), job.next_beat())
-
-    def _extend_failed(self, job: JobBase, exc: BaseException) -> bool:
-        """An extend raised `exc`: False when the lease is lost (the job cancelled, a `lost` event)
-        or the worker stopped; `exc` again otherwise."""
-        if lease_lost(exc):
-            if job.mark_lost():
-                job.cancel()
-                self.events.emit("lost", job, call="extend")
-            return False
-        if isinstance(exc, Stopped):
-            return False
-        raise exc
-
-    def _release_call(self, job: JobBase) -> Call:
-        return self.plan.settle("release", job, self.plan.to_release(job))
