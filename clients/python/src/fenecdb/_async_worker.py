@@ -60,7 +60,7 @@ class AsyncWorker(Machine[AsyncJob, AsyncClient]):
     """`await AsyncWorker(db, "jobs").run(handler)`, or `async for job in worker: ...`; the options
     of `Worker`."""
 
-    job_type = AsyncJob
+    _job_type = AsyncJob
 
     def _prepare(self) -> None:
         self._changed = asyncio.Event()
@@ -169,12 +169,12 @@ class AsyncWorker(Machine[AsyncJob, AsyncClient]):
         self._loop = asyncio.get_running_loop()
         if self._stop_asked:
             self._stop_now(False)
-        self.beating = self.heartbeat
-        beat = asyncio.ensure_future(self._drive(self._beat())) if self.beating else None
+        self._beating = self.heartbeat
+        beat = asyncio.ensure_future(self._drive(self._beat())) if self._beating else None
         try:
             yield
         finally:
-            self.beating = False
+            self._beating = False
             if beat is not None:
                 beat.cancel()  # an extend in flight is given up: the job is settled or given back
                 await asyncio.gather(beat, return_exceptions=True)

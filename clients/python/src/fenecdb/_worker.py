@@ -76,7 +76,7 @@ class Worker(Machine[Job, Client]):
     `retry_min`, doubling at each failure in a row up to `retry_max`. `on_event` receives every
     event as a dict (from the worker's threads). `dead_after` is the old name of `max_attempts`."""
 
-    job_type = Job
+    _job_type = Job
 
     def _prepare(self) -> None:
         self._cv = threading.Condition()
@@ -85,7 +85,7 @@ class Worker(Machine[Job, Client]):
 
     @property
     def stopped(self) -> bool:
-        return self.stopping
+        return self._stopping
 
     def stop(self, *, hard: bool = False) -> None:
         """Stop from any thread: give up a held claim, give back unstarted jobs, drain (or not: `hard`)."""
@@ -162,17 +162,17 @@ class Worker(Machine[Job, Client]):
         if self._sender is not None:
             raise RuntimeError("this worker is already running")
         self._sender = AbortableSender(self.db)
-        if self.stopping:
+        if self._stopping:
             self._sender.abort()
-        self.beating = self.heartbeat
+        self._beating = self.heartbeat
         beat = threading.Thread(target=self._drive, args=(self._beat(),), name=f"{self.name}-heartbeat",
                                 daemon=True)
-        if self.beating:
+        if self._beating:
             beat.start()
         try:
             yield
         finally:
-            self.beating = False
+            self._beating = False
             self._wake()
             if beat.is_alive():
                 beat.join()

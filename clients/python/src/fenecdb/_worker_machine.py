@@ -15,8 +15,8 @@ beat, settle, retry, drain and stop alike, and conformance/worker-contract.json 
 missed, by both at once.
 
 State shared between the driver's threads (the run loop, the heartbeat, the handlers, `stop()`):
-the flags `stopping` and `hard` only ever turn true; `in_hand` is replaced, never changed in
-place; `running` changes under `_lock`. Whoever changes one calls `_wake()`, and a `Wait` checks
+the flags `_stopping` and `_hard` only ever turn true; `_in_hand` is replaced, never changed in
+place; `_running` changes under `_lock`. Whoever changes one calls `_wake()`, and a `Wait` checks
 its `ready()` again.
 """
 
@@ -117,10 +117,10 @@ D = TypeVar("D", bound=Database)
 class Machine(Generic[J, D]):
     """A worker but for how it waits and sends (see the module docstring): `db` a client, `queue`
     the queue's collection, the options conformance/worker-contract.json names (`dead_after` the
-    old name of `max_attempts`). A driver sets `job_type` and gives `_prepare`, `_wake`,
+    old name of `max_attempts`). A driver sets `_job_type` and gives `_prepare`, `_wake`,
     `_give_up_claim` and `stop`."""
 
-    job_type: Callable[[dict[str, Any], str, Any], J]
+    _job_type: Callable[[dict[str, Any], str, Any], J]
 
     def __init__(self, db: D, queue: str, *, name: str | None = None, batch: int = 10,
                  concurrency: int = 1, lease: float = 30.0, wait: float = 30.0,
@@ -139,11 +139,11 @@ class Machine(Generic[J, D]):
         self.events = Events(options.name, on_event)
         self.clock = StopClock(options.drain_timeout)
         self.fatal: BaseException | None = None  # the answer that ends run, raised once stopped
-        self.stopping = False
-        self.hard = False
-        self.in_hand: list[J] = []
-        self.running = 0
-        self.beating = False  # the heartbeat goes on while true
+        self._stopping = False
+        self._hard = False
+        self._in_hand: list[J] = []
+        self._running = 0
+        self._beating = False  # the heartbeat goes on while true
         self._lock = threading.Lock()
         self._prepare()
 
@@ -180,10 +180,10 @@ class Machine(Generic[J, D]):
         """The stop, on the driver's side of the threads: a deadline, no more claims, a held claim
         given up; a hard stop cancels every job in hand."""
         self.clock.start(hard)
-        self.stopping = True
+        self._stopping = True
         if hard:
-            self.hard = True
-            for job in self.in_hand:
+            self._hard = True
+            for job in self._in_hand:
                 if job.state in LIVE:
                     job.cancel()
         self._give_up_claim()
@@ -199,10 +199,10 @@ class Machine(Generic[J, D]):
         raise NotImplementedError
 
     def _is_stopping(self) -> bool:
-        return self.stopping
+        return self._stopping
 
     def _is_hard(self) -> bool:
-        return self.hard
+        return self._hard
 
     # -- sending, with the retry rule -------------------------------------------------------------
 
@@ -239,7 +239,7 @@ class Machine(Generic[J, D]):
                 return True
             if limit <= 0:
                 return False
-            yield Wait(until if self.stopping else self._is_stopping, limit)
+            yield Wait(until if self._stopping else self._is_stopping, limit)
 
     # -- claiming ---------------------------------------------------------------------------------
 
@@ -255,12 +255,12 @@ class Machine(Generic[J, D]):
         """The public `claim()`: one claim, retried through the network, its jobs left to the caller."""
         owner, call = self._claim_call(wait)
         rows = yield from self._send(call, self._is_stopping)
-        return [self.job_type(row, owner, self) for row in rows]
+        return [self._job_type(row, owner, self) for row in rows]
 
     def _claim(self) -> Gen[list[J] | None]:
         """The run's next claim (held, given up by a stop): its jobs to run, or None once stopping.
         The jobs it took are in hand; those claimed past `max_attempts` are dead-lettered unrun."""
-        if self.stopping:
+        if self._stopping:
             return None
         owner, call = self._claim_call()
         try:
@@ -268,11 +268,11 @@ class Machine(Generic[J, D]):
         except Stopped:
             return None
         except Exception as exc:
-            if self.stopping and retryable(exc):
+            if self._stopping and retryable(exc):
                 return None
             raise
-        jobs = [self.job_type(row, owner, self) for row in rows]
-        self.in_hand = jobs
+        jobs = [self._job_type(row, owner, self) for row in rows]
+        self._in_hand = jobs
         if jobs:
             self.events.emit("claimed", owner=owner, count=len(jobs))
         for job in jobs:
@@ -354,14 +354,14 @@ class Machine(Generic[J, D]):
     # -- the heartbeat ----------------------------------------------------------------------------
 
     def _beat(self) -> Gen[None]:
-        """Each `heartbeat`, extend every job in hand, started or not, until `beating` turns false.
+        """Each `heartbeat`, extend every job in hand, started or not, until `_beating` turns false.
         A failure the retry rule mends brings the next beat sooner; any other ends run."""
         pause = Pause(self.options.retry_min, self.options.retry_max)
         period = self.options.beat
         while True:
             yield Wait(self._beat_over, period)
             period = self.options.beat
-            for job in [job for job in self.in_hand if job.state in LIVE]:
+            for job in [job for job in self._in_hand if job.state in LIVE]:
                 if self._beat_over():
                     return
                 try:
@@ -379,7 +379,7 @@ class Machine(Generic[J, D]):
                 return
 
     def _beat_over(self) -> bool:
-        return not self.beating
+        return not self._beating
 
     # -- run(handler) -----------------------------------------------------------------------------
 
@@ -394,27 +394,27 @@ class Machine(Generic[J, D]):
         todo = deque(jobs)
         runners = self.options.runners
         while todo:
-            yield Wait(lambda: self.running < runners or self.stopping, None)
-            if self.stopping:
+            yield Wait(lambda: self._running < runners or self._stopping, None)
+            if self._stopping:
                 break
             job = todo.popleft()
             if not job.begin():
                 continue
             with self._lock:
-                self.running += 1
+                self._running += 1
             self.events.emit("start", job)
             yield Start(job)
         for job in todo:
             yield from self._release(job)
-        while self.running and not self.hard:
+        while self._running and not self._hard:
             left, at = self.clock.left(), self.clock.at  # a stop that comes meanwhile sets a deadline
             if left is not None and left <= 0:
                 break
             yield Wait(self._drained(at), left)
-        left_over = [job for job in self.in_hand if job.state in LIVE]
-        self.in_hand = []
+        left_over = [job for job in self._in_hand if job.state in LIVE]
+        self._in_hand = []
         if left_over:  # a hard stop, or the drain ran out: cancel and give back what is left
-            self.hard = True
+            self._hard = True
             self._wake()
             for job in left_over:
                 job.cancel()
@@ -426,7 +426,7 @@ class Machine(Generic[J, D]):
 
     def _drained(self, at: float | None) -> Callable[[], bool]:
         """Whether the running jobs are over, the stop hard, or the deadline other than `at`."""
-        return lambda: not self.running or self.hard or self.clock.at != at
+        return lambda: not self._running or self._hard or self.clock.at != at
 
     def _finish(self, job: JobBase, failure: BaseException | None) -> Gen[None]:
         """A handler ended, returning (`failure` None) or raising: ack or fail its job, unless it is
@@ -444,13 +444,13 @@ class Machine(Generic[J, D]):
     def _ended(self) -> None:
         """A handler's job is settled (or no longer ours): its slot is free."""
         with self._lock:
-            self.running -= 1
+            self._running -= 1
         self._wake()
 
     def _give_up(self) -> Gen[None]:
         """`run` itself interrupted (a KeyboardInterrupt, a cancelled task): nothing stays leased."""
         self._stop_now(True)
-        left, self.in_hand = [job for job in self.in_hand if job.state in LIVE], []
+        left, self._in_hand = [job for job in self._in_hand if job.state in LIVE], []
         for job in left:
             try:
                 yield from self._release_once(job)
@@ -463,7 +463,7 @@ class Machine(Generic[J, D]):
         while (jobs := (yield from self._claim())) is not None:
             try:
                 for job in jobs:
-                    if self.stopping:
+                    if self._stopping:
                         break
                     if job.begin():
                         self.events.emit("start", job)
@@ -472,4 +472,4 @@ class Machine(Generic[J, D]):
                 for job in jobs:
                     if job.state is State.PENDING:
                         yield from self._release(job)
-                self.in_hand = []
+                self._in_hand = []
