@@ -64,16 +64,11 @@ class AsyncWorker(Machine[AsyncJob, AsyncClient]):
 
     def _prepare(self) -> None:
         self._changed = asyncio.Event()
-        self._stop_asked = False  # read before the loop is known
         self._loop: asyncio.AbstractEventLoop | None = None
         self._claim_task: asyncio.Task[Any] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._handler: Callable[[AsyncJob], Awaitable[object]] | None = None
         self._active = False
-
-    @property
-    def stopped(self) -> bool:
-        return self._stop_asked
 
     def stop(self, *, hard: bool = False) -> None:
         """Stop from any thread (or a signal handler on the loop): see the module docstring."""

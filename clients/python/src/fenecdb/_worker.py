@@ -83,10 +83,6 @@ class Worker(Machine[Job, Client]):
         self._sender: AbortableSender | None = None
         self._handler: Callable[[Job], object] | None = None
 
-    @property
-    def stopped(self) -> bool:
-        return self._stopping
-
     def stop(self, *, hard: bool = False) -> None:
         """Stop from any thread: give up a held claim, give back unstarted jobs, drain (or not: `hard`)."""
         self._stop_now(hard)

@@ -139,6 +139,7 @@ class Machine(Generic[J, D]):
         self.events = Events(options.name, on_event)
         self.clock = StopClock(options.drain_timeout)
         self.fatal: BaseException | None = None  # the answer that ends run, raised once stopped
+        self._stop_asked = False  # stop() was called (an asyncio worker's may reach the loop later)
         self._stopping = False
         self._hard = False
         self._in_hand: list[J] = []
@@ -146,6 +147,10 @@ class Machine(Generic[J, D]):
         self._beating = False  # the heartbeat goes on while true
         self._lock = threading.Lock()
         self._prepare()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop_asked
 
     @property
     def name(self) -> str:
@@ -180,7 +185,7 @@ class Machine(Generic[J, D]):
         """The stop, on the driver's side of the threads: a deadline, no more claims, a held claim
         given up; a hard stop cancels every job in hand."""
         self.clock.start(hard)
-        self._stopping = True
+        self._stop_asked = self._stopping = True
         if hard:
             self._hard = True
             for job in self._in_hand:
