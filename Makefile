@@ -17,6 +17,7 @@ help: ## list the targets
 # the sources too: the install compiles the engine's hot modules from them (server/setup.py)
 $(SERVE_STAMP): server/pyproject.toml server/setup.py $(shell find server/src/fenecdb_server -name '*.py' -o -name '*.c')
 	$(PYTHON) -m venv $(VENV)
+	@echo "installing the server and compiling its engine with mypyc: about 3 minutes on a 2-core machine (server/README.md, Compiled modules), silent meanwhile"
 	$(BIN)/pip install -q -e server
 	@touch $(SERVE_STAMP)
 

@@ -34,6 +34,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -156,8 +157,7 @@ class Driver:
             for i in range(scenario.get("workers", 1)):
                 run.workers.append(WorkerProcess(i, self.script, self.worker_env(run, i, config), run.events,
                                                  self.work))
-            if not wait_for(lambda: all(run.events.count("ready", worker=w.index) for w in run.workers), READY_S):
-                run.fail(f"not every worker printed `ready` within {READY_S:.0f} s")
+            if not self.await_ready(run):
                 return run
             for step in scenario.get("steps", []):
                 if not self.step(run, step):
@@ -172,6 +172,37 @@ class Driver:
                 if w.proc.poll() is None:
                     w.kill()
         return run
+
+    def await_ready(self, run: Run) -> bool:
+        """Every worker printed `ready` (False, the reason recorded, when one did not in time or all exited)."""
+        outcome = self.wait_on(run, lambda: all(run.events.count("ready", worker=w.index) for w in run.workers),
+                               READY_S)
+        if outcome is None:
+            self.all_exited(run, "every worker printed `ready`")
+        elif not outcome:
+            run.fail(f"not every worker printed `ready` within {READY_S:.0f} s")
+        return bool(outcome)
+
+    @staticmethod
+    def wait_on(run: Run, met: Callable[[], bool], deadline_s: float) -> bool | None:
+        """Waits until `met()`: True once it holds, False at the deadline, None as soon as every worker
+        process has exited without it (a worker that cannot start, say a class missing from a half-built
+        tree, fails its scenario at once instead of after the deadline)."""
+        def gone() -> bool:
+            return all(w.proc.poll() is not None for w in run.workers)
+
+        if not wait_for(lambda: met() or gone(), deadline_s):
+            return False
+        if met():
+            return True
+        for w in run.workers:  # the last lines an exited worker printed may not be read yet
+            w.reader.join(5)
+        return True if met() else None
+
+    @staticmethod
+    def all_exited(run: Run, what: str) -> None:
+        report = "\n".join(f"{w.summary(run.events)}\n{w.tail()}" for w in run.workers)
+        run.fail(f"every worker exited before {what}:\n{report}")
 
     def worker_env(self, run: Run, i: int, config: dict[str, Any]) -> dict[str, str]:
         env = dict(self.base_env)
@@ -227,12 +258,14 @@ class Driver:
                         return run.events.count(kind, since) >= step["count"]
             else:
                 raise ValueError(f"unknown condition {what!r}")
-            if not wait_for(met, DEADLINE_S):
+            outcome = wait_for(met, DEADLINE_S) if what == "exited" else self.wait_on(run, met, DEADLINE_S)
+            if outcome is None:
+                self.all_exited(run, json.dumps(step))
+            elif not outcome:
                 gone = [f"{w.name} exited {w.proc.poll()}" for w in run.workers if w.proc.poll() is not None]
                 run.fail(f"waited {DEADLINE_S:.0f} s for {json.dumps(step)}: not met"
                          + (f" ({', '.join(gone)})" if gone and what != "exited" else ""))
-                return False
-            return True
+            return bool(outcome)
         action = step["do"]
         if action in ("sigterm", "sigint"):
             return self.signal_workers(run, step)

@@ -5,12 +5,13 @@ No server and no worker here: a `Driver` is built but never started, and a `Run`
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_workers import Event
-from faults import Driver, Job, Run
+from fault_workers import Event, WorkerProcess
+from faults import DEADLINE_S, READY_S, Driver, Job, Run
 
 
 @pytest.fixture
@@ -111,3 +112,33 @@ def test_a_job_given_back_is_ready_and_ownerless(driver: Driver) -> None:
         run, job = make_run(group, [])
         driver.check_job(run, job, row, ready, [])
         assert len(run.failures) == 1, (row, ready)
+
+
+def test_workers_that_all_exit_at_start_fail_the_scenario_at_once_with_their_stderr(tmp_path: Path) -> None:
+    """A worker that dies before `ready` (a class missing from a half-built tree) fails its scenario as
+    soon as every worker has exited, with what they wrote on stderr, not after READY_S or DEADLINE_S."""
+    folder = tmp_path / "clients" / "test"
+    folder.mkdir(parents=True)
+    (folder / "fault-worker.sh").write_text("echo 'NoClassDefFoundError: fenecdb/Worker' >&2\nexit 1\n")
+    driver = Driver("test", tmp_path, tmp_path)
+    run = Run({"name": "t", "jobs": []}, "q", [])
+    run.workers = [WorkerProcess(i, driver.script, {"FENEC_WORKER": f"w{i}"}, run.events, tmp_path) for i in (0, 1)]
+    started = time.monotonic()
+    assert not driver.await_ready(run)
+    assert not driver.step(run, {"until": "event", "event": "done", "count": 1})
+    # both waits end once the processes are gone: far inside even one of their deadlines
+    assert time.monotonic() - started < min(READY_S, DEADLINE_S) / 2
+    assert len(run.failures) == 2
+    for failure in run.failures:
+        assert failure.startswith("every worker exited before")
+        assert failure.count("NoClassDefFoundError: fenecdb/Worker") == 2 and "exit 1" in failure
+
+
+def test_a_worker_that_printed_ready_and_exited_still_counts_as_ready(tmp_path: Path) -> None:
+    folder = tmp_path / "clients" / "test"
+    folder.mkdir(parents=True)
+    (folder / "fault-worker.sh").write_text('echo \'{"event": "ready", "t": 1}\'\n')
+    driver = Driver("test", tmp_path, tmp_path)
+    run = Run({"name": "t", "jobs": []}, "q", [])
+    run.workers = [WorkerProcess(0, driver.script, {"FENEC_WORKER": "w0"}, run.events, tmp_path)]
+    assert driver.await_ready(run) and run.failures == []

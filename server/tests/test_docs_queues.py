@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -162,6 +164,18 @@ def test_other_languages_are_kept_but_not_run():
     text = PAGE.read_text(encoding="utf-8")
     assert text.count("```sh") == 1 and text.count("```js") == 1
     assert "Fenec-Wait: 30000" in text and "for (;;)" in text
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_the_js_block_is_plain_javascript(tmp_path: Path) -> None:
+    """The page's `js` block is what a user pastes into a `.mjs` file: node parses it as it is (no
+    TypeScript annotations). Only parsed, not run: its loop claims forever."""
+    block = re.search(r"```js\n(.*?)```", PAGE.read_text(encoding="utf-8"), flags=re.S)
+    assert block is not None
+    script = tmp_path / "worker.mjs"
+    script.write_text(block.group(1), encoding="utf-8")
+    checked = subprocess.run(["node", "--check", str(script)], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stderr
 
 
 def test_the_runner_reads_the_page_conventions():

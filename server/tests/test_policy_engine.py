@@ -359,6 +359,19 @@ def test_a_collection_without_a_grant_does_not_exist_for_the_token(db):
     assert [c["name"] for c in db.schemas(Policy.parse("secrets insert").scope_for({}))] == ["secrets"]
 
 
+def test_an_unknown_collection_hints_only_at_names_the_token_may_see(db):
+    db.query("create collection secrets (v text)")
+    db.query("create collection drafts (v text)")
+    s = Policy.parse("jobs read\ndraft read").scope_for({})  # `draft` granted, but no such collection
+    assert refusal(db, s, "get jbos").message == "no collection `jbos` (did you mean `jobs`?)"
+    # `get secret` is refused before it is planned, `get draft` when it is: neither hints at what exists unseen
+    for text in ("get secret", "get draft"):
+        assert refusal(db, s, text).message == f"no collection `{text.split()[1]}`"
+    assert refusal(db, None, "get secret").message == "no collection `secret` (did you mean `secrets`?)"
+    e = refusal(db, None, "drop collection jbos")
+    assert e.message == "no collection `jbos` (did you mean `jobs`?)"
+
+
 def test_schema_statements_are_refused_to_every_scoped_token(db):
     s = Policy.parse("* read,write").scope_for({})
     for text in ("create collection x (a int)", "drop collection jobs", "create index on jobs (owner) @hash"):

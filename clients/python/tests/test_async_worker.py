@@ -51,7 +51,7 @@ def test_run_acks_fails_and_bounds_concurrency(server_url: str, queue: str) -> N
 
     async def main() -> None:
         async with AsyncClient(server_url) as db:
-            worker = AsyncWorker(db, queue, batch=9, concurrency=3, lease=30, wait=1, backoff=2,
+            worker = AsyncWorker(db, queue, batch=9, concurrency=3, lease=30, wait=1, backoff=lambda attempts: 2.0 * attempts * attempts,
                                  on_event=events)
             task = asyncio.ensure_future(worker.run(handler))
             await until(lambda: events.count("done") + events.count("failed") == 9)

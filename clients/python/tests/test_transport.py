@@ -258,7 +258,7 @@ def test_a_held_claim_of_a_stopping_worker_is_given_up_at_once(scripted: Callabl
     """The blocking worker's stop() shuts the claim's own socket down: the server sees it gone."""
     server = scripted(lambda request, n: HOLD)
     with Client(server.url) as db:
-        worker = fenecdb.Worker(db, "jobs", batch=1, wait=30, heartbeat=False)
+        worker = fenecdb.Worker(db, "jobs", batch=1, wait=30, heartbeat=0)
         runner = threading.Thread(target=worker.run, args=(lambda job: None,))
         started = time.monotonic()
         runner.start()

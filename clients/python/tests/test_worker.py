@@ -15,7 +15,7 @@ from fenecdb import AsyncClient, AsyncWorker, Client, Job, Worker
 
 def test_each_step_is_one_statement_of_the_page() -> None:
     db = Client("http://fenec.test")
-    worker = Worker(db, "jobs", name="w9", batch=10, lease=30, dead_after=5, backoff=1)
+    worker = Worker(db, "jobs", name="w9", batch=10, lease=30, dead_after=5)
     assert worker.to_claim("w9:17") == (
         "set jobs {owner: $1, run_at: now() + $2, attempts: coalesce(attempts, 0) + $3} "
         "where run_at <= now() order run_at asc limit 10 returning *", ["w9:17", 30000, 1])
@@ -23,9 +23,9 @@ def test_each_step_is_one_statement_of_the_page() -> None:
     assert job.to_ack() == ("del jobs where id = $1 and owner = $2 require 1", [41, "w9:17"])
     assert job.to_extend() == ("set jobs {run_at: now() + $1} where id = $2 and owner = $3 require 1",
                                [30000, 41, "w9:17"])
-    assert job.to_fail("smtp timeout", backoff=2) == (
-        "set jobs {owner: $1, error: $2, run_at: case when attempts >= $3 then null else now() + $4 * attempts "
-        "* attempts end} where id = $5 and owner = $6 require 1", [None, "smtp timeout", 5, 2000, 41, "w9:17"])
+    assert job.to_fail("smtp timeout") == (  # attempts² seconds by default: 4 s at attempts 2
+        "set jobs {owner: $1, error: $2, run_at: case when attempts >= $3 then null else now() + $4 end} "
+        "where id = $5 and owner = $6 require 1", [None, "smtp timeout", 5, 4000, 41, "w9:17"])
     assert (job.id, job.payload, job.attempts) == (41, {"to": "ada@example.com"}, 2)
     assert worker.plan.to_dead(job) == (
         "set jobs {owner: $1, error: $2, run_at: $3} where id = $4 and owner = $5 require 1",
@@ -67,7 +67,7 @@ def test_the_loop_claims_batches_and_acks_every_job(server_url: str, queue: str)
 def test_a_job_whose_lease_lapsed_is_no_longer_ours(server_url: str, queue: str) -> None:
     with Client(server_url) as db:
         enqueue(db, queue, "a")
-        slow = Worker(db, queue, name="slow", batch=1, lease=0.2, heartbeat=False)
+        slow = Worker(db, queue, name="slow", batch=1, lease=0.2, heartbeat=0)
         (job,) = slow.claim(wait=0)
         time.sleep(0.35)
         (again,) = Worker(db, queue, name="fast", batch=1, lease=5).claim(wait=0)
@@ -92,7 +92,7 @@ def test_the_heartbeat_keeps_a_slow_job_ours(server_url: str, queue: str) -> Non
 def test_a_failure_backs_off_then_dead_letters(server_url: str, queue: str) -> None:
     with Client(server_url) as db:
         enqueue(db, queue, "x")
-        worker = Worker(db, queue, batch=1, lease=5, dead_after=2, backoff=0.1)
+        worker = Worker(db, queue, batch=1, lease=5, dead_after=2, backoff=lambda attempts: 0.1 * attempts * attempts)
         (job,) = worker.claim(wait=0)
         assert job.fail("boom") is True
         row = db.collection(queue).select("owner", "error", "run_at").first()
@@ -148,7 +148,8 @@ def test_bad_options_are_refused_with_the_option_named() -> None:
     db = Client("http://fenec.test")
     for kwargs, words in [({"batch": 0}, "batch"), ({"concurrency": 1.5}, "concurrency"), ({"lease": 0}, "lease"),
                           ({"heartbeat": 30}, "heartbeat"), ({"wait": -1}, "wait"), ({"max_attempts": 0}, "max_attempts"),
-                          ({"backoff": -1}, "backoff"), ({"retry": (0, 5)}, "retry_base")]:
+                          ({"backoff": 1.0}, "backoff"), ({"retry_min": 0}, "retry_min"),
+                          ({"retry_min": 2, "retry_max": 1}, "retry_max"), ({"heartbeat": -1}, "heartbeat")]:
         with pytest.raises(ValueError, match=words):
             Worker(db, "jobs", **kwargs)  # type: ignore[arg-type]
     assert Worker(db, "jobs", batch=2, concurrency=8).options.runners == 2  # never more than a batch

@@ -305,7 +305,7 @@ def test_a_claim_is_retried_under_the_same_key() -> None:
 
     capture = Capture(reply)
     events = Recorder()
-    worker = Worker(capture.client(), "jobs", name="w7", batch=1, wait=1, retry=(0.001, 0.01), on_event=events)
+    worker = Worker(capture.client(), "jobs", name="w7", batch=1, wait=1, retry_min=0.001, retry_max=0.01, on_event=events)
     worker.run(lambda job: worker.stop())
     claims = [r for r in capture.requests if b'"set jobs {owner' in r.content]
     assert len(claims) == 3 and {r.content for r in claims} == {claims[0].content}
@@ -339,7 +339,7 @@ def test_an_interrupt_out_of_run_leaves_nothing_leased(db: Client, queue: str) -
     assert [(r["id"], r["owner"], r["attempts"]) for r in rows] == [(ids[0], None, 0), (ids[1], None, 0)]
 
 
-@pytest.mark.parametrize(("timeout", "held", "other"), [(None, 6.0, 10.0), (2.0, 3.0, 2.0)])
+@pytest.mark.parametrize(("timeout", "held", "other"), [(None, 11.0, 10.0), (2.0, 3.0, 2.0)])
 def test_each_call_has_a_timeout_and_a_held_claim_its_wait_on_top(timeout: float | None, held: float,
                                                                    other: float) -> None:
     def reply(request: Sent) -> Answer:
@@ -348,7 +348,8 @@ def test_each_call_has_a_timeout_and_a_held_claim_its_wait_on_top(timeout: float
         return answer(200, json={"affected": 1})
 
     capture = Capture(reply)
-    worker = Worker(capture.client(), "jobs", batch=1, wait=1, timeout=timeout)
+    kwargs = {} if timeout is None else {"timeout": timeout}
+    worker = Worker(capture.client(), "jobs", batch=1, wait=1, **kwargs)
     worker.run(lambda job: worker.stop())
     claim, ack = capture.requests
     assert claim.headers["Fenec-Wait"] == "1000" and claim.timeout == held

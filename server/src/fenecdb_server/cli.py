@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import compiled
+from .plan.schema import did_you_mean
 
 if TYPE_CHECKING:
     from .database import Database
@@ -61,8 +62,8 @@ FLAGS: list[tuple[str, str | None, str]] = [
      "(0 = off; by default off where the server may use only one CPU)"),
     ("--slow-ms <ms>", "off", "log each statement at least this slow (0 = every statement)"),
     ("--access-log <path>|-", "off", "one line per request (method, path, status, ms, bytes; - = stdout)"),
-    ("--no-mmap", "off", "accepted; the file is never mapped"),
-    ("--no-checkpoint", "off", "accepted; no effect without vector indexes"),
+    ("--no-mmap", "off", "accepted for compatibility; no effect (the file is never mapped)"),
+    ("--no-checkpoint", "off", "accepted for compatibility; no effect (there is no checkpoint to skip)"),
     ("--ping", "", "GET /_health on --http; exit 0 on a 200, 1 otherwise"),
     ("-h, --help", "", "this text"),
 ]
@@ -77,6 +78,7 @@ SWITCHES = {"--insecure", "--http-read-only", "--no-mmap", "--no-checkpoint", "-
 NEXT_TIER = {"--jwt-keys", "--max-memory", "--audit", "--metrics", "--replication-token", "--replica-of",
              "--promote", "--replication-buffer"}
 NOT_IN_PROJECT = {"--dir", "--http-max-streams", "--http-keepalive", "--changes", "--cdc"}
+KNOWN = sorted(f for f in VALUE_FLAGS | SWITCHES if f.startswith("--"))  # what an unknown flag is likened to
 
 
 class Exit(Exception):
@@ -138,7 +140,7 @@ def parse(argv: list[str]) -> dict[str, Any]:
             opts["file" if name == "-f" else name.lstrip("-")] = value
             i += 1
             continue
-        raise Exit(2, f"unknown flag: {arg}\n{USAGE}")
+        raise Exit(2, f"unknown flag: {arg}{did_you_mean(name, KNOWN, cutoff=0.6)}\n{USAGE}")
     return opts
 
 

@@ -42,6 +42,12 @@ def test_unknown_names_404():
     refused("del jobs order nope limit 1", 404)
 
 
+def test_an_unknown_collection_gets_a_did_you_mean():
+    # the same hint, worded the same, as an unknown field's
+    assert refused("get jbos", 404).message == "no collection `jbos` (did you mean `jobs`?)"
+    assert refused("get mail", 404).message == "no collection `mail`"  # nothing close: no hint
+
+
 def test_paths_only_into_json():
     refused("set jobs {n.x: 1}", 400, "not json")
     refused("put jobs {t.x: 1}", 400)

@@ -8,9 +8,14 @@ the batch's order. The heartbeat is a task too. A lost lease cancels that job's 
 `job.lost` is true, and the worker settles it no more). `stop()` may be called from any thread:
 it cancels a held claim at once (cancelling a request closes its connection, and the
 server gives the claim up), gives the unstarted jobs back at once, waits for the running ones
-up to `drain_timeout`, then cancels them and gives them back. `stop(hard=True)` cancels at once.
+up to `drain_timeout`, then cancels them and gives them back; no call is retried past that
+deadline, so `run` returns within `drain_timeout` + 1 s even while the server is down.
+`stop(hard=True)` cancels at once. A refusal no retry mends (404, 403, 401) stops the worker and
+`run` raises it.
 
-Statements, retries and events are `_worker_core`'s, as for the blocking worker.
+Every decision is `_worker_machine`'s, as for the blocking worker; this driver only sends (each
+call awaited) and waits (on one `asyncio.Event`, set at each change), and runs each handler and
+the heartbeat as tasks.
 """
 
 from __future__ import annotations
@@ -20,33 +25,11 @@ import contextlib
 import functools
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, cast
 
-from ._worker_core import (
-    Backoff,
-    Call,
-    JobBase,
-    OnEvent,
-    Pause,
-    State,
-    Stopped,
-    WorkerCore,
-    error_text,
-    ms,
-    options,
-    retryable,
-)
-
-if TYPE_CHECKING:
-    from ._client import AsyncClient
-    from ._query import Statement
-
-
-async def _wait(event: asyncio.Event, seconds: float) -> bool:
-    """Whether `event` was set within `seconds`."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(event.wait(), seconds)
-    return event.is_set()
+from ._client import AsyncClient
+from ._worker_core import Backoff, JobBase
+from ._worker_machine import Effect, Gen, Hand, Machine, Send, Start, Steps, T, Wait
 
 
 class AsyncJob(JobBase):
@@ -64,47 +47,32 @@ class AsyncJob(JobBase):
             self.task.cancel()
 
     async def ack(self) -> bool:
-        return await self._worker._settle(self, "ack", self.to_ack())
+        return await self._worker._drive(self._worker._settle(self, "ack", self.to_ack()))
 
     async def fail(self, error: str, *, backoff: Backoff | None = None) -> bool:
-        return await self._worker._fail(self, error, backoff)
+        return await self._worker._drive(self._worker._fail(self, error, backoff))
 
     async def extend(self, lease: float | None = None) -> bool:
-        return await self._worker._extend(self, lease, retry=True)
+        return await self._worker._drive(self._worker._extend(self, lease, retry=True))
 
 
-class AsyncWorker(WorkerCore):
+class AsyncWorker(Machine[AsyncJob, AsyncClient]):
     """`await AsyncWorker(db, "jobs").run(handler)`, or `async for job in worker: ...`; the options
     of `Worker`."""
 
-    def __init__(self, db: AsyncClient, queue: str, *, name: str | None = None, batch: int = 10,
-                 concurrency: int = 1, lease: float = 30.0, wait: float = 30.0,
-                 heartbeat: float | bool | None = None, max_attempts: int = 5, dead_after: int | None = None,
-                 backoff: Backoff = 1.0, drain_timeout: float = 30.0, timeout: float | None = None,
-                 keep_done: bool = False, retry: tuple[float, float] = (0.1, 5.0),
-                 on_event: OnEvent | None = None) -> None:
-        super().__init__(db.collection(queue), options(
-            queue, name, heartbeat, dead_after, max_attempts, retry, batch=batch, concurrency=concurrency,
-            lease=lease, wait=wait, backoff=backoff, drain_timeout=drain_timeout, timeout=timeout,
-            keep_done=keep_done), heartbeat, on_event)
-        self.db = db
-        self._stopping = asyncio.Event()
-        self._hard = asyncio.Event()
-        self._stop_flag = False  # read before the loop is known
+    _job_type = AsyncJob
+
+    def _prepare(self) -> None:
+        self._changed = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._claim_task: asyncio.Task[Any] | None = None
-        self._in_hand: list[AsyncJob] = []
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._handler: Callable[[AsyncJob], Awaitable[object]] | None = None
         self._active = False
-
-    @property
-    def stopped(self) -> bool:
-        return self._stop_flag
-
-    # -- stopping ---------------------------------------------------------------------------------
 
     def stop(self, *, hard: bool = False) -> None:
         """Stop from any thread (or a signal handler on the loop): see the module docstring."""
-        self._stop_flag = True
+        self._stop_asked = True
         loop = self._loop
         if loop is None or loop.is_closed():
             return
@@ -116,16 +84,6 @@ class AsyncWorker(WorkerCore):
             self._stop_now(hard)
         else:
             loop.call_soon_threadsafe(self._stop_now, hard)
-
-    def _stop_now(self, hard: bool) -> None:
-        self._stopping.set()
-        if hard:
-            self._hard.set()
-            for job in self._in_hand:
-                if job.state is State.RUNNING:
-                    job.cancel()
-        if self._claim_task is not None:
-            self._claim_task.cancel()
 
     @contextlib.contextmanager
     def handle_signals(self, *signals: int, hard: tuple[int, ...] = ()) -> Iterator[AsyncWorker]:
@@ -141,88 +99,62 @@ class AsyncWorker(WorkerCore):
             for s in wanted:
                 loop.remove_signal_handler(s)
 
-    # -- sending ----------------------------------------------------------------------------------
+    # -- the effects ------------------------------------------------------------------------------
 
-    async def _send(self, call: Call, until: asyncio.Event) -> Any:
-        pause = Pause(self.options.retry_base, self.options.retry_cap)
-        while True:
+    async def _drive(self, gen: Gen[T]) -> T:
+        steps = Steps(gen)
+        while (effect := steps.next()) is not None:
+            await self._answer(steps, effect)
+        return steps.value  # type: ignore[return-value]  # set when the generator returned
+
+    async def _answer(self, steps: Steps[Any], effect: Effect) -> None:
+        try:
+            steps.answer = await self._perform(effect)
+        except BaseException as exc:  # a cancel too: thrown into the machine, which decides
+            steps.error = exc
+
+    async def _perform(self, effect: Effect) -> Any:
+        if isinstance(effect, Send):
+            sent = self.db._send(effect.call.request(self.db._wire, self.options, effect.cap))
+            if not effect.held:
+                return await sent
+            # a held claim runs as a task of its own, so that a stop can cancel it alone: cancelling
+            # a request closes its connection, and the server gives the claim up
+            task = self._claim_task = asyncio.ensure_future(sent)
             try:
-                return await self.db._send(call.request(self.db._wire, self.options))
-            except Exception as exc:
-                if await _wait(until, self._retry_pause(pause, call, exc, until.is_set())):
-                    raise Stopped(call.kind) from exc
-
-    async def _claim(self) -> list[AsyncJob] | None:
-        if self._stopping.is_set():
+                return await task
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # run itself is cancelled
+                raise ConnectionError("the claim was given up: the worker is stopping") from None
+            finally:
+                self._claim_task = None
+        if isinstance(effect, Wait):
+            loop = asyncio.get_running_loop()
+            end = None if effect.seconds is None else loop.time() + effect.seconds
+            while not effect.ready():
+                left = None if end is None else end - loop.time()
+                if left is not None and left <= 0:
+                    break
+                self._changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), left)
             return None
-        owner, call = self._claim_call()
-        self._claim_task = asyncio.ensure_future(self._send(call, self._stopping))
-        try:
-            rows = await self._claim_task
-        except (asyncio.CancelledError, Stopped):
-            task = asyncio.current_task()
-            if self._stopping.is_set() and (task is None or not task.cancelling()):
-                return None
-            raise
-        finally:
-            self._claim_task = None
-        jobs = [AsyncJob(row, owner, self) for row in rows]
-        self._in_hand = jobs
-        for job in self._past_max(owner, jobs):
-            await self._settle(job, "dead", self.plan.to_dead(job), error="attempts exhausted")
-        return [job for job in jobs if job.state is State.PENDING]
+        if isinstance(effect, Start):
+            job = cast(AsyncJob, effect.job)
+            job.task = asyncio.ensure_future(self._run_one(job))
+            self._tasks.add(job.task)
+            job.task.add_done_callback(self._tasks.discard)
+            return None
+        raise AssertionError(f"no effect {effect!r} outside iteration")
 
-    async def _settle(self, job: AsyncJob, kind: str, statement: Statement, event: str | None = None,
-                      **fields: Any) -> bool:
-        if not job.begin_settle():
-            return False
-        try:
-            await self._send(self.plan.settle(kind, job, statement), self._hard)
-        except BaseException as exc:
-            return self._settle_failed(job, kind, exc)
-        return self._settled(job, kind, event, fields)
+    def _wake(self) -> None:
+        self._changed.set()
 
-    async def _fail(self, job: AsyncJob, error: str, backoff: Backoff | None = None) -> bool:
-        statement, event, fields = self._failure(job, error, backoff)
-        return await self._settle(job, "fail", statement, event, **fields)
-
-    async def _extend(self, job: AsyncJob, lease: float | None, *, retry: bool) -> bool:
-        call = self._extend_call(job, lease)
-        if call is None:
-            return False
-        try:
-            if retry:
-                await self._send(call, self._hard)
-            else:
-                await self.db._send(call.request(self.db._wire, self.options))
-        except Exception as exc:
-            return self._extend_failed(job, exc)
-        return True
-
-    # -- the heartbeat ----------------------------------------------------------------------------
-
-    async def _beat(self) -> None:
-        pause = Pause(self.options.retry_base, self.options.retry_cap)
-        period = self.options.beat
-        while True:
-            await asyncio.sleep(period)
-            period = self.options.beat
-            jobs = [job for job in self._in_hand if job.state in (State.PENDING, State.RUNNING)]
-            answers = await asyncio.gather(*(self._extend(job, None, retry=False) for job in jobs),
-                                           return_exceptions=True)
-            for job, answer in zip(jobs, answers, strict=True):
-                if not isinstance(answer, BaseException):
-                    continue
-                if isinstance(answer, asyncio.CancelledError):
-                    raise answer
-                if retryable(answer):
-                    delay = pause.next()  # the next beat comes sooner, after a retry's pause
-                    self.events.emit("retry", job, call="extend", error=error_text(answer), delay_ms=ms(delay))
-                    period = min(period, delay)
-                else:
-                    self.events.emit("error", job, call="extend", error=error_text(answer))
-            if all(not isinstance(a, BaseException) for a in answers):
-                pause.tries = 0
+    def _give_up_claim(self) -> None:
+        if self._claim_task is not None:
+            self._claim_task.cancel()
 
     @contextlib.asynccontextmanager
     async def _running_loop(self) -> AsyncIterator[None]:
@@ -230,128 +162,72 @@ class AsyncWorker(WorkerCore):
             raise RuntimeError("this worker is already running")
         self._active = True
         self._loop = asyncio.get_running_loop()
-        if self._stop_flag:
+        if self._stop_asked:
             self._stop_now(False)
-        beat = asyncio.ensure_future(self._beat()) if self.heartbeat else None
+        self._beating = self.heartbeat
+        beat = asyncio.ensure_future(self._drive(self._beat())) if self._beating else None
         try:
             yield
         finally:
+            self._beating = False
             if beat is not None:
-                beat.cancel()
-                # the heartbeat catches its own failures; whatever it was doing is over now
+                beat.cancel()  # an extend in flight is given up: the job is settled or given back
                 await asyncio.gather(beat, return_exceptions=True)
             self._active = False
             self.events.emit("stopped")
 
-    # -- run(handler) -----------------------------------------------------------------------------
+    async def _run_one(self, job: AsyncJob) -> None:
+        assert self._handler is not None
+        try:
+            failure: BaseException | None = None
+            try:
+                await self._handler(job)
+            except asyncio.CancelledError as exc:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    if not job.cancelled.is_set():
+                        raise
+                    task.uncancel()  # lost, or a hard stop: not ours to settle
+                failure = exc  # else the handler's own CancelledError: a failure like any other
+            except Exception as exc:
+                failure = exc
+            await self._drive(self._finish(job, failure))
+        finally:
+            self._ended()
+
+    # -- the public loops -------------------------------------------------------------------------
 
     async def run(self, handler: Callable[[AsyncJob], Awaitable[object]]) -> None:
         """Run every job through `await handler(job)` until stopped."""
+        self._handler = handler
         async with self._running_loop():
-            while (jobs := await self._claim()) is not None:
-                await self._work(jobs, handler)
-
-    async def _work(self, jobs: list[AsyncJob], handler: Callable[[AsyncJob], Awaitable[object]]) -> None:
-        gate = asyncio.Semaphore(self.options.runners)
-        for job in jobs:
-            job.task = asyncio.ensure_future(self._run_one(job, handler, gate))
-        pending: set[asyncio.Future[Any]] = {job.task for job in jobs if job.task is not None}
-        stopping = asyncio.ensure_future(self._stopping.wait())
-        try:
-            while pending and not self._stopping.is_set():
-                _, pending = await asyncio.wait(pending | {stopping}, return_when=asyncio.FIRST_COMPLETED)
-                pending.discard(stopping)
-            if pending:  # stopping: the unstarted go back at once, the running get the drain
-                await asyncio.gather(*(self._settle(job, "release", self.plan.to_release(job))
-                                       for job in jobs if job.state is State.PENDING), return_exceptions=True)
-                hard = asyncio.ensure_future(self._hard.wait())
-                loop = asyncio.get_running_loop()
-                deadline = loop.time() + self.options.drain_timeout
-                try:
-                    while pending and not self._hard.is_set() and (remaining := deadline - loop.time()) > 0:
-                        _, pending = await asyncio.wait(pending | {hard}, timeout=remaining,
-                                                        return_when=asyncio.FIRST_COMPLETED)
-                        pending.discard(hard)
-                finally:
-                    hard.cancel()
-            left = [job for job in jobs if job.state in (State.PENDING, State.RUNNING)]
-            if left:  # hard, or the drain ran out: cancel and give back what is left
-                if self._stopping.is_set():
-                    self._hard.set()
-                for job in left:
-                    job.cancel()
-                await asyncio.gather(*(self._release_once(job) for job in left), return_exceptions=True)
-                await asyncio.gather(*pending, return_exceptions=True)  # a handler that swallows its cancel holds us here
-        except BaseException:  # run() itself cancelled: cancel the jobs' tasks, give their jobs back
-            left = [job for job in jobs if job.state in (State.PENDING, State.RUNNING)]
-            for job in jobs:
-                job.cancel()
-            with contextlib.suppress(BaseException):
-                await asyncio.gather(*(self._release_once(job) for job in left), return_exceptions=True)
-            raise
-        finally:
-            stopping.cancel()
-            self._in_hand = []
-
-    async def _release_once(self, job: AsyncJob) -> None:
-        """Give back a job on a hard stop: one try, no retry (the lease lapses if it fails)."""
-        if job.begin_settle():
             try:
-                await self.db._send(self._release_call(job).request(self.db._wire, self.options))
-            except Exception:
-                job.end_settle(False)
+                await self._drive(self._run())
+                # a cancelled handler that swallows its cancel holds us here
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            except BaseException:  # run() itself cancelled: cancel the jobs' tasks, give their jobs back
+                with contextlib.suppress(Exception):
+                    await self._drive(self._give_up())
                 raise
-            job.end_settle(True)
-            self.events.emit("released", job)
+        if self.fatal is not None:
+            raise self.fatal
 
-    async def _run_one(self, job: AsyncJob, handler: Callable[[AsyncJob], Awaitable[object]],
-                       gate: asyncio.Semaphore) -> None:
-        async with gate:
-            if self._stopping.is_set() or not job.begin():
-                return
-            self.events.emit("start", job)
-            failure: BaseException | None = None
-            try:
-                await handler(job)
-            except asyncio.CancelledError as exc:
-                task = asyncio.current_task()
-                if job.cancelled.is_set() and task is not None and task.cancelling():
-                    task.uncancel()
-                    return  # lost, or a hard stop: not ours to settle
-                if task is not None and task.cancelling():
-                    raise
-                failure = exc  # the handler's own CancelledError: a failure like any other
-            except Exception as exc:
-                failure = exc
-            if job.cancelled.is_set() or job.state is not State.RUNNING:
-                return
-            try:
-                if failure is None:
-                    await self._settle(job, "ack", job.to_ack())
-                else:
-                    await self._fail(job, error_text(failure))
-            except Exception as exc:
-                self.events.emit("error", job, error=error_text(exc))
-
-    # -- async for job in worker ------------------------------------------------------------------
+    async def enqueue(self, payload: Any, *, delay: float = 0.0) -> int:
+        """Put one job into the queue, ready after `delay` seconds; answers the count written, 1."""
+        return int((await self.db.query(*self.enqueue_statement(payload, delay)))["affected"])
 
     async def claim(self, *, wait: float | None = None) -> list[AsyncJob]:
         """One claim, retried through the network: the oldest ready jobs, up to `batch`, leased."""
-        owner, call = self._claim_call(wait)
-        return [AsyncJob(row, owner, self) for row in await self._send(call, self._stopping)]
+        return await self._drive(self._claim_once(wait))
 
     async def __aiter__(self) -> AsyncIterator[AsyncJob]:
         async with self._running_loop():
-            while (jobs := await self._claim()) is not None:
+            steps = Steps(self._iterate())
+            while (effect := steps.next()) is not None:
+                if not isinstance(effect, Hand):
+                    await self._answer(steps, effect)
+                    continue
                 try:
-                    for job in jobs:
-                        if self._stopping.is_set():
-                            break
-                        if job.begin():
-                            self.events.emit("start", job)
-                            yield job
-                finally:
-                    for job in jobs:
-                        if job.state is State.PENDING:
-                            await self._settle(job, "release", self.plan.to_release(job))
-                    self._in_hand = []
+                    yield cast(AsyncJob, effect.job)
+                except GeneratorExit as exc:  # the caller's loop ended: the machine gives the rest back
+                    steps.error = exc

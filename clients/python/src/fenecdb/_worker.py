@@ -11,14 +11,21 @@ extends every job in hand each `heartbeat` (a third of the lease); a 412 there m
 was lost: `job.lost` turns true, `job.cancelled` is set, and the worker settles it no more.
 
 The server going away (connection refused or cut, a timeout, a 5xx, a 503) never ends `run`:
-the call is retried after a jittered pause under the same Idempotency-Key (`_worker_core`).
+the call is retried after a jittered pause under the same Idempotency-Key. Any
+other refusal (a 404 queue, a 403 policy, a 401 token) stops the worker, and `run` raises it.
 
 `stop()` (any thread; `handle_signals()` maps SIGTERM/SIGINT to it) gives up a held claim at
 once (`_abort`), gives the unstarted jobs back at once, lets running ones finish within
-`drain_timeout`, then cancels the rest and returns. `stop(hard=True)` cancels at once. A
+`drain_timeout`, then cancels the rest and returns; no call is retried past that deadline, so
+`run` returns within `drain_timeout` + 1 s even while the server is down. `stop(hard=True)`
+cancels at once. A
 thread cannot be killed: "cancel" sets `job.cancelled` and gives the job back, and whatever
 the handler does after that is not acked. `for job in worker:` is the same loop with the
 settling in the caller's hands (`job.ack()`, `job.fail(error)`).
+
+Every decision is `_worker_machine`'s; this driver only sends (the calling thread blocks) and
+waits (on one `threading.Condition`), runs each handler on a thread of its own and the heartbeat
+on another.
 """
 
 from __future__ import annotations
@@ -27,31 +34,14 @@ import contextlib
 import os
 import signal
 import threading
-import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any, cast
 
 from ._abort import AbortableSender
-from ._worker_core import (
-    Backoff,
-    Call,
-    JobBase,
-    OnEvent,
-    Pause,
-    State,
-    Stopped,
-    WorkerCore,
-    error_text,
-    ms,
-    options,
-    retryable,
-)
-
-if TYPE_CHECKING:
-    from ._client import Client
-    from ._query import Statement
+from ._client import Client
+from ._worker_core import Backoff, JobBase
+from ._worker_machine import Effect, Gen, Hand, Machine, Send, Start, Steps, T, Wait
 
 
 class Job(JobBase):
@@ -66,64 +56,36 @@ class Job(JobBase):
 
     def ack(self) -> bool:
         """Done: deleted (or marked done with `keep_done`). False when it is no longer ours."""
-        return self._worker._settle(self, "ack", self.to_ack())
+        return self._worker._drive(self._worker._settle(self, "ack", self.to_ack()))
 
     def fail(self, error: str, *, backoff: Backoff | None = None) -> bool:
-        """Back to the queue after the back-off, or dead at `max_attempts`. False when no longer ours."""
-        return self._worker._fail(self, error, backoff)
+        """Back to the queue after the backoff, or dead at `max_attempts`. False when no longer ours."""
+        return self._worker._drive(self._worker._fail(self, error, backoff))
 
     def extend(self, lease: float | None = None) -> bool:
         """Move the lease on by `lease` seconds (the worker's lease by default)."""
-        return self._worker._extend(self, lease, retry=True)
+        return self._worker._drive(self._worker._extend(self, lease, retry=True))
 
 
-class Worker(WorkerCore):
+class Worker(Machine[Job, Client]):
     """Claims batches of leased jobs from one queue and runs them (see the module docstring).
 
-    Times are seconds. `backoff` is a step (a failed job waits `backoff * attempts²`) or a hook
-    `attempts -> seconds`; `on_event` receives every event as a dict (from the worker's threads);
-    `timeout` bounds each call, 10 s by default (a held claim gets `wait + timeout`, `wait` + 5 s by default);
-    `retry` is (first, most): the pause before a call is sent again is random up to `first`, doubled at each
-    failure in a row, `most` at most. `dead_after` is the old name of `max_attempts`, and `heartbeat=False`
-    turns the heartbeat off."""
+    The options are conformance/worker-contract.json's, times in seconds: `backoff` is a function
+    `attempts -> seconds` (attempts² by default), `heartbeat=0` turns the heartbeat off, a held
+    claim's call gets `wait + timeout`, and the pause before a call is sent again is random below
+    `retry_min`, doubling at each failure in a row up to `retry_max`. `on_event` receives every
+    event as a dict (from the worker's threads). `dead_after` is the old name of `max_attempts`."""
 
-    def __init__(self, db: Client, queue: str, *, name: str | None = None, batch: int = 10,
-                 concurrency: int = 1, lease: float = 30.0, wait: float = 30.0,
-                 heartbeat: float | bool | None = None, max_attempts: int = 5, dead_after: int | None = None,
-                 backoff: Backoff = 1.0, drain_timeout: float = 30.0, timeout: float | None = None,
-                 keep_done: bool = False, retry: tuple[float, float] = (0.1, 5.0),
-                 on_event: OnEvent | None = None) -> None:
-        super().__init__(db.collection(queue), options(
-            queue, name, heartbeat, dead_after, max_attempts, retry, batch=batch, concurrency=concurrency,
-            lease=lease, wait=wait, backoff=backoff, drain_timeout=drain_timeout, timeout=timeout,
-            keep_done=keep_done), heartbeat, on_event)
-        self.db = db
-        self._stopping = threading.Event()
-        self._hard = threading.Event()
+    _job_type = Job
+
+    def _prepare(self) -> None:
         self._cv = threading.Condition()
-        self._in_hand: list[Job] = []
-        self._running = 0
         self._sender: AbortableSender | None = None
-
-    @property
-    def stopped(self) -> bool:
-        return self._stopping.is_set()
-
-    # -- stopping ---------------------------------------------------------------------------------
+        self._handler: Callable[[Job], object] | None = None
 
     def stop(self, *, hard: bool = False) -> None:
         """Stop from any thread: give up a held claim, give back unstarted jobs, drain (or not: `hard`)."""
-        self._stopping.set()
-        if hard:
-            self._hard.set()
-        sender = self._sender
-        if sender is not None:
-            sender.abort()
-        with self._cv:
-            if hard:
-                for job in self._in_hand:
-                    job.cancelled.set()
-            self._cv.notify_all()
+        self._stop_now(hard)
 
     @contextlib.contextmanager
     def handle_signals(self, *signals: int, hard: tuple[int, ...] = ()) -> Iterator[Worker]:
@@ -153,220 +115,108 @@ class Worker(WorkerCore):
             watcher.join()
             os.close(read)
 
-    # -- sending ----------------------------------------------------------------------------------
+    # -- the effects ------------------------------------------------------------------------------
 
-    def _send(self, call: Call, until: threading.Event, sender: AbortableSender | None = None) -> Any:
-        """Send `call`, retrying the network and 5xx until it is answered or `until` is set."""
-        pause = Pause(self.options.retry_base, self.options.retry_cap)
-        while True:
-            try:
-                request = call.request(self.db._wire, self.options)
-                return sender.send(request) if sender is not None else self.db._send(request)
-            except Exception as exc:
-                if until.wait(self._retry_pause(pause, call, exc, until.is_set())):
-                    raise Stopped(call.kind) from exc
+    def _drive(self, gen: Gen[T]) -> T:
+        steps = Steps(gen)
+        while (effect := steps.next()) is not None:
+            self._answer(steps, effect)
+        return steps.value  # type: ignore[return-value]  # set when the generator returned
 
-    def _claim(self, sender: AbortableSender | None) -> list[Job] | None:
-        """One claim (held), or None once stopping."""
-        if self._stopping.is_set():
-            return None
-        owner, call = self._claim_call()
+    def _answer(self, steps: Steps[Any], effect: Effect) -> None:
         try:
-            rows = self._send(call, self._stopping, sender)
-        except Stopped:
-            return None
-        jobs = [Job(row, owner, self) for row in rows]
-        with self._cv:
-            self._in_hand = jobs
-        for job in self._past_max(owner, jobs):
-            self._dead_letter(job)
-        return [job for job in jobs if job.state is State.PENDING]
+            steps.answer = self._perform(effect)
+        except BaseException as exc:  # noqa: B036 - thrown into the machine, which decides
+            steps.error = exc
 
-    def _settle(self, job: Job, kind: str, statement: Statement, event: str | None = None, **fields: Any) -> bool:
-        if not job.begin_settle():
-            return False
-        try:
-            self._send(self.plan.settle(kind, job, statement), self._hard)
-        except Exception as exc:
-            return self._settle_failed(job, kind, exc)
-        return self._settled(job, kind, event, fields)
-
-    def _fail(self, job: Job, error: str, backoff: Backoff | None = None) -> bool:
-        statement, event, fields = self._failure(job, error, backoff)
-        return self._settle(job, "fail", statement, event, **fields)
-
-    def _dead_letter(self, job: Job) -> None:
-        self._settle(job, "dead", self.plan.to_dead(job), error="attempts exhausted")
-
-    def _release(self, job: Job) -> None:
-        self._settle(job, "release", self.plan.to_release(job))
-
-    def _extend(self, job: Job, lease: float | None, *, retry: bool) -> bool:
-        call = self._extend_call(job, lease)
-        if call is None:
-            return False
-        try:
-            if retry:
-                self._send(call, self._hard)
-            else:
-                self.db._send(call.request(self.db._wire, self.options))
-        except Exception as exc:
-            return self._extend_failed(job, exc)
-        return True
-
-    # -- the heartbeat ----------------------------------------------------------------------------
-
-    def _beat(self, done: threading.Event) -> None:
-        pause = Pause(self.options.retry_base, self.options.retry_cap)
-        period = self.options.beat
-        while not done.wait(period):
-            period = self.options.beat
+    def _perform(self, effect: Effect) -> Any:
+        if isinstance(effect, Send):
+            request = effect.call.request(self.db._wire, self.options, effect.cap)
+            sender = self._sender if effect.held else None
+            return sender.send(request) if sender is not None else self.db._send(request)
+        if isinstance(effect, Wait):
             with self._cv:
-                jobs = [job for job in self._in_hand if job.state in (State.PENDING, State.RUNNING)]
-            for job in jobs:
-                if done.is_set():
-                    return
-                try:
-                    self._extend(job, None, retry=False)
-                    pause.tries = 0
-                except Exception as exc:
-                    if not retryable(exc):
-                        self.events.emit("error", job, call="extend", error=error_text(exc))
-                        continue
-                    delay = pause.next()  # the next beat comes sooner, after a retry's pause
-                    self.events.emit("retry", job, call="extend", error=error_text(exc), delay_ms=ms(delay))
-                    period = min(period, delay)
-                    break
+                self._cv.wait_for(effect.ready, effect.seconds)
+            return None
+        if isinstance(effect, Start):
+            threading.Thread(target=self._run_one, args=(effect.job,), name=f"{self.name}-job-{effect.job.id}",
+                             daemon=True).start()
+            return None
+        raise AssertionError(f"no effect {effect!r} outside iteration")
+
+    def _wake(self) -> None:
+        with self._cv:
+            self._cv.notify_all()
+
+    def _give_up_claim(self) -> None:
+        sender = self._sender
+        if sender is not None:
+            sender.abort()
 
     @contextlib.contextmanager
-    def _running_loop(self) -> Iterator[AbortableSender]:
+    def _running_loop(self) -> Iterator[None]:
         if self._sender is not None:
             raise RuntimeError("this worker is already running")
-        sender = self._sender = AbortableSender(self.db)
-        if self._stopping.is_set():
-            sender.abort()
-        done = threading.Event()
-        beat = threading.Thread(target=self._beat, args=(done,), name=f"{self.name}-heartbeat", daemon=True)
-        if self.heartbeat:
+        self._sender = AbortableSender(self.db)
+        if self._stopping:
+            self._sender.abort()
+        self._beating = self.heartbeat
+        beat = threading.Thread(target=self._drive, args=(self._beat(),), name=f"{self.name}-heartbeat",
+                                daemon=True)
+        if self._beating:
             beat.start()
         try:
-            yield sender
+            yield
         finally:
-            done.set()
+            self._beating = False
+            self._wake()
             if beat.is_alive():
                 beat.join()
             self._sender = None
             self.events.emit("stopped")
 
-    # -- run(handler) -----------------------------------------------------------------------------
+    def _run_one(self, job: Job) -> None:
+        assert self._handler is not None
+        try:
+            failure: BaseException | None = None
+            try:
+                self._handler(job)
+            except BaseException as exc:  # noqa: B036 - a handler's SystemExit fails its job, never the worker
+                failure = exc
+            self._drive(self._finish(job, failure))
+        finally:
+            self._ended()
+
+    # -- the public loops -------------------------------------------------------------------------
 
     def run(self, handler: Callable[[Job], object]) -> None:
         """Run every job through `handler(job)` until stopped (see the module docstring)."""
-        with self._running_loop() as sender:
+        self._handler = handler
+        with self._running_loop():
             try:
-                while (jobs := self._claim(sender)) is not None:
-                    self._work(jobs, handler)
+                self._drive(self._run())
             except BaseException:  # a KeyboardInterrupt outside handle_signals, say: nothing stays leased
-                self._give_up()
+                self._drive(self._give_up())
                 raise
+        if self.fatal is not None:
+            raise self.fatal
 
-    def _give_up(self) -> None:
-        self.stop(hard=True)
-        with self._cv:
-            left = [job for job in self._in_hand if job.state in (State.PENDING, State.RUNNING)]
-            self._in_hand = []
-        for job in left:
-            with contextlib.suppress(Exception):
-                self._settle_once(job)
-
-    def _work(self, jobs: list[Job], handler: Callable[[Job], object]) -> None:
-        todo = deque(jobs)
-        runners = self.options.runners
-        while todo:
-            with self._cv:
-                self._cv.wait_for(lambda: self._running < runners or self._stopping.is_set())
-                if self._stopping.is_set():
-                    break
-                job = todo.popleft()
-                if not job.begin():
-                    continue
-                self._running += 1
-            threading.Thread(target=self._run_one, args=(job, handler), name=f"{self.name}-job-{job.id}",
-                             daemon=True).start()
-        for job in todo:  # stopping: the unstarted go back at once
-            self._release(job)
-        deadline: float | None = None
-        with self._cv:
-            while self._running and not self._hard.is_set():
-                if self._stopping.is_set():
-                    deadline = deadline or time.monotonic() + self.options.drain_timeout
-                    if not self._cv.wait(deadline - time.monotonic()) and time.monotonic() >= deadline:
-                        break
-                else:
-                    self._cv.wait()
-            left = [job for job in self._in_hand if job.state in (State.PENDING, State.RUNNING)]
-            self._in_hand = []
-        if left:  # hard stop, or the drain ran out: cancel and give back what is left
-            self._hard.set()
-            for job in left:
-                job.cancelled.set()
-            for job in left:
-                with contextlib.suppress(Exception):
-                    self._settle_once(job)
-
-    def _settle_once(self, job: Job) -> None:
-        """Give back a job on a hard stop: one try, no retry (the lease lapses if it fails)."""
-        job.cancelled.set()
-        if job.begin_settle():
-            try:
-                self.db._send(self._release_call(job).request(self.db._wire, self.options))
-            except Exception:
-                job.end_settle(False)
-                raise
-            job.end_settle(True)
-            self.events.emit("released", job)
-
-    def _run_one(self, job: Job, handler: Callable[[Job], object]) -> None:
-        try:
-            self.events.emit("start", job)
-            failure: BaseException | None = None
-            try:
-                handler(job)
-            except BaseException as exc:  # noqa: B036 - a handler's SystemExit fails its job, never the worker
-                failure = exc
-            if job.cancelled.is_set() or job.state is not State.RUNNING:
-                return
-            if failure is None:
-                self._settle(job, "ack", job.to_ack())
-            else:
-                self._fail(job, error_text(failure))
-        except Exception as exc:
-            self.events.emit("error", job, error=error_text(exc))
-        finally:
-            with self._cv:
-                self._running -= 1
-                self._cv.notify_all()
-
-    # -- for job in worker ------------------------------------------------------------------------
+    def enqueue(self, payload: Any, *, delay: float = 0.0) -> int:
+        """Put one job into the queue, ready after `delay` seconds; answers the count written, 1."""
+        return int(self.db.query(*self.enqueue_statement(payload, delay))["affected"])
 
     def claim(self, *, wait: float | None = None) -> list[Job]:
         """One claim, retried through the network: the oldest ready jobs, up to `batch`, leased."""
-        owner, call = self._claim_call(wait)
-        return [Job(row, owner, self) for row in self._send(call, self._stopping)]
+        return self._drive(self._claim_once(wait))
 
     def __iter__(self) -> Iterator[Job]:
-        with self._running_loop() as sender:
-            while (jobs := self._claim(sender)) is not None:
+        with self._running_loop():
+            steps = Steps(self._iterate())
+            while (effect := steps.next()) is not None:
+                if not isinstance(effect, Hand):
+                    self._answer(steps, effect)
+                    continue
                 try:
-                    for job in jobs:
-                        if self._stopping.is_set():
-                            break
-                        if job.begin():
-                            self.events.emit("start", job)
-                            yield job
-                finally:
-                    for job in jobs:
-                        if job.state is State.PENDING:
-                            self._release(job)
-                    with self._cv:
-                        self._in_hand = []
+                    yield cast(Job, effect.job)
+                except GeneratorExit as exc:  # the caller's loop ended: the machine gives the rest back
+                    steps.error = exc

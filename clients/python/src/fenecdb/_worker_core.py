@@ -1,6 +1,6 @@
-"""What the blocking and the asyncio worker share: options, the statements, a job's states, the
-retry pause, the events, and `WorkerCore`: what follows each answer or failure. The two shells
-(`_worker`, `_async_worker`) only wait and send.
+"""The nouns of a worker, shared by both drivers: options, the statements, a job's states, the stop's
+deadline, the retry rule and pause, the events. What a worker does with them is `_worker_machine`'s;
+the two drivers (`_worker`, `_async_worker`) only wait and send.
 
 The statements, each made by the builder (so the text is the one the conformance vectors fix):
 
@@ -10,7 +10,7 @@ The statements, each made by the builder (so the text is the one the conformance
              (keep_done: set q {owner: null, run_at: null, done_at: now()} where ... require 1)
     extend   set q {run_at: now() + $1} where id = $2 and owner = $3 require 1    key extend:<owner>:<id>:<beat>
     fail     set q {owner: null, error: $2, run_at: case when attempts >= <max> then null
-               else now() + <backoff> end} where id = .. and owner = .. require 1  key fail:<owner>:<id>
+               else now() + <backoff(attempts)> end} where id = .. and owner = .. require 1  key fail:<owner>:<id>
     dead     set q {owner: null, error: "attempts exhausted", run_at: null} where ... require 1   (claimed past max)
     release  set q {owner: null, run_at: now(), attempts: coalesce(attempts, 0) + -1} where id = .. and owner = ..
 
@@ -18,8 +18,13 @@ The owner is a claim token, `<name>:<n>`, new for each claim (n never repeats, a
 too: see `Plan`); every call is sent under an
 Idempotency-Key made from it, so a call retried after a lost answer is answered as the first
 try was (a claim: the jobs it took, none leaked leased). A connection error, a timeout or a 5xx
-is retried after a pause of full jitter (0 to 100 ms, doubling up to 5 s); a 412 means the lease
-was lost to another claim.
+is retried after a pause of full jitter (0 to `retry_min`, doubling up to `retry_max`); a 412
+means the lease was lost to another claim; any other answer ends `run` with it.
+
+A stop has a deadline (`StopClock`): `drain_timeout` after a graceful stop, at once for a hard
+one. No call of a stopping worker is retried past it, and every call's timeout is cut to what is
+left of it plus `GRACE`, so `run` returns within `drain_timeout + GRACE` of a stop whether the
+server answers or not (conformance/worker-contract.json, "stop_bound").
 
 A job moves PENDING -> RUNNING -> SETTLING -> SETTLED, and from any of the first three to LOST
 (a 412 on extend or settle) or RELEASED (given back on stop). Only one settle ever starts: the
@@ -35,19 +40,19 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any
 
 from ._conditions import raw
 from ._errors import FenecError, UnmetError
-from ._query import QueryBase, Statement, expr, inc
+from ._query import QueryBase, expr, inc
 from ._wire import Request, Wire
 
 log = logging.getLogger("fenecdb.worker")
 
-Backoff = float | Callable[[int], float]
-J = TypeVar("J", bound="JobBase")
+Backoff = Callable[[int], float]
+GRACE = 1.0  # seconds a stop's last give-backs may take past its deadline (the contract's stop_bound_margin_ms)
 OnEvent = Callable[[dict[str, Any]], None]
 EXHAUSTED = "attempts exhausted"
 
@@ -56,10 +61,16 @@ def ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
+def squared(attempts: int) -> float:
+    """The default backoff: attempts² seconds."""
+    return float(attempts * attempts)
+
+
 @dataclass(frozen=True)
 class Options:
-    """A worker's settings, checked once. Times are seconds; `backoff` is a step (`step * attempts²`)
-    or a hook `attempts -> seconds`."""
+    """A worker's settings, checked once (conformance/worker-contract.json names them). Times are
+    seconds; `backoff` is a function `attempts -> seconds`; `heartbeat` None is a third of the
+    lease, 0 turns it off."""
 
     queue: str
     name: str
@@ -69,39 +80,43 @@ class Options:
     wait: float = 30.0
     heartbeat: float | None = None
     max_attempts: int = 5
-    backoff: Backoff = 1.0
+    backoff: Backoff = squared
     drain_timeout: float = 30.0
-    timeout: float | None = None
+    timeout: float = 10.0
     keep_done: bool = False
-    retry_base: float = 0.1
-    retry_cap: float = 5.0
+    retry_min: float = 0.1
+    retry_max: float = 5.0
 
     def __post_init__(self) -> None:
         for field, value, low in (("batch", self.batch, 1), ("concurrency", self.concurrency, 1),
                                   ("max_attempts", self.max_attempts, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{field} is a whole number from {low} (got {value!r})")
-        for field, number in (("lease", self.lease), ("timeout", 1.0 if self.timeout is None else self.timeout),
-                              ("retry_base", self.retry_base), ("retry_cap", self.retry_cap)):
+        for field, number in (("lease", self.lease), ("timeout", self.timeout),
+                              ("retry_min", self.retry_min), ("retry_max", self.retry_max)):
             if not number > 0:
                 raise ValueError(f"{field} is seconds, more than 0 (got {number!r})")
         for field, number in (("wait", self.wait), ("drain_timeout", self.drain_timeout)):
             if not number >= 0:
                 raise ValueError(f"{field} is seconds, from 0 (got {number!r})")
-        if self.heartbeat is not None and not 0 < self.heartbeat < self.lease:
-            raise ValueError(f"heartbeat is seconds, more than 0 and less than the lease (got {self.heartbeat!r})")
-        if not callable(self.backoff) and not self.backoff >= 0:
-            raise ValueError(f"backoff is seconds from 0, or a hook attempts -> seconds (got {self.backoff!r})")
+        if self.retry_max < self.retry_min:
+            raise ValueError(f"retry_max is at least retry_min (got {self.retry_max!r} < {self.retry_min!r})")
+        if self.heartbeat is not None and not 0 <= self.heartbeat < self.lease:
+            raise ValueError(f"heartbeat is seconds, less than the lease; 0 turns it off (got {self.heartbeat!r})")
+        if not callable(self.backoff):
+            raise ValueError(f"backoff is a function attempts -> seconds (got {self.backoff!r})")
 
     @property
     def beat(self) -> float:
         return self.lease / 3 if self.heartbeat is None else self.heartbeat
 
+    @property
+    def beating(self) -> bool:
+        return self.heartbeat != 0
+
     def timeout_of(self, wait: float | None) -> float:
-        """A call's timeout: `timeout`, 10 s by default; a claim held for `wait` gets it on top (+ 5 s by default)."""
-        if wait is None:
-            return 10.0 if self.timeout is None else self.timeout
-        return wait + (5.0 if self.timeout is None else self.timeout)
+        """A call's timeout: `timeout`; a claim held for `wait` gets `wait` on top."""
+        return self.timeout if wait is None else wait + self.timeout
 
     @property
     def runners(self) -> int:
@@ -135,9 +150,11 @@ class Call:
     wait: float | None = None
     job: JobBase | None = None
 
-    def request(self, wire: Wire, options: Options) -> Request:
+    def request(self, wire: Wire, options: Options, cap: float | None = None) -> Request:
+        """The request; its timeout cut to `cap` seconds when a stop leaves less than that."""
         made = wire.query(self.text, self.params, wait=self.wait, idempotency_key=self.key, read=False)
-        return replace(made, timeout=options.timeout_of(self.wait))
+        timeout = options.timeout_of(self.wait)
+        return replace(made, timeout=timeout if cap is None else max(0.001, min(timeout, cap)))
 
 
 class Plan:
@@ -180,13 +197,8 @@ class Plan:
     def to_fail(self, job: JobBase, error: str, backoff: Backoff | None = None, *,
                 delay: float | None = None) -> tuple[str, list[Any]]:
         step = self.options.backoff if backoff is None else backoff
-        limit = self.options.max_attempts
-        if callable(step):  # worked out here, from the attempts the claim read
-            worked = step(job.attempts) if delay is None else delay
-            run_at = expr("case when attempts >= ? then null else now() + ? end", limit, ms(worked))
-        else:
-            run_at = expr("case when attempts >= ? then null else now() + ? * attempts * attempts end",
-                          limit, ms(step))
+        worked = step(job.attempts) if delay is None else delay  # from the attempts the claim read
+        run_at = expr("case when attempts >= ? then null else now() + ? end", self.options.max_attempts, ms(worked))
         patch = {"owner": None, "error": error, "run_at": run_at}
         return self.mine(job).to_update(patch, require=1)
 
@@ -211,7 +223,7 @@ class Plan:
         step = self.options.backoff if backoff is None else backoff
         if job.attempts >= self.options.max_attempts:
             return self.to_fail(job, error, backoff, delay=0.0), None
-        delay = step(job.attempts) if callable(step) else step * job.attempts * job.attempts
+        delay = step(job.attempts)
         return self.to_fail(job, error, backoff, delay=delay), delay
 
 
@@ -290,6 +302,33 @@ class JobBase:
                 f"{self.state.value}>")
 
 
+class StopClock:
+    """When a stopping worker gives up: `drain_timeout` after a graceful stop, at once after a
+    hard one (the earlier wins). Read from any thread; written under the GIL in one assignment."""
+
+    def __init__(self, drain_timeout: float) -> None:
+        self.drain_timeout = drain_timeout
+        self.at: float | None = None
+
+    def start(self, hard: bool) -> None:
+        at = time.monotonic() + (0.0 if hard else self.drain_timeout)
+        if self.at is None or at < self.at:
+            self.at = at
+
+    def left(self) -> float | None:
+        """Seconds to the deadline (negative past it), or None when not stopping."""
+        return None if self.at is None else self.at - time.monotonic()
+
+    def cap(self) -> float | None:
+        """The most a call may take now: what is left of the deadline plus GRACE (None: no stop)."""
+        left = self.left()
+        return None if left is None else max(0.0, left) + GRACE
+
+    def passed(self) -> bool:
+        left = self.left()
+        return left is not None and left <= 0
+
+
 def retryable(exc: BaseException) -> bool:
     """A failure the server may not have caused for good: the network, a timeout, a 5xx."""
     if isinstance(exc, FenecError):
@@ -302,7 +341,7 @@ def lease_lost(exc: BaseException) -> bool:
 
 
 class Pause:
-    """The pause before retrying: full jitter over 100 ms doubling to 5 s (AWS's "full jitter")."""
+    """The pause before retrying: full jitter under `retry_min` doubling to `retry_max` (AWS's "full jitter")."""
 
     def __init__(self, base: float, cap: float) -> None:
         self.base = base
@@ -339,111 +378,3 @@ class Events:
                 self.hook(event)
             except Exception:  # a broken hook must not stop the worker
                 log.exception("the on_event hook raised on %s", type)
-
-
-# ---------------------------------------------------------------- the worker, apart from waiting and sending
-
-SETTLED_EVENT = {"ack": "done", "fail": "failed", "dead": "dead", "release": "released"}
-
-
-class Stopped(Exception):
-    """A call given up because the worker is stopping."""
-
-
-def options(queue: str, name: str | None, heartbeat: float | bool | None, dead_after: int | None,
-            max_attempts: int, retry: tuple[float, float], **rest: Any) -> Options:
-    beat = None if heartbeat is True or heartbeat is False else heartbeat
-    return Options(queue=queue, name=name or new_name(), heartbeat=beat,
-                   max_attempts=max_attempts if dead_after is None else dead_after,
-                   retry_base=retry[0], retry_cap=retry[1], **rest)
-
-
-class WorkerCore:
-    """A worker but for how it waits and sends: its options, statements and events, and what each
-    answer or failure of a call leads to. Nothing here waits or sends: a shell (`Worker`,
-    `AsyncWorker`) sends a call, then hands its outcome to one of these methods."""
-
-    def __init__(self, collection: QueryBase, options: Options, heartbeat: float | bool | None,
-                 on_event: OnEvent | None) -> None:
-        self.options = options
-        self.plan = Plan(collection, options)
-        self.heartbeat = heartbeat is not False
-        self.events = Events(options.name, on_event)
-
-    @property
-    def name(self) -> str:
-        return self.options.name
-
-    def to_claim(self, owner: str) -> Statement:
-        return self.plan.to_claim(owner)
-
-    def _claim_call(self, wait: float | None = None) -> tuple[str, Call]:
-        """A new claim token and its claim (held for `wait` when given, else the options' wait)."""
-        owner = self.plan.next_owner()
-        call = self.plan.claim(owner)
-        if wait is not None:
-            call = Call(call.kind, call.text, call.params, call.key, wait)
-        return owner, call
-
-    def _retry_pause(self, pause: Pause, call: Call, exc: BaseException, stopping: bool) -> float:
-        """`call` failed with `exc`: the pause before it is sent again (a `retry` event says so).
-        Raises `exc` again when the failure is no network's or 5xx, `Stopped` when stopping."""
-        if not retryable(exc):
-            raise exc
-        if stopping:
-            raise Stopped(call.kind) from exc
-        delay = pause.next()
-        self.events.emit("retry", call.job, call=call.kind, error=error_text(exc), delay_ms=ms(delay))
-        return delay
-
-    def _past_max(self, owner: str, jobs: Sequence[J]) -> list[J]:
-        """A claim took `jobs` (a `claimed` event): those to dead-letter unrun, their attempts past the most."""
-        if jobs:
-            self.events.emit("claimed", owner=owner, n=len(jobs))
-        return [job for job in jobs if job.attempts > self.options.max_attempts]
-
-    def _settled(self, job: JobBase, kind: str, event: str | None, fields: dict[str, Any]) -> bool:
-        job.end_settle(True)
-        self.events.emit(event or SETTLED_EVENT[kind], job, **fields)
-        return True
-
-    def _settle_failed(self, job: JobBase, kind: str, exc: BaseException) -> bool:
-        """A settle's call raised `exc`: False when the job is no longer ours (its lease went to
-        another claim: a `lost` event) or the worker stopped; `exc` again otherwise."""
-        job.end_settle(False)
-        if lease_lost(exc):
-            job.cancelled.set()
-            self.events.emit("lost", job, call=kind)
-            return False
-        if isinstance(exc, Stopped):
-            return False
-        raise exc
-
-    def _failure(self, job: JobBase, error: str, backoff: Backoff | None) -> tuple[Statement, str | None,
-                                                                                    dict[str, Any]]:
-        """A failed job's settle: (its statement, its event when not `failed`, the event's fields)."""
-        statement, delay = self.plan.failure(job, error, backoff)
-        if delay is None:
-            return statement, "dead", {"error": error}
-        return statement, None, {"error": error, "delay_ms": ms(delay)}
-
-    def _extend_call(self, job: JobBase, lease: float | None) -> Call | None:
-        """The call that extends `job`'s lease, or None when the job is settled or lost."""
-        if job.state not in (State.PENDING, State.RUNNING):
-            return None
-        return self.plan.settle("extend", job, self.plan.to_extend(job, lease), job.next_beat())
-
-    def _extend_failed(self, job: JobBase, exc: BaseException) -> bool:
-        """An extend raised `exc`: False when the lease is lost (the job cancelled, a `lost` event)
-        or the worker stopped; `exc` again otherwise."""
-        if lease_lost(exc):
-            if job.mark_lost():
-                job.cancel()
-                self.events.emit("lost", job, call="extend")
-            return False
-        if isinstance(exc, Stopped):
-            return False
-        raise exc
-
-    def _release_call(self, job: JobBase) -> Call:
-        return self.plan.settle("release", job, self.plan.to_release(job))

@@ -15,7 +15,7 @@ from .. import convert as C
 from .. import values as V
 from ..errors import FenecError, Overflow
 from ..plan.compile import Env
-from ..plan.schema import FieldInfo, Schema, check_annotation
+from ..plan.schema import FieldInfo, Schema, check_annotation, no_collection
 from ..ql import ast as A
 from .access import pick
 from .collection import Collection
@@ -609,7 +609,7 @@ def run_drop(eng: Engine, stmt: A.DropCollection, blk: Block) -> Any:
     if coll is None:
         if stmt.if_exists:
             return {"message": f"collection `{name}` does not exist"}
-        raise FenecError("notfound", f"no collection `{name}`")
+        raise no_collection(name, eng.collections)  # schema statements are the server token's alone
     eng.remove_collection(name)
     blk.schema_undo.append(lambda: eng.add_collection(coll))
     blk.ops.append(("x", name))
@@ -621,7 +621,7 @@ def run_drop(eng: Engine, stmt: A.DropCollection, blk: Block) -> Any:
 def run_create_index(eng: Engine, stmt: A.CreateIndex, blk: Block) -> Any:
     coll = eng.collections.get(stmt.collection)
     if coll is None:
-        raise FenecError("notfound", f"no collection `{stmt.collection}`")
+        raise no_collection(stmt.collection, eng.collections)
     schema = coll.schema
     target = stmt.target
     f = schema.field(target.name)

@@ -15,14 +15,10 @@ from .. import values as V
 from ..errors import FenecError
 from ..plan.compile import Ctx, Fn, compile_expr, field_reader, guard_missing, static_type
 from ..plan.planner import and_terms, bindable, plan_access
-from ..plan.schema import Schema
+from ..plan.schema import Schema, no_collection
 from ..ql import ast as A
 from ..ql.ast import mentions
 from .access import Query
-
-
-def _notfound(coll: str) -> FenecError:
-    return FenecError("notfound", f"no collection `{coll}`")
 
 
 class Column:
@@ -191,7 +187,7 @@ def prepare(stmt: A.Statement, schemas: dict[str, Schema], allow_claims: bool = 
     coll = stmt.collection  # type: ignore[attr-defined]
     schema = schemas.get(coll)
     if schema is None:
-        raise _notfound(coll)
+        raise no_collection(coll, schemas)  # a scoped plan is given only the collections it may see
     p.schema = schema
     ctx.schema = schema
     if isinstance(stmt, A.Get):

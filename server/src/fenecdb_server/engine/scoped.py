@@ -37,6 +37,7 @@ from .. import values as V
 from ..errors import FenecError, Overflow
 from ..plan.compile import Ctx, Env, compile_expr, guard_missing
 from ..plan.planner import and_terms
+from ..plan.schema import no_collection
 from ..policy import Scope
 from ..policy.rules import Rule
 from ..ql import ast as A
@@ -86,8 +87,8 @@ def authorize(stmt: A.Statement, scope: Scope) -> None:
         raise FenecError("query", "`$jwt.` claims are read only inside access rules")
     coll = stmt.collection  # type: ignore[attr-defined]
     g = scope.grants(coll)
-    if not g.visible:
-        raise FenecError("notfound", f"no collection `{coll}`")
+    if not g.visible:  # a hint names only collections the token's own rules name (its whoami shows them)
+        raise no_collection(coll, {r.collection for r in scope.rules if r.collection != "*"})
     if isinstance(stmt, A.Get):
         if not g.has("read"):
             raise denied(f"this token may not read `{coll}`")
@@ -212,7 +213,7 @@ def plan_for(db: Engine, text: str, stmt: A.Statement, scope: Scope) -> Plan:
     plan = db.plan(key)
     if plan is not None:
         return plan
-    schemas = {n: c.schema for n, c in db.collections.items()}
+    schemas = {n: c.schema for n, c in db.collections.items() if scope.visible(n)}
     expired = mentions(getattr(stmt, "where", None), _is_expired)
     extra = _union(g.rules("expired")) if expired else None
     # The rules' terms come first in each filter, the statement's after them: `and` stops at

@@ -4,10 +4,23 @@ indexes added on paths. The planner reads it; the engine owns the rows it descri
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import FenecError
+
+
+def did_you_mean(name: str, names: Iterable[str], cutoff: float = 0.7) -> str:
+    """` (did you mean `jobs`?)` when one of `names` is close to the unknown `name`, else "". The
+    caller gives only names the asker may know of: a hint never shows a name it could not read."""
+    close = difflib.get_close_matches(name, list(names), n=1, cutoff=cutoff)
+    return f" (did you mean `{close[0]}`?)" if close else ""
+
+
+def no_collection(name: str, names: Iterable[str]) -> FenecError:
+    """The 404 of an unknown collection, with a hint from `names` (those the asker may see)."""
+    return FenecError("notfound", f"no collection `{name}`{did_you_mean(name, names)}")
 
 ORDERED_TYPES = ("int", "float", "timestamp", "text")
 HASHABLE_TYPES = ("bool", "int", "float", "text", "bytes", "timestamp")
@@ -51,8 +64,7 @@ class Schema:
     def field(self, name: str) -> FieldInfo:
         f = self.fields.get(name)
         if f is None:
-            close = difflib.get_close_matches(name, [*self.fields, "id"], n=1, cutoff=0.7)
-            hint = f" (did you mean `{close[0]}`?)" if close else ""
+            hint = did_you_mean(name, [*self.fields, "id"])
             raise FenecError("notfound", f"collection `{self.name}` has no field `{name}`{hint}")
         return f
 
