@@ -66,7 +66,9 @@ def run_case(spec: dict[str, Any], url: str, tokens: dict[str, str], root: str) 
         key = job.payload["key"]
         with lock:
             starts[key] += 1
-        kind = by_key[key]["behaviour"] if key in by_key else "block"
+        # the scenario's jobs by their behaviour; the stop's `block-<n>` jobs wait for the stop; any
+        # other (the job put to show another queue's token refused) is acked at once
+        kind = by_key[key]["behaviour"] if key in by_key else "block" if key.startswith("block") else "ack"
         if kind == "fail-always" or (kind == "fail-once" and job.attempts == 1):
             raise RuntimeError(key)
         if kind == "slow":

@@ -163,9 +163,11 @@ def bearer(token: str) -> dict[str, str]:
 
 def test_no_error_over_http_shows_a_row_of_another_queue(tmp_path: Path) -> None:
     from fenecdb_server.http.tokens import mint_claims
-    from test_policy_engine import readme_policy
+    from test_policy_engine import OWN_JOBS_POLICY
 
-    (tmp_path / "jobs.policy").write_text(readme_policy())
+    # the stricter policy (a worker reads only the jobs it holds): a ready job of its own queue is one
+    # it may claim but not read, the case the last held claim below needs
+    (tmp_path / "jobs.policy").write_text(OWN_JOBS_POLICY)
     (tmp_path / "jwt.secret").write_text(SECRET + "\n")
     s = Server("--http-token", ROOT, "--jwt-secret-file", str(tmp_path / "jwt.secret"),
                "--policy", str(tmp_path / "jobs.policy"), "--auth-delay", "0")
