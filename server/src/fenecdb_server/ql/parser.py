@@ -23,13 +23,11 @@ from lark.lark import PostLex
 
 from ..errors import FenecError
 from . import ast as A
-from .ast import MAX_DEPTH, MAX_NAME, MAX_PATH_KEYS
+from .ast import MAX_DEPTH, MAX_NAME, MAX_PATH_KEYS, RESERVED
 from .grammar_cache import build as build_parser
+from .literals import read_put
+from .literals import unescape as _unescape
 
-RESERVED = frozenset(
-    "get put insert set del where order limit offset select returning require count and or not in is null "
-    "true false has case when then else end as asc desc if absent".split()
-)
 
 TYPES = {
     "bool": "bool", "int": "int", "float": "float", "text": "text", "string": "text", "bytes": "bytes",
@@ -59,34 +57,6 @@ _FIRST = ("WHERE", "SELECT", "ORDER", "LIMIT", "OFFSET", "COUNT", "REQUIRE", "RE
 _SHOWN = 10
 
 _GRAMMAR = importlib.resources.files(__package__).joinpath("grammar.lark").read_text(encoding="utf-8")
-
-_ESCAPE = re.compile(r"\\(.)", re.S)
-_ESCAPED = {"n": "\n", "t": "\t", "r": "\r", "0": "\0"}
-_PIECES = 4096  # pieces joined into one chunk: the list of one-character pieces never grows past this
-
-
-def _unescape(body: str) -> str:
-    """A text literal's escapes resolved, in memory a small multiple of the text: pieces are
-    joined into chunks every `_PIECES`, so `\\"` repeated a million times never holds a
-    million one-character strings (the old loop appended every character to one list: ~8
-    pointer bytes and, past Latin-1, a 50-byte string per character)."""
-    if "\\" not in body:
-        return body
-    chunks: list[str] = []
-    pieces: list[str] = []
-    at = 0
-    for m in _ESCAPE.finditer(body):
-        pieces.append(body[at:m.start()])
-        c = m.group(1)
-        pieces.append(_ESCAPED.get(c, c))
-        at = m.end()
-        if len(pieces) >= _PIECES:
-            chunks.append("".join(pieces))
-            pieces.clear()
-    pieces.append(body[at:])
-    chunks.append("".join(pieces))
-    return "".join(chunks)
-
 
 def _qerr(msg: str) -> FenecError:
     return FenecError("query", msg)
@@ -799,6 +769,9 @@ def parse(text: str) -> list[A.Statement]:
     literal is unescaped in chunks (tests/unit/test_parser_linear.py counts them)."""
     if not isinstance(text, str):
         raise _qerr("a statement is text")
+    short = read_put(text)  # a put of literal documents, read without lark (literals.py)
+    if short is not None:
+        return short
     try:
         stmts: list[A.Statement] = _LARK.parse(text)  # type: ignore[assignment]  # the transformer's `text`
     except UnexpectedInput as e:
