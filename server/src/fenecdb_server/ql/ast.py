@@ -323,3 +323,14 @@ def mentions(node: Node | None, pred: Callable[[Node], bool]) -> bool:
     if node is None:
         return False
     return any(pred(n) for n in walk(node))
+
+
+def highest_param(stmt: Statement) -> int:
+    """The highest `$n` a statement names (each must be bound before it runs), 0 for none."""
+    best = 0
+    for n in walk(stmt):
+        if isinstance(n, Param):
+            best = max(best, n.n)
+        elif isinstance(n, Put) and n.param is not None:  # `put jobs $1`: the documents, a number here
+            best = max(best, n.param)
+    return best

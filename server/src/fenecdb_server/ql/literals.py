@@ -84,22 +84,59 @@ class _Decline(Exception):
     """The text is not one this reader takes: lark reads it."""
 
 
-def read_put(text: str) -> list[A.Statement] | None:
-    """The statements `text` holds when it is one put of literal documents, else None."""
+def read_put(text: str) -> tuple[list[A.Statement], list[int]] | None:
+    """The statements `text` holds when it is one put of literal documents, and the highest
+    `$n` each names (0: none); else None."""
+    r = _Reader(text, False)
     try:
-        return [_Reader(text).statement()]
+        stmt = r.statement()
     except _Decline:
         return None
+    return [stmt], [r.top]
+
+
+def shape(text: str) -> tuple[str, list[Any]] | None:
+    """A put of literal documents naming no parameter, as the same put with each literal value
+    a parameter, and their values: `put jobs {n: 7, to: "a"}` is `put jobs {n: $1, to: $2}`
+    with [7, "a"]. Two texts that differ only in their values have one shape, so the engine
+    parses and prepares it once (engine.py). Only values become parameters (a key, `require`
+    and a call's arguments stay as written), so the shape runs as the text would: a document's
+    value is worked out to the same value from a literal or from a parameter holding it, and
+    converted to its field's type by the same conversion. None for any other text, and for
+    every text `read_put` declines."""
+    r = _Reader(text, True)
+    try:
+        r.statement()
+    except _Decline:
+        return None
+    spans = r.spans
+    if not spans:
+        return None
+    pieces: list[str] = []
+    at = 0
+    for k in range(0, len(spans), 2):
+        pieces.append(text[at:spans[k]])
+        pieces.append("$" + str(k // 2 + 1))
+        at = spans[k + 1]
+    pieces.append(text[at:])
+    return "".join(pieces), r.values
+
+
+_NOTHING = A.Lit(None)  # what a value reads as while shaping: only its span and value are kept
 
 
 class _Reader:
-    __slots__ = ("text", "n", "at", "depth")
+    __slots__ = ("text", "n", "at", "depth", "top", "shaping", "spans", "values")
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, shaping: bool) -> None:
         self.text = text
         self.n = len(text)
         self.at = 0
         self.depth = 0
+        self.top = 0  # the highest `$n` read
+        self.shaping = shaping
+        self.spans: list[int] = []  # while shaping: each literal value's start and end
+        self.values: list[Any] = []  # ... and its value
 
     # ---------------------------------------------------------------- characters
 
@@ -235,7 +272,8 @@ class _Reader:
             if key in seen:
                 raise _Decline()
             seen.add(key)
-            entries.append(A.Entry(target, value))
+            if not self.shaping:
+                entries.append(A.Entry(target, value))
             c = self._skip()
             if c == 44:
                 self.at += 1
@@ -274,29 +312,41 @@ class _Reader:
 
     def value(self) -> A.Expr:
         c = self._skip()
+        start = self.at
+        v: Any
         if c == 34 or c == 39:  # " '
-            return A.Lit(self.text_literal(c))
-        if c >= 0 and _CLASS[c] == _DIGIT:
-            return A.Lit(self.number(False))
-        if c == 45:  # - before a digit
+            v = self.text_literal(c)
+        elif c >= 0 and _CLASS[c] == _DIGIT:
+            v = self.number(False)
+        elif c == 45:  # - before a digit
             self.at += 1
             c = self._code(self.at)
             if c < 0 or _CLASS[c] != _DIGIT:
                 raise _Decline()
-            return A.Lit(self.number(True))
-        if c >= 0 and _CLASS[c] == _WORD:
-            pos = self.at
+            v = self.number(True)
+        elif c >= 0 and _CLASS[c] == _WORD:
             word = self._word()
             low = word.lower()
             if low == "true":
-                return A.Lit(True)
-            if low == "false":
-                return A.Lit(False)
-            if low == "null":
-                return A.Lit(None)
-            if low in RESERVED or self._skip() != 40:  # only a call: a name alone reads a row
+                v = True
+            elif low == "false":
+                v = False
+            elif low == "null":
+                v = None
+            elif low in RESERVED or self._skip() != 40:  # only a call: a name alone reads a row
                 raise _Decline()
-            return self.call(low, pos)
+            else:
+                return self.call(low, start)
+        else:
+            return self.composite(c)
+        if self.shaping:
+            self.spans.append(start)
+            self.spans.append(self.at)
+            self.values.append(v)
+            return _NOTHING
+        return A.Lit(v)
+
+    def composite(self, c: int) -> A.Expr:
         if c == 123:  # {
             return self.obj()
         if c == 91:  # [
@@ -333,11 +383,15 @@ class _Reader:
 
     def call(self, name: str, pos: int) -> A.Expr:
         self._open()
+        if self.shaping:  # a call's arguments stay as written: only `now()` is shaped
+            if self._skip() != 41:
+                raise _Decline()
         return A.Call(name, tuple(self._items(41)), pos=pos)  # )
 
     def list_(self) -> A.Expr:
         self._open()
-        return A.ListExpr(tuple(self._items(93)))  # ]
+        items = self._items(93)  # ]
+        return _NOTHING if self.shaping else A.ListExpr(tuple(items))
 
     def obj(self) -> A.Expr:
         self._open()
@@ -368,7 +422,7 @@ class _Reader:
             if c == 125:
                 self.at += 1
                 self.depth -= 1
-                return A.ObjectExpr(tuple(items))
+                return _NOTHING if self.shaping else A.ObjectExpr(tuple(items))
             raise _Decline()
 
     def text_literal(self, quote: int) -> str:
@@ -457,9 +511,11 @@ class _Reader:
         if len(written) > _DIGITS_MAX:
             raise _Decline()
         n = int(written)
-        if n == 0:
+        if n == 0 or self.shaping:  # a text naming parameters keeps them as they are
             raise _Decline()
         self.at = i
+        if n > self.top:
+            self.top = n
         return n
 
 
@@ -480,4 +536,4 @@ def _split_path(written: str) -> A.Target:
     return A.Target(parts[0], tuple(parts[1:]))
 
 
-__all__ = ["read_put", "unescape"]
+__all__ = ["read_put", "shape", "unescape"]

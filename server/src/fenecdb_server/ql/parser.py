@@ -28,7 +28,6 @@ from .grammar_cache import build as build_parser
 from .literals import read_put
 from .literals import unescape as _unescape
 
-
 TYPES = {
     "bool": "bool", "int": "int", "float": "float", "text": "text", "string": "text", "bytes": "bytes",
     "blob": "bytes", "timestamp": "timestamp", "timestamptz": "timestamp", "json": "json", "geo": "geo",
@@ -767,9 +766,16 @@ def parse(text: str) -> list[A.Statement]:
     Time and memory are linear in the text: each token is matched once by a possessive regex,
     the parser keeps an explicit stack, the AST is built as rules are reduced, and a text
     literal is unescaped in chunks (tests/unit/test_parser_linear.py counts them)."""
+    return read(text)[0]
+
+
+def read(text: str) -> tuple[list[A.Statement], list[int]]:
+    """`parse(text)`, and the highest `$n` each statement names (0: none), which every run
+    checks are bound. A put of literal documents is read without lark (literals.py), which
+    counts its parameters as it reads; lark reads every other text, and names every error."""
     if not isinstance(text, str):
         raise _qerr("a statement is text")
-    short = read_put(text)  # a put of literal documents, read without lark (literals.py)
+    short = read_put(text)
     if short is not None:
         return short
     try:
@@ -785,7 +791,7 @@ def parse(text: str) -> list[A.Statement]:
         raise _qerr("a number in the statement is out of range (64-bit)") from None
     if not stmts:
         raise _qerr("no statement: the text holds none")
-    return stmts
+    return stmts, [A.highest_param(s) for s in stmts]
 
 
 def _raise_limit() -> None:
@@ -795,4 +801,4 @@ def _raise_limit() -> None:
 
 
 _raise_limit()
-__all__ = ["parse", "Tree"]
+__all__ = ["parse", "read", "Tree"]
