@@ -8,8 +8,8 @@ Two generators, both hypothesis's `from_lark` on the grammar file itself: the wh
 (the short way must decline nearly all of it, and take none that lark refuses), and the put rules
 with an expression cut down to its primaries (literals, parameters, calls, lists, objects, names,
 durations, ...), where most texts are the short way's to take. Each token is followed by a space,
-a line break, a tab or nothing, so tokens also run together; half the puts have no comment or
-white space but a plain space where the grammar ignores them.
+a line break, a tab or nothing, so tokens also run together; half the puts are plain: documents
+of literals only, their tokens ASCII, each followed by a space.
 """
 
 from __future__ import annotations
@@ -46,13 +46,26 @@ PUTS = GRAMMAR.replace(_EXPR, "?expr: primary\n").replace(_PRIMARY, """?primary:
         | object
 """)
 
+# ... and the same with the primaries of a document of literals only, no `if absent`: the texts the
+# short way is for.
+_LITERAL_PRIMARIES = """?primary: literal
+        | PARAM -> param
+        | call
+        | list
+        | object
+"""
+LITERAL_PUTS = GRAMMAR.replace(_EXPR, "?expr: primary\n").replace(_PRIMARY, _LITERAL_PRIMARIES).replace(
+    "documents if_absent? put_require?", "documents put_require?")
+assert LITERAL_PUTS.count("documents put_require?") == 1
+
 _SEPARATORS = st.sampled_from([" ", " ", " ", "", "\n", "\t", "  "])
 _ASCII = st.characters(codec="ascii", exclude_categories=("Cc",)) | st.sampled_from("\n\t")
 
 
 def _tokens(grammar: Lark, plain: bool) -> dict[str, st.SearchStrategy[str]]:
     """Each terminal's strategy: ASCII (the short way's alphabet) or any character, then a
-    separator. `plain`: what the grammar ignores (comments, any white space) is one space."""
+    separator. `plain`: ASCII, a space after each token, and a space where the grammar ignores
+    something (a comment, any white space)."""
     out: dict[str, st.SearchStrategy[str]] = {}
     for t in grammar.terminals:
         if t.name in grammar.ignore_tokens:
@@ -60,16 +73,21 @@ def _tokens(grammar: Lark, plain: bool) -> dict[str, st.SearchStrategy[str]]:
                 out[t.name] = st.just(" ")
             continue
         pattern = re.compile(t.pattern.to_regexp())
-        token = st.from_regex(pattern, fullmatch=True, alphabet=_ASCII) | st.from_regex(pattern, fullmatch=True)
-        out[t.name] = st.tuples(token, _SEPARATORS).map("".join)
+        ascii_token = st.from_regex(pattern, fullmatch=True, alphabet=_ASCII)
+        if plain:
+            out[t.name] = ascii_token.map(lambda s: s + " ")
+        else:
+            token = ascii_token | st.from_regex(pattern, fullmatch=True)
+            out[t.name] = st.tuples(token, _SEPARATORS).map("".join)
     return out
 
 
 _WHOLE = Lark(GRAMMAR, parser="lalr", lexer="contextual")
 _PUTS = Lark(PUTS, parser="lalr", lexer="contextual", start="put")
+_LITERAL_PUTS = Lark(LITERAL_PUTS, parser="lalr", lexer="contextual", start="put")
 whole_texts = from_lark(_WHOLE, explicit=_tokens(_WHOLE, False))
 put_texts = from_lark(_PUTS, start="put", explicit=_tokens(_PUTS, False)) | from_lark(
-    _PUTS, start="put", explicit=_tokens(_PUTS, True))
+    _LITERAL_PUTS, start="put", explicit=_tokens(_LITERAL_PUTS, True))
 
 
 def _lark(text: str) -> Any:

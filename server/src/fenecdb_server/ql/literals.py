@@ -92,6 +92,7 @@ def read_put(text: str) -> tuple[list[A.Statement], list[int]] | None:
         stmt = r.statement()
     except _Decline:
         return None
+    assert stmt is not None
     return [stmt], [r.top]
 
 
@@ -116,12 +117,13 @@ def shape(text: str) -> tuple[str, list[Any]] | None:
     at = 0
     for k in range(0, len(spans), 2):
         pieces.append(text[at:spans[k]])
-        pieces.append("$" + str(k // 2 + 1))
+        pieces.append(_PARAMS[k // 2] if k < 2 * len(_PARAMS) else "$" + str(k // 2 + 1))
         at = spans[k + 1]
     pieces.append(text[at:])
     return "".join(pieces), r.values
 
 
+_PARAMS = [f"${n}" for n in range(1, 257)]  # the first parameters' names, made once
 _NOTHING = A.Lit(None)  # what a value reads as while shaping: only its span and value are kept
 
 
@@ -192,7 +194,8 @@ class _Reader:
 
     # ---------------------------------------------------------------- the statement
 
-    def statement(self) -> A.Statement:
+    def statement(self) -> A.Statement | None:
+        """The put read; None while shaping (nothing is built then)."""
         c = self._skip()
         while c == 59:  # leading `;`
             self.at += 1
@@ -252,6 +255,8 @@ class _Reader:
             c = self._skip()
         if c >= 0:
             raise _Decline()
+        if self.shaping:
+            return None
         return A.Put(verb, coll, docs, param, False, None, require)
 
     def document(self) -> tuple[A.Entry, ...]:
@@ -265,15 +270,14 @@ class _Reader:
             self.depth -= 1
             return ()
         while True:
-            target = self.target(c)
+            key = self.target(c)
             self._expect(58)  # :
             value = self.value()
-            key = target.name if not target.keys else ".".join((target.name, *target.keys))
             if key in seen:
                 raise _Decline()
             seen.add(key)
             if not self.shaping:
-                entries.append(A.Entry(target, value))
+                entries.append(A.Entry(_target(key), value))
             c = self._skip()
             if c == 44:
                 self.at += 1
@@ -285,13 +289,14 @@ class _Reader:
                 return tuple(entries)
             raise _Decline()
 
-    def target(self, c: int) -> A.Target:
-        """A document's key: a name (not a keyword), a path, or a text (split at its dots)."""
+    def target(self, c: int) -> str:
+        """A document's key as its `Target.text`: a name (not a keyword), a path, or a text (a
+        path when it holds a dot)."""
         if c == 34 or c == 39:
             name = self.text_literal(c)
             if "." in name:
-                return _split_path(name)
-            return A.Target(name, ())
+                _check_path(name)
+            return name
         if c < 0 or _CLASS[c] != _WORD:
             raise _Decline()
         start = self.at
@@ -304,9 +309,10 @@ class _Reader:
             self._word()
         written = self.text[start:self.at]
         if "." in written:
-            return _split_path(written)
-        _check_name(written)
-        return A.Target(written, ())
+            _check_path(written)
+        else:
+            _check_name(written)
+        return written
 
     # ---------------------------------------------------------------- values
 
@@ -413,7 +419,9 @@ class _Reader:
                 raise _Decline()
             seen.add(key)
             self._expect(58)
-            items.append((key, self.value()))
+            v = self.value()
+            if not self.shaping:
+                items.append((key, v))
             c = self._skip()
             if c == 44:
                 self.at += 1
@@ -524,15 +532,21 @@ def _check_name(name: str) -> None:
         raise _Decline()
 
 
-def _split_path(written: str) -> A.Target:
-    """A path's name and keys, with the parser's checks: the name not a keyword, each part at
-    most MAX_NAME, at most MAX_PATH_KEYS keys."""
+def _check_path(written: str) -> None:
+    """The parser's checks of a path: its name not a keyword, each part at most MAX_NAME, at
+    most MAX_PATH_KEYS keys."""
     parts = written.split(".")
     if parts[0].lower() in RESERVED or len(parts) - 1 > MAX_PATH_KEYS:
         raise _Decline()
     for p in parts:
         if len(p) > MAX_NAME:
             raise _Decline()
+
+
+def _target(key: str) -> A.Target:
+    if "." not in key:
+        return A.Target(key, ())
+    parts = key.split(".")
     return A.Target(parts[0], tuple(parts[1:]))
 
 
