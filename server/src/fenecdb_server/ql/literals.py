@@ -128,7 +128,7 @@ _NOTHING = A.Lit(None)  # what a value reads as while shaping: only its span and
 
 
 class _Reader:
-    __slots__ = ("text", "n", "at", "depth", "top", "shaping", "spans", "values")
+    __slots__ = ("text", "n", "at", "depth", "top", "shaping", "spans", "values", "targets", "lits")
 
     def __init__(self, text: str, shaping: bool) -> None:
         self.text = text
@@ -139,6 +139,11 @@ class _Reader:
         self.shaping = shaping
         self.spans: list[int] = []  # while shaping: each literal value's start and end
         self.values: list[Any] = []  # ... and its value
+        # One node for each key and for each equal text, integer, boolean or null, shared by the
+        # statement's documents (nodes are immutable): a thousand documents of three fields hold
+        # three targets. A float is not shared: -0.0 and 0.0 are equal and not the same value.
+        self.targets: dict[str, A.Target] = {}
+        self.lits: dict[tuple[type, Any], A.Lit] = {}
 
     # ---------------------------------------------------------------- characters
 
@@ -277,7 +282,10 @@ class _Reader:
                 raise _Decline()
             seen.add(key)
             if not self.shaping:
-                entries.append(A.Entry(_target(key), value))
+                target = self.targets.get(key)
+                if target is None:
+                    target = self.targets[key] = _target(key)
+                entries.append(A.Entry(target, value))
             c = self._skip()
             if c == 44:
                 self.at += 1
@@ -350,7 +358,13 @@ class _Reader:
             self.spans.append(self.at)
             self.values.append(v)
             return _NOTHING
-        return A.Lit(v)
+        if type(v) is float:
+            return A.Lit(v)
+        shared = (type(v), v)
+        lit = self.lits.get(shared)
+        if lit is None:
+            lit = self.lits[shared] = A.Lit(v)
+        return lit
 
     def composite(self, c: int) -> A.Expr:
         if c == 123:  # {
