@@ -325,6 +325,9 @@ def _depth(e: A.Expr) -> int:
         elif isinstance(node, A.ObjectExpr):
             for _, it in node.items:
                 stack.append((it, d + 1))
+        elif isinstance(node, (A.Call, A.ListExpr)):
+            for it in node.args if isinstance(node, A.Call) else node.items:
+                stack.append((it, d + 1))
         else:
             for it in A.children(node):
                 stack.append((it, d + 1))
