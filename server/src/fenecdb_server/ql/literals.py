@@ -176,8 +176,8 @@ class _Reader:
         return -1
 
     def _word(self) -> str:
-        """A name at `at` (the caller saw a letter or `_` there): ASCII word characters, and
-        no `.` or other word character after it."""
+        """A name at `at` (the caller saw a letter or `_` there): ASCII word characters; one
+        past ASCII right after them declines (lark's names take any letter)."""
         text = self.text
         start = self.at
         i = start + 1
