@@ -251,9 +251,10 @@ class _Reader:
             c = self._skip()
             if c < 0 or _CLASS[c] != _DIGIT:
                 raise _Decline()
-            require = self.number(False)
-            if type(require) is not int:
+            written: Any = self.number(False)  # Any: compiled, a float here would fail the int check
+            if type(written) is not int:
                 raise _Decline()
+            require = written
             c = self._skip()
         while c == 59:  # trailing `;`
             self.at += 1
