@@ -7,6 +7,9 @@ Sections (each prints a table of medians over --rounds runs, and the run's sprea
               the same without an index, a queue of --jobs leased or delayed jobs with 3 ready,
               16 threads claiming and acking (jobs/s), and the three-statement variant
               (read the ready page, set where still ready, read back) with how many jobs it lost
+  text        statements written with literals beside the same with `$1` (medians of a different
+              text each time, so no cache answers): one small put, and a put of 1 000 documents
+              (89 KB of text, with the rate it is read at)
   durable     writes a second, 1 and 8 threads, under --sync always / 250 / off; the claim's p50
               with the log on; start-up time of a file of --jobs jobs; file size before and after
               compaction
@@ -166,6 +169,54 @@ def bench_three_statements(jobs: int, threads: int = 16) -> dict:
     return {"jobs_per_s": sum(done) / (time.perf_counter() - t0), "lost_share": lost}
 
 
+# ---------------------------------------------------------------- statements written with literals
+
+
+def _small_put(i: int) -> str:
+    return f'put jobs {{payload: {{to: "user{i}@example.com", n: {i}}}, run_at: now(), attempts: 0}}'
+
+
+def _big_put(i: int, n: int = 1000) -> str:
+    docs = ", ".join(f'{{payload: {{to: "user{j}@example.com", n: {j}, tag: "r{i}"}}, run_at: now(), attempts: 0}}'
+                     for j in range(n))
+    return f"put jobs [{docs}]"
+
+
+def _median_us(run, args: list) -> float:
+    lat = []
+    for a in args:
+        t0 = time.perf_counter_ns()
+        run(a)
+        lat.append(time.perf_counter_ns() - t0)
+    return statistics.median(lat) / 1000.0
+
+
+def bench_literal_small(count: int = 3000) -> dict:
+    """One small put as a user writes it, a different text each time (no cache holds it), beside
+    the same put with its document as `$1`, as the SDKs send it."""
+    db = Database()
+    db.query(SCHEMA)
+    literal = _median_us(db.query, [_small_put(i) for i in range(count)])
+    param = _median_us(lambda i: db.query("put jobs {payload: $1, run_at: now(), attempts: 0}",
+                                          [{"to": f"user{i}@example.com", "n": i}]), list(range(count)))
+    return {"literal_us": literal, "param_us": param, "ratio": literal / param}
+
+
+def bench_literal_big(count: int = 7) -> dict:
+    """A put of 1 000 documents written out (89 KB of text), each time a different text, beside
+    the same documents as `$1`."""
+    db = Database()
+    db.query(SCHEMA)
+    texts = [_big_put(i) for i in range(count)]
+    literal = _median_us(db.query, texts)
+    now = db.now()
+    docs = [{"payload": {"to": f"user{j}@example.com", "n": j, "tag": "r"}, "run_at": now, "attempts": 0}
+            for j in range(1000)]
+    param = _median_us(lambda _: db.query("put jobs $1", [docs]), list(range(count)))
+    return {"literal_ms": literal / 1000, "param_ms": param / 1000, "ratio": literal / param,
+            "literal_mb_per_s": len(texts[0]) / literal}
+
+
 # ---------------------------------------------------------------- durability
 
 
@@ -263,9 +314,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--only", choices=["inproc", "durable", "http", "bidding", "held"], action="append")
+    ap.add_argument("--only", choices=["inproc", "text", "durable", "http", "bidding", "held"], action="append")
     args = ap.parse_args()
-    only = set(args.only or ["inproc", "durable", "http", "bidding", "held"])
+    only = set(args.only or ["inproc", "text", "durable", "http", "bidding", "held"])
     info = machine()
     print(f"queue-bench: {info['cpu']}, {info['cores']} cores, Python {info['python']}; "
           f"{args.jobs:,} jobs, medians of {args.rounds} rounds (min–max in brackets)", flush=True)
@@ -280,6 +331,13 @@ def main() -> int:
         }
         show("in process, no log", rows)
         results["inproc"] = rows
+    if "text" in only:
+        rows = {
+            "one small put, literals vs $1": median_of(bench_literal_small, args.rounds),
+            "a put of 1 000 documents (89 KB), literals vs $1": median_of(bench_literal_big, args.rounds),
+        }
+        show("statements written with literals, in process", rows)
+        results["text"] = rows
     if "durable" in only:
         rows = {}
         for sync in ("always", 250, "off"):

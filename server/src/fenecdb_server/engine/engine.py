@@ -32,12 +32,12 @@ from ..errors import FenecError
 from ..plan.compile import Env
 from ..policy import Scope
 from ..ql import ast as A
-from ..ql.parser import parse
+from ..ql.literals import shape
+from ..ql.parser import read
 from . import records
 from .collection import Collection
 from .execute import (
     Block,
-    max_param,
     run_create,
     run_create_index,
     run_del,
@@ -215,8 +215,7 @@ class Engine:
         got = self._parsed.get(text)
         if got is not None:
             return got
-        stmts = parse(text)
-        entry = (stmts, [max_param(s) for s in stmts])
+        entry = read(text)
         if len(text) > CACHE_TEXT_MAX:
             return entry
         with self._cache_mutex:
@@ -308,7 +307,16 @@ class Engine:
         try:  # the cache's hit, without a call
             stmts, needs = self._parsed[text]
         except (KeyError, TypeError):  # not parsed yet, or not text (which _parse refuses)
-            stmts, needs = self._parse(text)
+            shaped = shape(text) if type(text) is str and len(text) < PREPARE_OUTSIDE else None
+            if shaped is not None:
+                # a put of literal documents runs as its shape (ql/literals.py), parsed and
+                # prepared once for every text that differs from it only in its values; the
+                # texts themselves are not kept, so they push no other statement out
+                text, params = shaped
+            try:
+                stmts, needs = self._parsed[text]
+            except (KeyError, TypeError):
+                stmts, needs = self._parse(text)
         if len(stmts) != 1:
             raise FenecError("query", ONE_AT_A_TIME)
         if type(params) is not list:

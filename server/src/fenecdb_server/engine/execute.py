@@ -64,17 +64,6 @@ def unmet(verb: str, coll: str, got: int, want: int, read: bool = False) -> Fene
     return FenecError("unmet", f"`{verb} {coll}` wrote {got} rows, and requires {want}")
 
 
-def max_param(node: Any) -> int:
-    """The highest `$n` a statement names (each must be bound before it runs)."""
-    best = 0
-    for n in A.walk(node):
-        if isinstance(n, A.Param):
-            best = max(best, n.n)
-        elif isinstance(n, A.Put) and n.param is not None:  # `put jobs $1`: the documents, a number here
-            best = max(best, n.param)
-    return best
-
-
 def encode_row(schema: Schema | None, row: dict) -> dict:
     """A row as the log stores it: JSON-able, typed back by the schema when read."""
     out = {}

@@ -204,7 +204,8 @@ def prepare(stmt: A.Statement, schemas: dict[str, Schema], allow_claims: bool = 
     elif isinstance(stmt, A.Put):
         vctx = Ctx(schema, row=False)
         if stmt.documents is not None:
-            p.docs = [_doc(schema, d, coll, vctx) for d in stmt.documents]
+            types: dict[int, Any] = {}
+            p.docs = [_doc(schema, d, coll, vctx, types) for d in stmt.documents]
         if stmt.else_patch is not None:
             p.else_patch = _patch(schema, stmt.else_patch, coll, Ctx(schema, new=True))
         ctx.nparams = max(ctx.nparams, vctx.nparams, stmt.param or 0)
@@ -240,12 +241,16 @@ def _plain(schema: Schema, entries: tuple[A.Entry, ...], patch: list) -> tuple[l
     return fixed, per_row
 
 
-def _doc(schema: Schema, entries: tuple[A.Entry, ...], coll: str, ctx: Ctx) -> list:
+def _doc(schema: Schema, entries: tuple[A.Entry, ...], coll: str, ctx: Ctx, types: dict[int, Any]) -> list:
     """(target, value closure, conversion) per entry: the conversion picked once, as `_plain` picks
-    a patch's (a put's `now()` and `0` need none, a json field's `$1` its short way)."""
+    a patch's (a put's `now()` and `0` need none, a json field's `$1` its short way). `types`: each
+    target's field type, by the target node (the documents of a put read by ql/literals.py share
+    one node per key), kept while the statement is prepared."""
     out = []
     for e in entries:
-        ftype = _target_type(schema, e.target, coll)
+        ftype = types.get(id(e.target))
+        if ftype is None:
+            ftype = types[id(e.target)] = _target_type(schema, e.target, coll)
         convert = C.same if static_type(e.value, schema) == ftype else C.coercer(ftype)
         out.append((e.target, compile_expr(e.value, ctx), convert))
     return out

@@ -324,6 +324,14 @@ def _depth(e: A.Expr) -> int:
         if isinstance(node, (A.And, A.Or)):
             for i, it in enumerate(node.items):
                 stack.append((it, d + i))  # the chain's first item sits at its level; each link adds one
+        elif isinstance(node, (A.Lit, A.Param, A.Field, A.Duration)):
+            continue  # nothing under it: a document of literals is mostly these
+        elif isinstance(node, A.ObjectExpr):
+            for _, it in node.items:
+                stack.append((it, d + 1))
+        elif isinstance(node, (A.Call, A.ListExpr)):
+            for it in node.args if isinstance(node, A.Call) else node.items:
+                stack.append((it, d + 1))
         else:
             for it in A.children(node):
                 stack.append((it, d + 1))

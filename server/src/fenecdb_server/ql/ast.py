@@ -19,6 +19,11 @@ from typing import Any
 MAX_DEPTH = 512  # how deep an expression nests (counted on the tokens; plan/compile.py on a tree)
 MAX_NAME = 128  # characters of a collection's or a field's name, or of one key of a path
 MAX_PATH_KEYS = 64  # keys of a path into a json field after its name
+# The keywords that cannot be a name (of a collection, a field, a column).
+RESERVED = frozenset(
+    "get put insert set del where order limit offset select returning require count and or not in is null "
+    "true false has case when then else end as asc desc if absent".split()
+)
 
 # ---------------------------------------------------------------- expressions
 
@@ -318,3 +323,14 @@ def mentions(node: Node | None, pred: Callable[[Node], bool]) -> bool:
     if node is None:
         return False
     return any(pred(n) for n in walk(node))
+
+
+def highest_param(stmt: Statement) -> int:
+    """The highest `$n` a statement names (each must be bound before it runs), 0 for none."""
+    best = 0
+    for n in walk(stmt):
+        if isinstance(n, Param):
+            best = max(best, n.n)
+        elif isinstance(n, Put) and n.param is not None:  # `put jobs $1`: the documents, a number here
+            best = max(best, n.param)
+    return best

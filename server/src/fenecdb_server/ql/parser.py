@@ -23,13 +23,10 @@ from lark.lark import PostLex
 
 from ..errors import FenecError
 from . import ast as A
-from .ast import MAX_DEPTH, MAX_NAME, MAX_PATH_KEYS
+from .ast import MAX_DEPTH, MAX_NAME, MAX_PATH_KEYS, RESERVED
 from .grammar_cache import build as build_parser
-
-RESERVED = frozenset(
-    "get put insert set del where order limit offset select returning require count and or not in is null "
-    "true false has case when then else end as asc desc if absent".split()
-)
+from .literals import read_put
+from .literals import unescape as _unescape
 
 TYPES = {
     "bool": "bool", "int": "int", "float": "float", "text": "text", "string": "text", "bytes": "bytes",
@@ -59,34 +56,6 @@ _FIRST = ("WHERE", "SELECT", "ORDER", "LIMIT", "OFFSET", "COUNT", "REQUIRE", "RE
 _SHOWN = 10
 
 _GRAMMAR = importlib.resources.files(__package__).joinpath("grammar.lark").read_text(encoding="utf-8")
-
-_ESCAPE = re.compile(r"\\(.)", re.S)
-_ESCAPED = {"n": "\n", "t": "\t", "r": "\r", "0": "\0"}
-_PIECES = 4096  # pieces joined into one chunk: the list of one-character pieces never grows past this
-
-
-def _unescape(body: str) -> str:
-    """A text literal's escapes resolved, in memory a small multiple of the text: pieces are
-    joined into chunks every `_PIECES`, so `\\"` repeated a million times never holds a
-    million one-character strings (the old loop appended every character to one list: ~8
-    pointer bytes and, past Latin-1, a 50-byte string per character)."""
-    if "\\" not in body:
-        return body
-    chunks: list[str] = []
-    pieces: list[str] = []
-    at = 0
-    for m in _ESCAPE.finditer(body):
-        pieces.append(body[at:m.start()])
-        c = m.group(1)
-        pieces.append(_ESCAPED.get(c, c))
-        at = m.end()
-        if len(pieces) >= _PIECES:
-            chunks.append("".join(pieces))
-            pieces.clear()
-    pieces.append(body[at:])
-    chunks.append("".join(pieces))
-    return "".join(chunks)
-
 
 def _qerr(msg: str) -> FenecError:
     return FenecError("query", msg)
@@ -797,8 +766,18 @@ def parse(text: str) -> list[A.Statement]:
     Time and memory are linear in the text: each token is matched once by a possessive regex,
     the parser keeps an explicit stack, the AST is built as rules are reduced, and a text
     literal is unescaped in chunks (tests/unit/test_parser_linear.py counts them)."""
+    return read(text)[0]
+
+
+def read(text: str) -> tuple[list[A.Statement], list[int]]:
+    """`parse(text)`, and the highest `$n` each statement names (0: none), which every run
+    checks are bound. A put of literal documents is read without lark (literals.py), which
+    counts its parameters as it reads; lark reads every other text, and names every error."""
     if not isinstance(text, str):
         raise _qerr("a statement is text")
+    short = read_put(text)
+    if short is not None:
+        return short
     try:
         stmts: list[A.Statement] = _LARK.parse(text)  # type: ignore[assignment]  # the transformer's `text`
     except UnexpectedInput as e:
@@ -812,7 +791,7 @@ def parse(text: str) -> list[A.Statement]:
         raise _qerr("a number in the statement is out of range (64-bit)") from None
     if not stmts:
         raise _qerr("no statement: the text holds none")
-    return stmts
+    return stmts, [A.highest_param(s) for s in stmts]
 
 
 def _raise_limit() -> None:
@@ -822,4 +801,4 @@ def _raise_limit() -> None:
 
 
 _raise_limit()
-__all__ = ["parse", "Tree"]
+__all__ = ["parse", "read", "Tree"]
