@@ -16,8 +16,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
+from . import gc_policy
 from .engine import records
 from .engine.engine import Engine, Result
 from .engine.idempotency import Idem
@@ -146,6 +148,8 @@ class Database(Engine):
         `get` does not wait; a `put` or a schema statement with `wait` is refused (400)."""
         if wait:
             return self._held().query(text, params, wait)
+        if type(text) is str and len(text) >= gc_policy.LARGE_TEXT:
+            return gc_policy.held_off(partial(self.execute, [(text, params)], block=False)).answers[0]
         return self.execute([(text, params)], block=False).answers[0]
 
     def _held(self) -> InProcess:
@@ -160,7 +164,10 @@ class Database(Engine):
         stmts = list(statements)
         if not stmts:
             raise FenecError("query", "empty batch")
-        res = self.execute(stmts, block=True)
+        if sum(len(s[0]) for s in stmts if type(s) is tuple and s and type(s[0]) is str) >= gc_policy.LARGE_TEXT:
+            res = gc_policy.held_off(partial(self.execute, stmts, block=True))
+        else:
+            res = self.execute(stmts, block=True)
         return [wrap(a) for a in res.answers]
 
     def close(self) -> bool:

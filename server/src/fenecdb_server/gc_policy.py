@@ -19,10 +19,17 @@ The policy (`apply`, once the data file is open):
   on a bulk load, and none that walks more than about 50 000 objects.
 
 * A bulk write (a request body over 64 KiB: `put jobs $1` of thousands of documents) runs with
-  automatic collection held off (`http/collection.py`), and what is alive once it has stored its
+  automatic collection held off (`held_off`, below), and what is alive once it has stored its
   rows is frozen (`after_bulk`): the rows it stored are never walked. Without it the young
   generations walked each new row two or three times: 19 % of the server's time while loading
   (a py-spy sample of `put jobs $1` of 10 000 documents, one after another).
+
+* A large statement (parsed and run off the event loop, or in process a text over LARGE_TEXT
+  characters) runs with automatic collection held off too (`held_off`): its hundreds of thousands of
+  AST nodes made the collector walk them, holding the GIL for the whole pass (the loop stopped
+  answering for 187 ms at a time behind a 1 MB statement), and they are freed by reference counting
+  once it is answered (a text that large is never cached). While one runs, the interpreter offers
+  the GIL every 1 ms instead of every 5: a request the loop answers takes the GIL several times.
 
 What it costs: a cycle that was alive at a full collection and dies later is not collected. The
 server makes few cycles (an exception's traceback is one); `frozen()` reports the count, and the
@@ -32,7 +39,12 @@ server makes few cycles (an exception's traceback is one); `frozen()` reports th
 from __future__ import annotations
 
 import gc
-from typing import Any
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 GEN0_THRESHOLD = 10_000
 GEN1_THRESHOLD = 5
@@ -68,3 +80,31 @@ def after_bulk() -> None:
 def frozen() -> int:
     """Objects moved out of the collector's sight so far (alive or not)."""
     return gc.get_freeze_count()
+
+
+# -- a large statement: automatic collection held off while it runs
+
+LARGE_TEXT = 64 << 10  # in process, a statement text this long or longer runs `held_off`
+_lock = threading.Lock()
+_running = 0  # large statements running now
+_saved_interval = 0.005
+SWITCH_INTERVAL_S = 0.001
+
+
+def held_off(run: Callable[[], T]) -> T:
+    """`run()`, with automatic collection held off until it and every other such run have ended."""
+    global _running, _saved_interval
+    with _lock:
+        _running += 1
+        if _running == 1:
+            gc.disable()
+            _saved_interval = sys.getswitchinterval()
+            sys.setswitchinterval(min(_saved_interval, SWITCH_INTERVAL_S))
+    try:
+        return run()
+    finally:
+        with _lock:
+            _running -= 1
+            if _running == 0:
+                gc.enable()
+                sys.setswitchinterval(_saved_interval)

@@ -40,8 +40,8 @@ from ..held import Lines, Outcome, Waiter
 from ..held.on_asyncio import SETTLE_TURNS, AsyncioDriver, park
 from ..held.port import Claim
 from ..storage.log import Deferred
-from . import collection, numbers
 from . import errors as E
+from . import numbers
 from .auth import OPEN, Auth, AuthDelay, AuthRefused, Caller
 from .busy_poll import BusyPoll
 from .dashboard import PATHS as DASHBOARD
@@ -561,7 +561,7 @@ class App:
         try:
             if len(raw) > OFF_LOOP_BODY:  # decoding 16 MB of JSON holds the GIL ~20 ms: not on the loop
                 work = await asyncio.get_running_loop().run_in_executor(
-                    self.large, partial(collection.deferred, partial(build, req, raw)))
+                    self.large, partial(gc_policy.held_off, partial(build, req, raw)))
             else:
                 work = build(req, raw)
         except Refusal as r:
@@ -778,7 +778,7 @@ class App:
             try:
                 if work.large:
                     claim = await asyncio.get_running_loop().run_in_executor(
-                        self.large, partial(collection.deferred, partial(self.hold_of, work)))
+                        self.large, partial(gc_policy.held_off, partial(self.hold_of, work)))
                 else:
                     claim = self.hold_of(work)
             except FenecError as e:
@@ -879,7 +879,7 @@ class App:
         def run() -> tuple[Outcome[Answer], str]:
             outcome, kind, _owed = self.run_here(work, held=held)
             return outcome, kind
-        return await asyncio.get_running_loop().run_in_executor(self.large, partial(collection.deferred, run))
+        return await asyncio.get_running_loop().run_in_executor(self.large, partial(gc_policy.held_off, run))
 
     def run_here(self, work: Work, *, held: bool, loop: bool = False) -> tuple[Outcome[Answer], str, int]:
         """Run the work once, in this thread: (outcome, metrics kind, the log ticket its answer
@@ -932,7 +932,7 @@ class App:
         if not work.bulk:
             return self.db.execute(work.statements, block=work.block, idempotency=work.idem, scope=scope,
                                    max_rows=rows, max_writes=writes, nowait=loop)
-        result = collection.deferred(partial(self.db.execute, work.statements, block=work.block,
+        result = gc_policy.held_off(partial(self.db.execute, work.statements, block=work.block,
                                              idempotency=work.idem, scope=scope, max_rows=rows,
                                              max_writes=writes, nowait=loop))
         if result.wrote:
