@@ -69,12 +69,12 @@ from ..storage.log import Deferred
 class TurnSync:
     """The parked answers of the writes of the loop's turns and the fdatasyncs that release them."""
 
-    __slots__ = ("log", "_loop", "_thread", "_parked", "_covered", "_ring", "_scheduled", "flushes")
+    __slots__ = ("log", "_loop", "_loop_thread", "_parked", "_covered", "_ring", "_scheduled", "flushes")
 
     def __init__(self, log: Any, loop: asyncio.AbstractEventLoop) -> None:
         self.log = log  # a storage.Log under --sync always
         self._loop = loop
-        self._thread = threading.get_ident()  # made on the loop's thread (App.start)
+        self._loop_thread = threading.get_ident()  # made on the loop's thread (App.start)
         self._parked: list[tuple[int, Callable[[StorageFailed | None], None]]] = []  # no sync started for them
         self._covered: list[tuple[int, Callable[[StorageFailed | None], None]]] = []  # the running sync's
         self._scheduled = False  # a `_flush` is queued with call_soon
@@ -96,7 +96,7 @@ class TurnSync:
         """The scope a request runs in (`Log.deferred`): on the loop's thread its write's sync is
         owed, and the caller hands the ticket to `after` (or `durable`) before it answers; on a
         worker thread it defers nothing, and the write waits for its own sync there."""
-        return self.log.deferred(self._thread)
+        return self.log.deferred(self._loop_thread)
 
     def after(self, ticket: int, then: Callable[[StorageFailed | None], None]) -> None:
         """Call `then(None)` once `ticket` is durable, `then(error)` if its fdatasync failed: from
