@@ -11,6 +11,9 @@ stall), beside the longest they waited for with no attack (the baseline).
     python bench/stall_probe.py --held 200     # what a held claim costs the server (RSS)
     python bench/stall_probe.py --large 100000 # a claim, a put and a /batch of that many rows (issue 40)
     python bench/stall_probe.py --unread 6     # six `get jobs` of 1 000 000 rows nobody reads (RSS)
+    python bench/stall_probe.py --unread 6 --backup   # six backups of them nobody reads (RSS)
+    python bench/stall_probe.py --unread 6 --rows 200000   # the same over fewer jobs
+    python bench/stall_probe.py --ceiling 100  # 100 idle health-only connections, then a token holder
 
 The 16 MB statements run twice: against the default `--max-statement-bytes` (refused, 413)
 and with the ceiling off (`--max-statement-bytes 0`: parsed in a worker thread).
@@ -195,38 +198,77 @@ def large(n: int, flags: list[str]) -> list[dict[str, object]]:
     return out
 
 
-def unread(k: int, rows: int, idle: int) -> dict[str, object]:
-    """RSS and the longest /_health wait while k clients ask `get jobs` over `rows` jobs and never
-    read, and RSS once --idle-timeout has passed."""
+def unread(k: int, rows: int, idle: int, backup: bool = False) -> dict[str, object]:
+    """RSS and the longest /_health wait while k clients ask `get jobs` over `rows` jobs (or, with
+    `backup`, `GET /_admin/backup` of a data file of them) and never read, and RSS once
+    --idle-timeout has passed."""
     import socket
+    import tempfile
 
-    server = Server("--max-write-rows", "0", "--max-answer-rows", "0", "--idle-timeout", str(idle))
+    with tempfile.TemporaryDirectory() as where:
+        flags = ["--file", str(Path(where) / "probe.fenec")] if backup else []
+        server = Server("--max-write-rows", "0", "--max-answer-rows", "0", "--idle-timeout", str(idle), *flags)
+        try:
+            conn = server.connect()
+            server.request(conn, "POST", "/query", json.dumps({"query": JOBS}).encode())
+            load(server, conn, rows)
+            health = Busy(server, "GET", "/_health", None)
+            time.sleep(2.0)
+            before = rss_kb(server.proc.pid)
+            health.window()
+            if backup:
+                ask = b"GET /_admin/backup HTTP/1.1\r\nHost: x\r\n\r\n"
+            else:
+                body = b'{"query":"get jobs"}'
+                ask = b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body)
+            socks = []
+            peak = before
+            for _ in range(k):
+                sock = socket.create_connection((server.host, server.port))
+                sock.sendall(ask)
+                socks.append(sock)
+            deadline = time.monotonic() + idle + 10
+            while time.monotonic() < deadline:
+                peak = max(peak, rss_kb(server.proc.pid))
+                time.sleep(0.1)
+            stall = health.window()[0]
+            after = rss_kb(server.proc.pid)
+            health.stop()
+            for sock in socks:
+                sock.close()
+            return {"unread": k, "what": "backup" if backup else "get jobs", "rows": rows,
+                    "rss_before_mb": before // 1024, "rss_peak_mb": peak // 1024, "rss_after_mb": after // 1024,
+                    "health_longest_ms": round(stall, 1)}
+        finally:
+            server.stop()
+
+
+def ceiling(n: int) -> dict[str, object]:
+    """On a server that takes tokens and allows n connections: n connections ask `/_health` once
+    (no token) and stay idle, then a token holder asks a query on a new connection."""
+    token = "stall-probe-token-0123456789abcdef"
+    server = Server("--max-connections", str(n), "--http-token", token)
     try:
-        conn = server.connect()
-        server.request(conn, "POST", "/query", json.dumps({"query": JOBS}).encode())
-        load(server, conn, rows)
-        health = Busy(server, "GET", "/_health", None)
-        time.sleep(2.0)
-        before = rss_kb(server.proc.pid)
-        health.window()
-        body = b'{"query":"get jobs"}'
-        socks = []
-        peak = before
-        for _ in range(k):
-            sock = socket.create_connection((server.host, server.port))
-            sock.sendall(b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))
-            socks.append(sock)
-        deadline = time.monotonic() + idle + 10
-        while time.monotonic() < deadline:
-            peak = max(peak, rss_kb(server.proc.pid))
-            time.sleep(0.1)
-        stall = health.window()[0]
-        after = rss_kb(server.proc.pid)
-        health.stop()
-        for sock in socks:
-            sock.close()
-        return {"unread": k, "rows": rows, "rss_before_mb": before // 1024, "rss_peak_mb": peak // 1024,
-                "rss_after_mb": after // 1024, "health_longest_ms": round(stall, 1)}
+        idle = []
+        for _ in range(n):
+            c = server.connect()
+            server.request(c, "GET", "/_health")
+            idle.append(c)
+        holder = server.connect()
+        t0 = time.perf_counter()
+        holder.request("POST", "/query", body=json.dumps({"query": JOBS}).encode(),
+                       headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"})
+        response = holder.getresponse()
+        response.read()
+        took = time.perf_counter() - t0
+        still = 0
+        for c in idle:  # which of the idle ones are still served
+            try:
+                still += server.request(c, "GET", "/_health") == 200
+            except (OSError, http.client.HTTPException):
+                pass
+        return {"idle_connections": n, "token_holder_status": response.status, "token_holder_ms": round(took * 1000, 1),
+                "idle_still_served": still}
     finally:
         server.stop()
 
@@ -271,14 +313,20 @@ def main() -> int:
     parser.add_argument("--only", default=None, help="run only the attacks whose name contains this")
     parser.add_argument("--held", type=int, default=0, help="measure what this many held claims cost instead")
     parser.add_argument("--large", type=int, default=0, help="a claim, put and /batch of this many rows instead")
-    parser.add_argument("--unread", type=int, default=0, help="this many unread gets of 1 000 000 rows instead")
+    parser.add_argument("--unread", type=int, default=0, help="this many unread gets of --rows jobs instead")
+    parser.add_argument("--rows", type=int, default=1_000_000, help="the jobs of --unread (1 000 000)")
+    parser.add_argument("--backup", action="store_true", help="--unread asks for backups, not `get jobs`")
+    parser.add_argument("--ceiling", type=int, default=0, help="this many idle connections, then a token holder")
     args = parser.parse_args()
     if args.large:
         for row in large(args.large, []):
             print(json.dumps(row), flush=True)
         return 0
     if args.unread:
-        print(json.dumps(unread(args.unread, 1_000_000, 5)), flush=True)
+        print(json.dumps(unread(args.unread, args.rows, 5, args.backup)), flush=True)
+        return 0
+    if args.ceiling:
+        print(json.dumps(ceiling(args.ceiling)), flush=True)
         return 0
     if args.held:
         print(json.dumps(held_cost(args.held)), flush=True)

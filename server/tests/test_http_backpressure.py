@@ -7,9 +7,11 @@ compared is a ratio of two measured on the same run."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -208,5 +210,83 @@ def test_a_refused_put_leaves_the_status_and_error_of_the_table() -> None:
         docs = json.dumps({"query": "put t $1", "params": [[{"n": i} for i in range(11)]]}).encode()
         r = raw(s.addr, b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%b" % (len(docs), docs))
         assert status_of(r) == 413 and "11 rows" in body_of(r)["error"]
+    finally:
+        assert s.stop() == 0
+
+
+def rss(s: Server) -> int:
+    for line in Path(f"/proc/{s.proc.pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def files_without_name(s: Server) -> int:
+    """The server's descriptors on a file removed or never named (a backup's temporary file)."""
+    count = 0
+    for fd in Path(f"/proc/{s.proc.pid}/fd").iterdir():
+        try:
+            count += os.readlink(fd).endswith("(deleted)")
+        except OSError:
+            pass  # closed while listed
+    return count
+
+
+def test_unread_backups_hold_no_copy_in_memory_and_are_cut(tmp_path: Path) -> None:
+    """Four backups of a database of some 16 MB asked for and never read: each backup was built
+    whole in memory and held there while its reader read nothing (RSS grew by at least four times
+    the copy). Now it is written to a temporary file, one backup at a time, and sent from there as
+    the reader takes it: the server's memory grows by less than one copy's size, each connection
+    is cut after --idle-timeout with its file closed, and a backup read whole opens as a data file."""
+    path = tmp_path / "b.fenec"
+    s = Server("--file", str(path), "--idle-timeout", "2", "--max-write-rows", "0")
+    readers = 4
+    try:
+        with s.client() as c:
+            assert q(c, "create collection b (n int, pad text)").status_code == 200
+            for at in range(0, 4000, 500):
+                r = q(c, "put b $1", [{"n": n, "pad": "x" * 4000} for n in range(at, at + 500)])
+                assert r.status_code == 200, r.text
+            whole = c.get("/_admin/backup")  # read whole: the baseline, and a file that opens
+            assert whole.status_code == 200
+        size = len(whole.content)
+        assert size > 16_000_000 and int(whole.headers["content-length"]) == size
+        copy = tmp_path / "copy.fenec"
+        copy.write_bytes(whole.content)
+        from fenecdb_server import Database
+
+        db = Database(str(copy))
+        try:
+            assert db.query("get b count") == [{"count": 4000}]
+        finally:
+            db.close()
+        before_connections = connections(s)
+        before = rss(s)
+        socks = []
+        for _ in range(readers):
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect(s.addr)
+            sock.sendall(b"GET /_admin/backup HTTP/1.1\r\nHost: x\r\n\r\n")
+            socks.append(sock)
+        wait_for(lambda: connections(s) == before_connections + readers)
+        peak = before
+        deadline = time.monotonic() + DEADLINE
+        # until every reader is cut: each gets its backup's first bytes, then is paused 2 s
+        while connections(s) != before_connections or files_without_name(s):
+            assert time.monotonic() < deadline, "the unread backups were never cut"
+            peak = max(peak, rss(s))
+            time.sleep(0.02)
+        assert peak - before < size, (before, peak, size)
+        for sock in socks:
+            got = 0
+            sock.settimeout(DEADLINE)
+            try:
+                while chunk := sock.recv(1 << 16):
+                    got += len(chunk)
+            except ConnectionResetError:
+                pass
+            sock.close()
+            assert got < size, "a reader that read nothing was not cut"
     finally:
         assert s.stop() == 0

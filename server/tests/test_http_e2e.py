@@ -45,11 +45,12 @@ def command() -> list[str]:
 class Server:
     """A `fenec-server` child on 127.0.0.1:0; the bound address is read from its log line."""
 
-    def __init__(self, *flags: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, *flags: str, env: dict[str, str] | None = None,
+                 preexec_fn: Callable[[], None] | None = None) -> None:
         self.flags = flags
         self.proc = subprocess.Popen([*command(), "--http", "127.0.0.1:0", *flags],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     env={**os.environ, **(env or {})})
+                                     env={**os.environ, **(env or {})}, preexec_fn=preexec_fn)
         self.log: list[str] = []
         self.url = ""
         deadline = time.monotonic() + 60  # generous: a loaded machine starts a Python server slowly

@@ -220,3 +220,64 @@ def test_a_request_target_over_64_kib_is_414_in_json() -> None:
         assert status_of(r) == 404
     finally:
         assert s.stop() == 0
+
+
+def test_out_of_file_descriptors_is_503_logged_once_and_serving_goes_on() -> None:
+    """A server at its descriptor limit (`ulimit -n` 96 here) used to reset every new connection
+    (libuv accepts and closes it, its request unread) and log nothing. Now a connection that
+    would leave fewer than a reserve of descriptors is answered 503 and closed, the server logs
+    it (one line for many), the connections it has are served, and once some close a new one is."""
+    import resource
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (96, 96))
+
+    health = b"GET /_health HTTP/1.1\r\nHost: x\r\n\r\n"
+
+    def ask(sock: socket.socket) -> bytes:
+        sock.sendall(health)
+        return read_from(sock, lambda got: b"\r\n\r\n" in got and got.rstrip().endswith(b"}"))
+
+    s = Server("--max-connections", "1000", preexec_fn=limited)
+    kept: list[socket.socket] = []
+    try:
+        refused = b""
+        while not refused:
+            assert len(kept) < 96, "every connection was served: the limit was never met"
+            sock = socket.create_connection(s.addr, timeout=DEADLINE)
+            try:
+                got = ask(sock)
+            except ConnectionResetError:
+                got = b"reset"
+            assert got.startswith(b"HTTP/1.1 "), f"connection {len(kept) + 1}: {got[:60]!r}"
+            if status_of(got) == 503:
+                refused = got
+                sock.close()
+            else:
+                assert status_of(got) == 200
+                kept.append(sock)
+        assert body_of(refused) == {"error": "the server is out of file descriptors"}
+        assert b"retry-after: 1" in refused.lower()
+        more = 0
+        for _ in range(10):  # more newcomers: each answered 503, and no line logged for each
+            with socket.create_connection(s.addr, timeout=DEADLINE) as sock:
+                got = ask(sock)
+                assert status_of(got) == 503, got[:60]
+                more += 1
+        wait_for(lambda: any("out of file descriptors" in line for line in s.log))
+        logged = sum("out of file descriptors" in line for line in s.log)
+        assert logged < 1 + more
+        assert status_of(ask(kept[0])) == 200  # a connection it had is served
+        for sock in kept[-10:]:
+            sock.close()
+        del kept[-10:]
+
+        def served_anew() -> bool:
+            with socket.create_connection(s.addr, timeout=DEADLINE) as sock:
+                return status_of(ask(sock)) == 200
+
+        wait_for(served_anew)
+    finally:
+        for sock in kept:
+            sock.close()
+        assert s.stop() == 0

@@ -12,12 +12,16 @@ In memory when `path` is None: the same engine, and nothing is written anywhere.
 
 from __future__ import annotations
 
+import io
 import logging
+import os
+import tempfile
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Any
+from typing import IO, Any
 
 from . import gc_policy
 from .engine import records
@@ -28,7 +32,7 @@ from .errors import FenecError
 from .held.in_process import InProcess
 from .storage import Log
 from .storage.footprint import Footprint
-from .storage.format import file_header, record_header
+from .storage.format import FILE_HEADER_SIZE, RECORD_HEADER_SIZE, check_size, file_header, record_head
 
 __all__ = ["Database", "Idem", "Result", "wrap"]
 
@@ -232,19 +236,65 @@ class Database(Engine):
 
     def backup(self, *, pace: Callable[[], None] | None = None) -> tuple[int, bytes]:
         """A consistent copy of the whole database as the bytes of a data file that
-        `Database(path)` or `fenec-server --file` opens: the file header and one snapshot record
-        of every write up to the answered change number (also answered). The copy is taken
-        under the shared lock (writes wait for a copy of each collection's row map, not for
-        the encoding); works in memory too."""
+        `Database(path)` or `fenec-server --file` opens (`backup_to`, in memory); works in memory
+        too."""
+        out = io.BytesIO()
+        seq = self.backup_to(out, pace=pace)
+        return seq, out.getvalue()
+
+    def backup_file(self, *, pace: Callable[[], None] | None = None) -> tuple[int, int, IO[bytes]]:
+        """`backup_to` a temporary file: beside the data file (on its disk, whose room it takes),
+        or in the system's temporary directory for a database in memory. The file has no name
+        (it is gone once closed, or when the process ends, however it ends); it is answered
+        with the change number and its size, at its start, for the caller to read and close.
+        An OSError (no room, no descriptor left) is a FenecError `io`, the file closed."""
+        where = os.path.dirname(os.path.abspath(self.path)) if self.path is not None else None
+        try:
+            out = tempfile.TemporaryFile(dir=where)
+        except OSError as e:
+            raise FenecError("io", f"backup failed: {e}") from None
+        try:
+            seq = self.backup_to(out, pace=pace)
+            size = out.tell()
+            out.seek(0)
+        except OSError as e:
+            out.close()
+            raise FenecError("io", f"backup failed: {e}") from None
+        except BaseException:
+            out.close()
+            raise
+        return seq, size, out
+
+    def backup_to(self, out: IO[bytes], *, pace: Callable[[], None] | None = None) -> int:
+        """Write a consistent copy of the whole database to `out` (seekable, at its start) as a
+        data file: the file header and one snapshot record of every write up to the change
+        number answered. The copy is taken under the shared lock (writes wait for a copy of each
+        collection's row map, not for the encoding); the payload is encoded and written a chunk
+        of rows at a time (`records.snapshot_pieces`), so the memory it takes besides that copy
+        is one chunk's, and the record's header, whose length and crc32 are known only at the
+        end, is written last in the room left for it."""
         with self.reading():
             state = records.snapshot_state(self)
-        parts, _ = records.encode_snapshot(state, pace or _hand_over)
-        payload = b"".join(parts)
+        seq = int(state["s"])
+        out.write(file_header() + bytes(RECORD_HEADER_SIZE))
+        size = 0
+        crc = 0
         try:
-            head = record_header(payload, snapshot=True)
+            for piece in records.snapshot_pieces(state, pace or _hand_over):
+                size += len(piece)
+                check_size(size)
+                crc = zlib.crc32(piece, crc)
+                out.write(piece)
+            del state
+            head = record_head(size, crc, snapshot=True)
         except ValueError as e:
             raise FenecError("io", f"backup failed: {e}") from None
-        return int(state["s"]), file_header() + head + payload
+        end = out.tell()
+        out.seek(FILE_HEADER_SIZE)
+        out.write(head)
+        out.seek(end)
+        out.flush()
+        return seq
 
     # ---------------------------------------------------------------- introspection
 

@@ -36,7 +36,7 @@ Fields:
   written.
 
 Snapshot: `{"s": S, "colls": [coll, ...], "idem": [key, ...], "idem_bytes": n}`, each coll
-`{"schema": schema, "next": next_id, "bytes": n, "rows": [[id, row], ...]}` (rows in id order,
+`{"schema": schema, "next": next_id, "rows": [[id, row], ...], "bytes": n}` (rows in id order,
 `bytes` the size of its `rows` array; a row of a collection with no bytes field and no null is
 written as it is stored, so it also holds `"id": id`, which reading skips), each key `[key, hash, at, ttl_ms, answers]` (or, written up
 to 52ba4c8, `[key, hash, status, body, at, ttl_ms]`); `bytes` and `idem_bytes` calibrate the
@@ -52,7 +52,7 @@ replayed once but never written by any version).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -182,26 +182,40 @@ def encode_snapshot(state: dict, pause: Callable[[], None] | None = None) -> tup
     the payload), and the sizes it measured on the way (for `Footprint.calibrate`). Never joined
     here: a million rows are tens of MB, and each whole copy held the interpreter lock for tens of
     ms, with the server's requests waiting (storage/compaction.py joins them a MiB at a time)."""
-    parts = [b'{"s":%d,"colls":[' % int(state["s"])]
-    sizes: dict[str, tuple[int, int]] = {}
+    sizes: dict = {}
+    parts = list(snapshot_pieces(state, pause, sizes))
+    return parts, sizes
+
+
+def snapshot_pieces(state: dict, pause: Callable[[], None] | None = None,
+                    sizes: dict | None = None) -> Iterator[bytes]:
+    """The snapshot payload of `state` (`snapshot_state`), a piece at a time: no piece holds more
+    than SNAPSHOT_CHUNK rows, so a caller that writes each piece where it goes (a backup's
+    temporary file) holds one chunk at a time, whatever the size of the database. Each
+    collection's `bytes` follows its `rows`, counted as they went by. `sizes`, when given, gets
+    what `encode_snapshot` answers besides the parts."""
+    rows_sizes: dict[str, tuple[int, int]] = {}
+    yield b'{"s":%d,"colls":[' % int(state["s"])
     for n, (schema_json, next_id, rows) in enumerate(state["colls"]):
         schema = Schema.from_json(schema_json)
-        rows_parts = _rows_parts(schema, rows, pause)
-        nbytes = sum(len(part) for part in rows_parts)
-        sizes[schema_json["name"]] = (nbytes, len(rows))
-        parts.append(b'%b{"schema":%b,"next":%d,"bytes":%d,"rows":'
-                     % (b"," if n else b"", dumps(schema_json), int(next_id), nbytes))
-        parts += rows_parts
-        parts.append(b"}")
+        yield b'%b{"schema":%b,"next":%d,"rows":' % (b"," if n else b"", dumps(schema_json), int(next_id))
+        nbytes = 0
+        for piece in _rows_pieces(schema, rows, pause):
+            nbytes += len(piece)
+            yield piece
+        rows_sizes[schema_json["name"]] = (nbytes, len(rows))
+        yield b',"bytes":%d}' % nbytes
     idem_json = dumps([_key_json(k, s) for k, s in state["idem"]])
     idem_bytes = len(idem_json)
-    parts.append(b'],"idem":%b,"idem_bytes":%d}' % (idem_json, idem_bytes))
-    return parts, {"rows": sizes, "keys": (idem_bytes, len(state["idem"]))}
+    yield b'],"idem":%b,"idem_bytes":%d}' % (idem_json, idem_bytes)
+    if sizes is not None:
+        sizes["rows"] = rows_sizes
+        sizes["keys"] = (idem_bytes, len(state["idem"]))
 
 
 def _rows_json(schema: Schema, rows: dict, pause: Callable[[], None] | None = None) -> bytes:
-    """A collection's rows as the snapshot's JSON array (`_rows_parts` joined)."""
-    return b"".join(_rows_parts(schema, rows, pause))
+    """A collection's rows as the snapshot's JSON array (`_rows_pieces` joined)."""
+    return b"".join(_rows_pieces(schema, rows, pause))
 
 
 def _snapshot_row(schema: Schema, row: dict) -> dict:
@@ -219,8 +233,8 @@ def _snapshot_row(schema: Schema, row: dict) -> dict:
     return encode_row(schema, row)
 
 
-def _rows_parts(schema: Schema, rows: dict, pause: Callable[[], None] | None = None) -> list[bytes]:
-    """A collection's rows as the parts of the snapshot's JSON array, encoded SNAPSHOT_CHUNK rows
+def _rows_pieces(schema: Schema, rows: dict, pause: Callable[[], None] | None = None) -> Iterator[bytes]:
+    """A collection's rows as the pieces of the snapshot's JSON array, encoded SNAPSHOT_CHUNK rows
     per call, `pause()` after each: one encoder call holds the GIL for its whole run, so over a
     whole collection at once it kept every other thread (the event loop, in the server) waiting
     for all of it; between chunks they run. The server's compaction pauses with `time.sleep(0)`,
@@ -228,14 +242,13 @@ def _rows_parts(schema: Schema, rows: dict, pause: Callable[[], None] | None = N
     in 0.67 s by chunks of 100 against 0.98 s by chunks of 1 000 (no pause).
     scripts/compaction_pause.py measures what a writer waits during a compaction."""
     ids = sorted(rows)
-    parts = [b"["]
+    yield b"["
     for at in range(0, len(ids), SNAPSHOT_CHUNK):
         chunk = dumps([[rid, _snapshot_row(schema, rows[rid])] for rid in ids[at:at + SNAPSHOT_CHUNK]])
-        parts.append(chunk[1:-1] if at == 0 else b"," + chunk[1:-1])
+        yield chunk[1:-1] if at == 0 else b"," + chunk[1:-1]
         if pause is not None:
             pause()
-    parts.append(b"]")
-    return parts
+    yield b"]"
 
 
 def load_snapshot(eng: Engine, payload: bytes) -> tuple[dict[str, tuple[int, int]], tuple[int, int]]:

@@ -6,7 +6,8 @@
   waits (`write_lock_us`, `lock_us`). 409 in memory, or while another compaction runs.
 * `GET /_admin/backup`: a consistent copy of the running database, streamed as a data file
   (`fenec-server --file <it>` opens it). `Fenec-Seq` is the change number it holds: every write
-  answered with a lower or equal `Fenec-Seq` is in it, none after.
+  answered with a lower or equal `Fenec-Seq` is in it, none after. The copy is written to a
+  temporary file first (one backup at a time), then sent from it as its reader takes it.
 * `GET /_metrics/recent`: the last ten minutes of per-second samples of the queue counters'
   totals, and per queue their rates over about the last minute (metrics.Recent), for the
   dashboard's rates; read like `/_metrics`, whose tokens may read every queue.
@@ -19,10 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 
 from ..database import Pace
 from ..errors import FenecError
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fenec.http")
 JSON = "application/json; charset=utf-8"
-CHUNK = 1 << 20
+CHUNK = 256 << 10  # bytes of a backup read from its file at a time
 ADMIN_ONLY = "the server token only: /_admin routes are not for scoped tokens"
 
 
@@ -42,6 +43,34 @@ def _refused(request: Request) -> Response | None:
     if caller is not None and caller.scoped:
         return Response(E.body(ADMIN_ONLY), status_code=403, media_type=JSON)
     return None
+
+
+class FileAnswer(Response):
+    """A backup's temporary file (`Database.backup_file`) as the answer's body, CHUNK bytes at a
+    time, each read only once the last is in the transport: uvicorn's `send` waits while the
+    transport is paused (its buffer past the high mark), so a connection holds at most that buffer
+    and one chunk, whoever reads it and however slowly. A reader paused past --idle-timeout is cut
+    (protocol.py); the chunks stop at the cut, and the file is closed, which frees its room on
+    the disk, however the answer ends."""
+
+    def __init__(self, file: IO[bytes], headers: dict[str, str]) -> None:
+        super().__init__(headers=headers, media_type="application/octet-stream")
+        self.file = file
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        conn = scope.get("fenec.conn")  # the connection's protocol: its transport tells a cut
+        loop = asyncio.get_running_loop()
+        try:
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            while True:
+                if conn is not None and conn.transport.is_closing():
+                    return
+                piece = await loop.run_in_executor(None, self.file.read, CHUNK)
+                await send({"type": "http.response.body", "body": piece, "more_body": bool(piece)})
+                if not piece:
+                    return
+        finally:
+            self.file.close()
 
 
 def add_admin_routes(api: FastAPI, app: App) -> None:
@@ -66,6 +95,8 @@ def add_admin_routes(api: FastAPI, app: App) -> None:
                     done["lock_us"] / 1000)
         return Response(dumps(done), media_type=JSON)
 
+    building = asyncio.Lock()  # one backup's copy written at a time: each holds a copy of the row maps
+
     @api.get("/_admin/backup")
     async def backup(request: Request) -> Response:
         refused = _refused(request)
@@ -73,19 +104,15 @@ def add_admin_routes(api: FastAPI, app: App) -> None:
             return refused
         loop = asyncio.get_running_loop()
         try:
-            seq, data = await loop.run_in_executor(None, lambda: app.db.backup(pace=Pace(app.requests)))
+            async with building:
+                seq, size, file = await loop.run_in_executor(
+                    None, lambda: app.db.backup_file(pace=Pace(app.requests)))
         except FenecError as e:
             status, body = E.answer(e)
             return Response(body, status_code=status, media_type=JSON)
-        headers = {"fenec-seq": str(seq), "content-length": str(len(data)),
+        headers = {"fenec-seq": str(seq), "content-length": str(size),
                    "content-disposition": f'attachment; filename="fenec-backup-{seq}.fenec"'}
-
-        async def chunks() -> Any:
-            view = memoryview(data)
-            for at in range(0, len(data), CHUNK):
-                yield bytes(view[at:at + CHUNK])
-
-        return StreamingResponse(chunks(), headers=headers, media_type="application/octet-stream")
+        return FileAnswer(file, headers)
 
     @api.api_route("/_metrics/recent", methods=["GET", "HEAD"])
     async def recent() -> Response:

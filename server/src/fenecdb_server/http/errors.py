@@ -31,6 +31,7 @@ IDEM_SIZE = "an Idempotency-Key is 1 to 255 bytes"
 CHUNKED = "a chunked body is not accepted: send Content-Length"
 BAD_LENGTH = "Content-Length is not a number"
 TOO_MANY = "too many connections"
+NO_DESCRIPTORS = "the server is out of file descriptors"
 NO_TOKEN = "invalid or missing token"
 INTERNAL = "internal fault"
 

@@ -20,6 +20,18 @@ ASGI app sees a request:
   that has not presented an accepted token (`credentialed`) and is between requests: no request being read or run, no
   answer owed, no held claim. Connections that only ask `/_health` cannot keep a token holder
   out; a held claim, or a connection in the middle of a request, is never closed for another;
+* out of file descriptors: once a new connection's socket is among the last FD_RESERVE
+  descriptors the process may open (`ulimit -n`; a socket takes the lowest one free, so fewer
+  than FD_RESERVE are left), it is answered 503 `Retry-After: 1` and closed, and a line is
+  logged, one every FD_LOG_EVERY s at most with the count turned away since the last. The
+  reserve keeps descriptors for the server's own files (a backup, a compaction) and for the
+  next newcomers' 503s: without it, at the limit, libuv (uvloop) accepts and closes every
+  pending connection, its request unread, which resets it, and nothing says why. Connections
+  already open are served as ever, and new ones again once descriptors are free;
+* a connection turned away (past the ceiling, or out of descriptors) has its answer written
+  and its writing side shut, and is closed once what its client sent is read (or the client
+  closes, or LINGER s pass): closed with its request unread it would be reset, and its client
+  lose the answer;
 * an answer the client does not read: while the transport is paused (its buffer past the high
   mark) a long answer renders no more of itself (`Answer.parts`, written piece by piece as the
   transport has room), and a connection paused for `--idle-timeout` s is cut (aborted: what it
@@ -47,6 +59,7 @@ requests are answered in order, whichever path each takes.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -78,6 +91,26 @@ def _raw_answer(status: int, body: bytes, extra: bytes = b"") -> bytes:
 
 
 RESERVE = 8
+FD_RESERVE = 16  # descriptors kept free (a socket among the last 16 the process may open is turned away)
+FD_LOG_EVERY = 10.0  # s between two lines saying connections were turned away for descriptors
+LINGER = 1.0  # s a turned-away connection waits for its client's request, to read it before closing
+
+log = logging.getLogger("fenec.http")
+
+
+def descriptor_limit() -> int:
+    """The process's soft limit on open descriptors (`ulimit -n`); 0 where there is none."""
+    try:
+        import resource
+    except ImportError:  # no such limit on this platform
+        return 0
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return 0 if soft == resource.RLIM_INFINITY or soft <= 0 else int(soft)
+
+
+def _descriptor(transport: Any) -> int:
+    sock = transport.get_extra_info("socket")
+    return int(sock.fileno()) if sock is not None else -1
 SPARE_PATHS = frozenset({b"/_health", b"/_metrics"})
 DIRECT_PATHS = frozenset({b"/query", b"/batch"})
 DIRECT_BODY = 64 << 10  # the app's OFF_LOOP_BODY: a larger body is decoded in a worker thread
@@ -93,10 +126,12 @@ class Front:
     """What every connection of one server shares, set by the command line: its limits, the app
     whose `/query` and `/batch` it answers on the short way, and the count of reserve connections."""
 
-    __slots__ = ("app", "max_connections", "header_timeout", "body_timeout", "busy", "spares", "cut", "evict")
+    __slots__ = ("app", "max_connections", "header_timeout", "body_timeout", "busy", "spares", "cut", "evict",
+                 "descriptors", "fd_ceiling", "turned_away", "unlogged", "logged_at", "log_due")
 
     def __init__(self, app: App | None = None, *, max_connections: int = 0, header_timeout: float = 10.0,
-                 body_timeout: float = 60.0, busy: BusyPoll | None = None, evict: bool = False) -> None:
+                 body_timeout: float = 60.0, busy: BusyPoll | None = None, evict: bool = False,
+                 descriptors: int | None = None) -> None:
         self.app = app  # None: every request takes the ASGI path (the access log must see each)
         self.max_connections = max_connections  # 0 = unlimited
         self.header_timeout = header_timeout  # 0 = never
@@ -107,6 +142,36 @@ class Front:
         # the server takes tokens: an idle connection that presented none may be closed for a newcomer
         # (on an open server no connection is a token holder's, and none is closed for another)
         self.evict = evict
+        self.descriptors = descriptor_limit() if descriptors is None else descriptors  # 0 = no limit
+        # a new connection whose socket is this descriptor or a higher one is turned away (0 = never)
+        self.fd_ceiling = max(self.descriptors - FD_RESERVE, 1) if self.descriptors else 0
+        self.turned_away = 0  # connections answered 503 for want of descriptors, ever
+        self.unlogged = 0  # of them, since the last line logged
+        self.logged_at: float | None = None
+        self.log_due: Any = None  # the timer of the next line, while some are not logged yet
+
+    def out_of_descriptors(self, loop: Any) -> None:
+        """A connection was turned away for want of descriptors: log it, one line every
+        FD_LOG_EVERY s at most (the count since the last line, when its time comes)."""
+        self.turned_away += 1
+        self.unlogged += 1
+        now = loop.time()
+        if self.logged_at is None or now - self.logged_at >= FD_LOG_EVERY:
+            self._log_turned_away(now)
+        elif self.log_due is None:
+            self.log_due = loop.call_at(self.logged_at + FD_LOG_EVERY, lambda: self._log_turned_away(loop.time()))
+
+    def _log_turned_away(self, now: float) -> None:
+        if self.log_due is not None:
+            self.log_due.cancel()
+            self.log_due = None
+        if not self.unlogged:
+            return
+        log.error("out of file descriptors: %d new connection(s) answered 503 since the last line (%d in all); "
+                  "the limit is %d (ulimit -n), the last %d kept for the server's own files", self.unlogged,
+                  self.turned_away, self.descriptors, FD_RESERVE)
+        self.unlogged = 0
+        self.logged_at = now
 
     def protocol(self, **kwargs: Any) -> FenecProtocol:
         """A connection's protocol: what uvicorn's `http=` calls with its config and state."""
@@ -150,23 +215,38 @@ class FenecProtocol(HttpToolsProtocol):
         self._stall: Any = None  # armed while the transport is paused: cuts a reader that reads nothing
         self._pump: Iterator[bytes] | None = None  # a long answer's pieces not written yet
         self._pump_owed: Owed | None = None
+        self._linger: Any = None  # a turned-away connection's last moment (`_turn_away`)
 
     def connection_made(self, transport: Any) -> None:
         shared = self.shared
+        if shared.fd_ceiling and _descriptor(transport) >= shared.fd_ceiling:
+            self._turn_away(transport, E.NO_DESCRIPTORS)
+            shared.out_of_descriptors(self.loop)
+            return
         limit = shared.max_connections
         if limit and len(self.connections) - shared.spares - shared.cut >= limit \
                 and not (shared.evict and self._evict()):
             if shared.spares >= RESERVE:
-                self._refused = True
-                self.transport = transport
-                transport.write(_raw_answer(503, E.body(E.TOO_MANY), b"retry-after: 1\r\n"))
-                transport.close()
+                self._turn_away(transport, E.TOO_MANY)
                 return
             self._spare = True
             shared.spares += 1
         super().connection_made(transport)
         self._quiet = self.loop.time()
         self._arm(shared.header_timeout, "head")
+
+    def _turn_away(self, transport: Any, why: str) -> None:
+        """503 and close, before any request is read: the answer written, the writing side shut,
+        and the connection closed once the client's first bytes are read (`data_received`), or
+        it closes, or LINGER s pass."""
+        self._refused = True
+        self.transport = transport
+        transport.write(_raw_answer(503, E.body(why), b"retry-after: 1\r\n"))
+        if transport.can_write_eof():
+            transport.write_eof()
+            self._linger = self.loop.call_later(LINGER, transport.abort)
+        else:
+            transport.close()
 
     def _evict(self) -> bool:
         """Close the longest-idle connection that has presented no accepted token and is between
@@ -222,6 +302,9 @@ class FenecProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._refused:
+            if self._linger is not None:
+                self._linger.cancel()
+                self._linger = None
             return
         if self._cut:
             self._cut = False
@@ -265,7 +348,11 @@ class FenecProtocol(HttpToolsProtocol):
         self._refuse(408, E.timed_out(what, seconds))
 
     def data_received(self, data: bytes) -> None:
-        if self._refused or self.parser is None:
+        if self._refused:
+            if self._linger is not None:  # what the client sent is read: a close now resets nothing
+                self.transport.close()
+            return
+        if self.parser is None:
             return
         self._unset_keepalive_if_required()
         if self.front is not None and not self._mid and not self._spare and not self.pipeline \
