@@ -32,7 +32,8 @@ package fenecdb
 // The server going away is not an error of the loop: a call that fails on the way, times out or is
 // answered a 5xx is tried again after a pause (RetryMin doubled at each failure in a row up to RetryMax,
 // full jitter), the claim under the same owner and Idempotency-Key so that a retry after a lost answer is
-// answered the jobs the first try took. Acks, fails, dead letters and give backs have keys of their own.
+// answered the jobs the first try took. Acks, fails, dead letters and give backs have keys of their own,
+// and so has each job's extend at each beat; an extend is tried again after at most a Heartbeat.
 // Any other refusal (a 4xx but a lost lease's 412) stops the run gracefully and Run returns it.
 
 import (
@@ -639,9 +640,9 @@ func (r *run) extendKey(js *jobState, n int) *Client {
 	return r.db.IdempotencyKey(fmt.Sprintf("%s:%s:%v:%d/%s", callExtend, js.Owner, js.ID, n, r.w.nonce))
 }
 
-// extendTry sends one extend of js through db, cut when parent ends. A 412 loses the job, unless it was settled meanwhile (an
-// extend that crossed its job's ack or fail is no news): its handler's ctx is cancelled. A refusal no
-// retry mends stops the run. It answers the error of an extend that went unanswered (or was answered a
+// extendTry sends one extend of js through db, cut when parent ends. A 412 loses the job, unless it was
+// settled meanwhile (an extend that crossed its job's ack or fail is no news): its handler's ctx is
+// cancelled. A refusal no retry mends stops the run. It answers the error of an extend that went unanswered (or was answered a
 // 5xx), for the caller to try again.
 func (r *run) extendTry(parent context.Context, js *jobState, db *Client) error {
 	ctx, cancel := context.WithTimeout(parent, r.w.timeout(false))
