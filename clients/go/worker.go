@@ -14,7 +14,7 @@ package fenecdb
 //	          (KeepDone: set q {owner: $1, run_at: $2, done_at: now()} where id = $3 and owner = $4 require 1,
 //	          owner and run_at null)
 //	extend    set q {run_at: now() + $1} where id = $2 and owner = $3 require 1
-//	          (Run: one per heartbeat for a whole batch, see worker_run.go)
+//	          (Run: each job in hand every Heartbeat, see worker_run.go)
 //	fail      set q {owner: $1, error: $2, run_at: case when attempts >= $3 then null
 //	          else now() + $4 end} where id = $5 and owner = $6 require 1
 //	          ($4: Backoff of the attempts the claim read, in ms)
@@ -289,8 +289,10 @@ func (w *Worker) ackOn(ctx context.Context, db *Client, j Job) error {
 }
 
 // Extend moves the job's lease to Lease from now. CodeUnmet: the job is no longer the worker's.
-func (w *Worker) Extend(ctx context.Context, j Job) error {
-	_, err := w.mine(w.DB, j).Update(ctx, D("run_at", Expr("now() + ?", w.lease().Milliseconds())), Require(1))
+func (w *Worker) Extend(ctx context.Context, j Job) error { return w.extendOn(ctx, w.DB, j) }
+
+func (w *Worker) extendOn(ctx context.Context, db *Client, j Job) error {
+	_, err := w.mine(db, j).Update(ctx, D("run_at", Expr("now() + ?", w.lease().Milliseconds())), Require(1))
 	return err
 }
 

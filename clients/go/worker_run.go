@@ -4,12 +4,14 @@ package fenecdb
 //
 // One Run is a loop of batches: a held claim, then the batch's jobs. A dispatcher hands them one of
 // Concurrency slots each in the claim's order (oldest first); each then runs its handler in a goroutine
-// of its own and settles the job (ack, fail, dead-letter, give back). While a batch is in hand one heartbeat goroutine extends every unsettled job of it, in one
-// statement per beat (every job of a batch has the claim's owner):
+// of its own and settles the job (ack, fail, dead-letter, give back). While a batch is in hand a heartbeat
+// goroutine extends each unsettled job of it every Heartbeat, started or not, in a statement of its own
+// under a key of its own (the beat's number counts from 1 in each batch):
 //
-//	set q {run_at: now() + $1} where owner = $2 and id in [$3, ...] returning id
+//	set q {run_at: now() + $1} where id = $2 and owner = $3 require 1      key extend:<owner>:<id>:<beat>
 //
-// and a job missing from its answer was lost: another claim holds it.
+// with one extend of a job in flight at a time: a beat that finds the last one still trying leaves that
+// job to it. A 412 loses that job alone: another claim holds it.
 //
 // Each job is settled exactly once: whoever wins its settled flag (the handler's ack or fail, the
 // heartbeat's lost, a stop's give back) sends the one statement, and closes the job's finished channel
@@ -30,7 +32,8 @@ package fenecdb
 // The server going away is not an error of the loop: a call that fails on the way, times out or is
 // answered a 5xx is tried again after a pause (RetryMin doubled at each failure in a row up to RetryMax,
 // full jitter), the claim under the same owner and Idempotency-Key so that a retry after a lost answer is
-// answered the jobs the first try took. Acks, fails, dead letters and give backs have keys of their own.
+// answered the jobs the first try took. Acks, fails, dead letters and give backs have keys of their own,
+// and so has each job's extend at each beat; an extend is tried again after at most a Heartbeat.
 // Any other refusal (a 4xx but a lost lease's 412) stops the run gracefully and Run returns it.
 
 import (
@@ -364,7 +367,7 @@ func (r *run) claim() ([]*jobState, error) {
 		}
 		if replayed && len(states) > 0 {
 			// the answer of a try that went unanswered, maybe long ago: keep only the jobs still ours
-			_ = r.extend(states) // unanswered: the heartbeat tries again
+			r.extendOnce(states) // unanswered: the heartbeat tries again
 			kept := states[:0]
 			for _, js := range states {
 				if !js.settled.Load() {
@@ -409,10 +412,11 @@ func (r *run) retrying(about Event, call func(ctx context.Context) error) error 
 // jobState is a claimed job in the run's hands.
 type jobState struct {
 	Job
-	ctx      context.Context
-	cancel   context.CancelFunc
-	settled  atomic.Bool   // won once, by whoever settles the job
-	finished chan struct{} // closed by the winner once its statement is answered
+	ctx       context.Context
+	cancel    context.CancelFunc
+	settled   atomic.Bool   // won once, by whoever settles the job
+	extending atomic.Bool   // an extend of the job is in flight: the heartbeat starts no other
+	finished  chan struct{} // closed by the winner once its statement is answered
 }
 
 func (j *jobState) settle() bool { return j.settled.CompareAndSwap(false, true) }
@@ -420,13 +424,13 @@ func (j *jobState) settle() bool { return j.settled.CompareAndSwap(false, true) 
 // runBatch runs the jobs of one claim, and returns once each is settled.
 func (r *run) runBatch(jobs []*jobState) {
 	go r.dispatch(jobs)
-	beatDone := make(chan struct{})
+	beat, endBeat := context.WithCancel(r.calls) // ended with the batch: it cuts the extends still out
 	var beating sync.WaitGroup
 	if r.w.heartbeat() > 0 {
 		beating.Add(1)
 		go func() {
 			defer beating.Done()
-			r.heartbeat(jobs, beatDone)
+			r.heartbeat(beat, jobs)
 		}()
 	}
 	all := make(chan struct{})
@@ -453,7 +457,7 @@ func (r *run) runBatch(jobs []*jobState) {
 		}
 		<-all
 	}
-	close(beatDone)
+	endBeat()
 	beating.Wait()
 	for _, js := range jobs {
 		js.cancel()
@@ -563,69 +567,99 @@ func (r *run) settleWith(js *jobState, kind, call, why string, send func(context
 	}
 }
 
-// heartbeat extends the batch's unsettled jobs every Heartbeat until done, sooner again after a beat
-// that went unanswered.
-func (r *run) heartbeat(jobs []*jobState, done <-chan struct{}) {
-	every := r.w.heartbeat()
-	t := time.NewTimer(every)
+// heartbeat extends each unsettled job of the batch every Heartbeat until beat ends, each on its own
+// (extend), one extend of a job in flight at a time. It returns once every extend it started has returned.
+func (r *run) heartbeat(beat context.Context, jobs []*jobState) {
+	t := time.NewTicker(r.w.heartbeat())
 	defer t.Stop()
-	for fails := 0; ; {
+	var extending sync.WaitGroup
+	defer extending.Wait()
+	for n := 1; ; n++ {
 		select {
 		case <-t.C:
-		case <-done:
+		case <-beat.Done():
 			return
 		case <-r.hard:
 			return
 		}
-		err := r.extend(jobs)
-		if err == nil {
-			fails = 0
-			t.Reset(every)
-			continue
+		for _, js := range jobs {
+			if js.settled.Load() || !js.extending.CompareAndSwap(false, true) {
+				continue
+			}
+			extending.Add(1)
+			go func() {
+				defer extending.Done()
+				defer js.extending.Store(false)
+				r.extend(beat, js, n)
+			}()
 		}
-		d := min(every, r.w.retryDelay(fails))
-		fails++
-		r.w.emit(Event{Type: evRetry, Call: callExtend, Error: err.Error(), Delay: d})
-		t.Reset(d)
 	}
 }
 
-// extend moves the lease of every unsettled job on, in one statement; a job it did not answer was
-// lost: its handler's ctx is cancelled. It answers the error of a statement that went unanswered (or
-// was answered a 5xx).
-func (r *run) extend(jobs []*jobState) error {
+// extend moves one job's lease on, under the key of its beat, sent again after a pause (as every call is,
+// but never more than a Heartbeat) while unanswered, until the job is settled, the batch is over or the
+// run is stopped hard: then the job is the settling call's, or given back.
+func (r *run) extend(beat context.Context, js *jobState, n int) {
 	w := r.w
-	var ids []any
-	for _, js := range jobs {
-		if !js.settled.Load() {
-			ids = append(ids, js.ID)
+	db := r.extendKey(js, n)
+	for fails := 0; ; fails++ {
+		err := r.extendTry(beat, js, db)
+		if err == nil || js.settled.Load() || beat.Err() != nil || closed(r.hard) {
+			return
 		}
+		d := min(w.heartbeat(), w.retryDelay(fails))
+		w.emit(Event{Type: evRetry, Call: callExtend, ID: js.ID, Owner: js.Owner, Attempts: js.Attempts,
+			Error: err.Error(), Delay: d})
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-js.finished:
+		case <-beat.Done():
+		case <-r.hard:
+		}
+		t.Stop()
 	}
-	if len(ids) == 0 {
-		return nil
-	}
-	owner := jobs[0].Owner
-	ctx, cancel := context.WithTimeout(r.calls, w.timeout(false))
-	res, err := w.queueOn(r.db).Where("owner", "=", owner).Where("id", "in", ids).
-		Update(ctx, D("run_at", Expr("now() + ?", w.lease().Milliseconds())), Returning("id"))
-	cancel()
-	if err != nil && transient(err) {
-		return err
-	}
-	if err != nil {
-		r.fail(err)
-		return nil
-	}
-	kept := make(map[any]bool, len(res.Rows))
-	for _, row := range res.Rows {
-		kept[row["id"]] = true
-	}
+}
+
+// extendOnce tries each job's extend once, side by side, and returns when each is answered or given up:
+// the check of a replayed claim's jobs, which loses those another claim holds now.
+func (r *run) extendOnce(jobs []*jobState) {
+	var tries sync.WaitGroup
 	for _, js := range jobs {
-		if !kept[js.ID] && js.settle() {
+		tries.Add(1)
+		go func() {
+			defer tries.Done()
+			_ = r.extendTry(r.calls, js, r.extendKey(js, 0)) // unanswered: the heartbeat tries again
+		}()
+	}
+	tries.Wait()
+}
+
+// extendKey is the client of the n-th beat's extend of js (0: the check of a replayed claim).
+func (r *run) extendKey(js *jobState, n int) *Client {
+	return r.db.IdempotencyKey(fmt.Sprintf("%s:%s:%v:%d/%s", callExtend, js.Owner, js.ID, n, r.w.nonce))
+}
+
+// extendTry sends one extend of js through db, cut when parent ends. A 412 loses the job, unless it was
+// settled meanwhile (an extend that crossed its job's ack or fail is no news): its handler's ctx is
+// cancelled. A refusal no retry mends stops the run. It answers the error of an extend that went unanswered (or was answered a
+// 5xx), for the caller to try again.
+func (r *run) extendTry(parent context.Context, js *jobState, db *Client) error {
+	ctx, cancel := context.WithTimeout(parent, r.w.timeout(false))
+	err := r.w.extendOn(ctx, db, js.Job)
+	cancel()
+	switch {
+	case err == nil:
+	case IsStale(err):
+		if js.settle() {
 			js.cancel()
-			w.emit(Event{Type: evLost, Call: callExtend, ID: js.ID, Owner: js.Owner, Attempts: js.Attempts})
+			r.w.emit(Event{Type: evLost, Call: callExtend, ID: js.ID, Owner: js.Owner, Attempts: js.Attempts})
 			close(js.finished)
 		}
+	case transient(err):
+		return err
+	default:
+		r.fail(err)
 	}
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -43,9 +45,9 @@ func TestWorkerClaimRetriedUnderItsKey(t *testing.T) {
 			default:
 				io.WriteString(w, `[]`)
 			}
-		case strings.Contains(body, " in ["):
-			others = append(others, "extend")
-			io.WriteString(w, `[{"id":7}]`)
+		case strings.Contains(body, "{run_at: now() + $1} where id = $2 and owner = $3 require 1"):
+			others = append(others, "extend "+r.Header.Get("Idempotency-Key"))
+			io.WriteString(w, `{"affected":1}`)
 		case strings.HasPrefix(body, `{"query":"del `):
 			others = append(others, "ack "+r.Header.Get("Idempotency-Key"))
 			if len(others) == 2 { // the first ack ran, its answer never came (on a kept-alive connection)
@@ -87,7 +89,7 @@ func TestWorkerClaimRetriedUnderItsKey(t *testing.T) {
 	if claimBodies[1] != claimBodies[0] || claimBodies[2] != claimBodies[0] {
 		t.Fatalf("a retried claim changed: %q", claimBodies[:3])
 	}
-	if len(others) != 3 || others[0] != "extend" || !strings.HasPrefix(others[1], "ack ack:a:1:7") || others[2] != others[1] {
+	if len(others) != 3 || !strings.HasPrefix(others[0], "extend extend:a:1:7:0/") || !strings.HasPrefix(others[1], "ack ack:a:1:7") || others[2] != others[1] {
 		t.Fatalf("after the claim: %q", others)
 	}
 	// every lost answer is Run's to retry, after its pause and told: none is re-sent unseen by net/http
@@ -151,4 +153,128 @@ func TestWorkerStopsWhileServerAway(t *testing.T) {
 	eventually(t, "the worker retrying", func() bool { return log.count("retry") >= 3 })
 	stop()
 	returned(t, done, 30*time.Second) // the drain timeout is an hour
+}
+
+var extendOf = regexp.MustCompile(`^\{"query":"set jobs \{run_at: now\(\) \+ \$1\} where id = \$2 and owner = \$3 require 1",` +
+	`"params":\[\d+,(\d+),"s:1"\]`)
+
+var extendKey = regexp.MustCompile(`^extend:s:1:(\d+):(\d+)/[0-9a-f]+$`)
+
+// TestWorkerExtendsEachJobOnItsOwn: the heartbeat extends each job in hand in a statement of its own,
+// under a key of its own for each beat, one extend of a job in flight at a time; a 412 on one job's
+// extend loses that job alone (its handler's ctx cancelled, a lost event with Call extend, no ack), and
+// the others run on, extended, to their acks.
+func TestWorkerExtendsEachJobOnItsOwn(t *testing.T) {
+	var mu sync.Mutex
+	claims := 0
+	keys := map[string][]string{} // the keys of each job's extends, in the order they came
+	holdFirst := make(chan struct{})
+	var holding sync.Once
+	f := fake(t, func(w http.ResponseWriter, r *http.Request, body string) {
+		switch {
+		case strings.Contains(body, " limit "):
+			mu.Lock()
+			answer := threeJobs(&claims)
+			mu.Unlock()
+			io.WriteString(w, answer)
+		case extendOf.MatchString(body):
+			id := extendOf.FindStringSubmatch(body)[1]
+			mu.Lock()
+			keys[id] = append(keys[id], r.Header.Get("Idempotency-Key"))
+			first := id == "1" && len(keys[id]) == 1
+			mu.Unlock()
+			switch {
+			case id == "2":
+				w.WriteHeader(412)
+				io.WriteString(w, `{"error":"`+"`set jobs`"+` wrote 0 rows, and requires 1"}`)
+				return
+			case first: // job 1's first extend is held: no other extend of job 1 may go out meanwhile
+				select {
+				case <-holdFirst:
+				case <-r.Context().Done():
+				}
+			}
+			io.WriteString(w, `{"affected":1}`)
+		case strings.HasPrefix(body, `{"query":"set jobs {run_at:`) || strings.Contains(body, " in ["):
+			t.Errorf("an extend of more than one job: %s", body)
+			w.WriteHeader(400)
+		default:
+			io.WriteString(w, `{"affected":1}`)
+		}
+	})
+	t.Cleanup(func() { holding.Do(func() { close(holdFirst) }) }) // before the server's own cleanup
+	var log eventLog
+	w := &Worker{DB: New(f.URL), Queue: "jobs", Name: "s", Batch: 3, Concurrency: 3, Wait: 50 * time.Millisecond,
+		Heartbeat: 10 * time.Millisecond, OnEvent: log.add}
+	ctx, stop := context.WithCancel(bg)
+	defer stop()
+	finish := make(chan struct{})
+	cancelled := make(chan any, 3)
+	done := runWorker(ctx, w, func(ctx context.Context, j Job) error {
+		select {
+		case <-finish:
+			return nil
+		case <-ctx.Done():
+			cancelled <- j.ID
+			return ctx.Err()
+		}
+	})
+	extends := func(id string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(keys[id])
+	}
+	eventually(t, "job 3 extended at every beat while job 1's first extend is out", func() bool { return extends("3") >= 4 })
+	if n := extends("1"); n != 1 {
+		t.Errorf("%d extends of job 1 while its first was unanswered", n)
+	}
+	holding.Do(func() { close(holdFirst) })
+	eventually(t, "job 1 extended again", func() bool { return extends("1") >= 3 })
+	select {
+	case id := <-cancelled:
+		if id != int64(2) {
+			t.Fatalf("the handler of job %v was cancelled", id)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the handler of the lost job was never told")
+	}
+	close(finish)
+	eventually(t, "jobs 1 and 3 acked", func() bool { return log.count("done") == 2 })
+	stop()
+	returned(t, done, 60*time.Second)
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(keys["2"]) != 1 {
+		t.Errorf("job 2 was extended %d times: its lease was lost at the first", len(keys["2"]))
+	}
+	// each extend's key names its job and its beat: a beat that found the job's last extend still out
+	// sent none of that job, so a job's beats rise, with gaps
+	for id, ks := range keys {
+		last := 0
+		for _, k := range ks {
+			m := extendKey.FindStringSubmatch(k)
+			if m == nil || m[1] != id {
+				t.Errorf("job %s's extend went under the key %q", id, k)
+				continue
+			}
+			beat, _ := strconv.Atoi(m[2])
+			if beat <= last {
+				t.Errorf("job %s's extends went under the keys %q: a beat's number again", id, ks)
+			}
+			last = beat
+		}
+	}
+	if n := log.count("lost"); n != 1 {
+		t.Errorf("%d lost events", n)
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	checkEventFields(t, log.events)
+	for _, e := range log.events {
+		settled := e.Type == "done" || e.Type == "failed" || e.Type == "dead" || e.Type == "released"
+		if (e.Type == "lost" && (e.ID != int64(2) || e.Call != "extend" || e.Owner != "s:1")) || (settled && e.ID == int64(2)) {
+			t.Errorf("event %+v", e)
+		}
+	}
 }
