@@ -367,37 +367,16 @@ class Lines(Generic[A]):
             return
         line.blind = blind
         for name in line.collections:
-            if blind:
-                self.blind.setdefault(name, set()).add(line)
-            else:
-                lines = self.blind.get(name)
-                if lines is not None:
-                    lines.discard(line)
-                    if not lines:
-                        del self.blind[name]
+            _file(self.blind, name, line, blind)
 
     def _index(self, line: Line[A], add: bool) -> None:
         """Enter (or take out) the line in the indexes a written row is checked through."""
         if line.blind:
             for name in line.collections:
-                if add:
-                    self.blind.setdefault(name, set()).add(line)
-                else:
-                    lines = self.blind.get(name)
-                    if lines is not None:
-                        lines.discard(line)
-                        if not lines:
-                            del self.blind[name]
+                _file(self.blind, name, line, add)
         for name, field, value in line.wakes or ():
             if not field:
-                if add:
-                    self.loose.setdefault(name, set()).add(line)
-                else:
-                    loose = self.loose.get(name)
-                    if loose is not None:
-                        loose.discard(line)
-                        if not loose:
-                            del self.loose[name]
+                _file(self.loose, name, line, add)
                 continue
             if add:
                 self.keyed.setdefault(name, {}).setdefault(field, {}).setdefault(value, set()).add(line)
@@ -656,3 +635,15 @@ class Lines(Generic[A]):
         self.engine.unlisten(self._announce)
         self.engine.unobserve(self._note)
         return count
+
+
+def _file(index: dict[str, set[Line[A]]], name: str, line: Line[A], add: bool) -> None:
+    """Enter the line in `index[name]`, or take it out (an emptied set is dropped with its key)."""
+    if add:
+        index.setdefault(name, set()).add(line)
+        return
+    lines = index.get(name)
+    if lines is not None:
+        lines.discard(line)
+        if not lines:
+            del index[name]
