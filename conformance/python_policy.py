@@ -61,6 +61,7 @@ def run_case(spec: dict[str, Any], url: str, tokens: dict[str, str], root: str) 
             assert enqueuer.enqueue({"key": job["key"]}) == 1
     starts: Counter[str] = Counter()
     stopping = threading.Event()
+    checked = threading.Event()
 
     def handle(job: fenecdb.Job) -> None:
         key = job.payload["key"]
@@ -68,13 +69,15 @@ def run_case(spec: dict[str, Any], url: str, tokens: dict[str, str], root: str) 
             starts[key] += 1
         # the scenario's jobs by their behaviour; the stop's `block-<n>` jobs wait for the stop; any
         # other (the job put to show another queue's token refused) is acked at once
-        kind = by_key[key]["behaviour"] if key in by_key else "block" if key.startswith("block") else "ack"
+        kind = by_key[key]["behaviour"] if key in by_key else "block" if key.startswith("block") else "held"
         if kind == "fail-always" or (kind == "fail-once" and job.attempts == 1):
             raise RuntimeError(key)
         if kind == "slow":
             time.sleep(by_key[key]["hold_ms"] / 1000)  # past the lease: only the heartbeat keeps it
         if kind == "block":
             stopping.wait(DEADLINE_S)
+        if kind == "held":  # held (leased, its owner set) while another queue's token tries it, then acked
+            checked.wait(DEADLINE_S)
 
     failure: list[BaseException] = []
 
@@ -102,8 +105,9 @@ def run_case(spec: dict[str, Any], url: str, tokens: dict[str, str], root: str) 
         if exp["fate"] == "dead":
             assert now[key]["error"] == exp["error"] and now[key]["attempts"] == exp["attempts"], now[key]
             assert now[key]["owner"] is None, now[key]
-    # the other queue's token: a ready mail job is not there for it
+    # the other queue's token: a mail job, held by the worker, is not there for it (nor is a ready one)
     assert enqueuer.enqueue({"key": "left"}) == 1
+    _until("the left job started", lambda: starts["left"] == 1)
     left = rows()["left"]
     foreign = fenecdb.Worker(other, "jobs", wait=0)
     assert foreign.claim(wait=0) == [], "a worker of another queue claimed a mail job"
@@ -115,6 +119,7 @@ def run_case(spec: dict[str, Any], url: str, tokens: dict[str, str], root: str) 
             pass
         else:
             raise AssertionError(f"a worker of another queue wrote a mail job: {statement}")
+    checked.set()
     _until("the left job acked", lambda: "left" not in rows())
     # the stop: two block jobs run, the third is given back
     # one put, so that one claim takes them all (a claim held at the server wakes at the first job)

@@ -58,13 +58,17 @@ async function runCase(spec, url, tokens, root) {
   const starts = new Map();
   let release;
   const stopping = new Promise((r) => (release = r));
+  let checkedDone;
+  const checked = new Promise((r) => (checkedDone = r));
   const handle = async (job) => {
     const key = job.payload.key;
     starts.set(key, (starts.get(key) ?? 0) + 1);
-    const kind = byKey.get(key)?.behaviour ?? 'block';
+    const kind = byKey.get(key)?.behaviour ?? (key.startsWith('block') ? 'block' : 'held');
     if (kind === 'fail-always' || (kind === 'fail-once' && job.attempts === 1)) throw new Error(key);
     if (kind === 'slow') await sleep(byKey.get(key).hold_ms); // past the lease: only the heartbeat keeps it
     if (kind === 'block') await Promise.race([stopping, sleep(DEADLINE_MS)]);
+    // held (leased, its owner set) while another queue's token tries it, then acked
+    if (kind === 'held') await Promise.race([checked, sleep(DEADLINE_MS)]);
   };
   let failure;
   const running = worker.run(handle).catch((e) => (failure = e ?? 'rejected'));
@@ -88,6 +92,7 @@ async function runCase(spec, url, tokens, root) {
 
   // The other queue's token: a ready mail job is not there for it.
   check((await enqueuer.enqueue({ key: 'left' })) === 1, 'enqueue left');
+  await until('the left job started', () => (starts.get('left') ?? 0) === 1);
   const left = (await rows()).get('left');
   const foreign = other.worker('jobs', { waitMs: 0 });
   check((await foreign.claim({ wait: 0 })).length === 0, 'a worker of another queue claimed a mail job');
@@ -96,6 +101,7 @@ async function runCase(spec, url, tokens, root) {
     const got = await other.run(text, [left.id, left.owner ?? 'w-7:1']).then(() => 'written', (e) => e);
     check(isUnmet(got), `a worker of another queue wrote a mail job: ${text} / ${got}`);
   }
+  checkedDone();
   await until('the left job acked', async () => !(await rows()).has('left'));
 
   // The stop: two block jobs run, the third is given back. One put, so that one claim takes them all.

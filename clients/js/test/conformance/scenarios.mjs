@@ -3,6 +3,7 @@
 // idempotency key; the text of each kind of call is first checked against the spec's template.
 import { readFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
+import { setMaxListeners } from 'node:events';
 import { connect, raw, expr, inc, FenecError } from '@fenecdb/web/client';
 
 const DEFAULT_SCHEMA = 'create collection {q} (payload json, run_at timestamp @sorted, owner text, attempts int, error text)';
@@ -337,6 +338,9 @@ async function runSwarm(sc, ops, ctx) {
   let claimedBeforeDue = 0;
   let reclaimedAfterLapse = 0;
   const stop = new AbortController();
+  // every worker of the swarm waits on this one signal at once (a held claim and a pause each): a
+  // listener per wait in flight, not a leak, so the ceiling is the swarm's, not Node's default 10
+  setMaxListeners(64, stop.signal);
   const onOuter = () => stop.abort(ctx.signal.reason);
   ctx.signal.addEventListener('abort', onOuter, { once: true });
   let finish;
