@@ -21,10 +21,13 @@ const TEMPLATES = {
 class StepFailure extends Error {}
 
 const now = () => performance.now();
+// a pause that takes its abort listener off when it ends: the swarm's workers pause hundreds of times
+// on one shared signal, and a listener left behind by each pause would pile up until the stop
 const sleep = (ms, signal) =>
   new Promise((resolve, reject) => {
-    const t = setTimeout(resolve, Math.max(0, ms));
-    signal?.addEventListener('abort', () => { clearTimeout(t); reject(signal.reason); }, { once: true });
+    const onAbort = () => { clearTimeout(t); reject(signal.reason); };
+    const t = setTimeout(() => { signal?.removeEventListener('abort', onAbort); resolve(); }, Math.max(0, ms));
+    signal?.addEventListener('abort', onAbort, { once: true });
   });
 
 const isAbort = (e) => e?.name === 'AbortError';
@@ -339,7 +342,7 @@ async function runSwarm(sc, ops, ctx) {
   let reclaimedAfterLapse = 0;
   const stop = new AbortController();
   // every worker of the swarm waits on this one signal at once (a held claim and a pause each): a
-  // listener per wait in flight, not a leak, so the ceiling is the swarm's, not Node's default 10
+  // listener per wait in flight, so the ceiling is the swarm's, not Node's default 10
   setMaxListeners(64, stop.signal);
   const onOuter = () => stop.abort(ctx.signal.reason);
   ctx.signal.addEventListener('abort', onOuter, { once: true });
