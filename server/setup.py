@@ -26,6 +26,7 @@ from setuptools.command.build_ext import build_ext
 COMPILED = [
     "fenecdb_server/database.py",
     "fenecdb_server/engine/access.py",
+    "fenecdb_server/engine/catalog.py",
     "fenecdb_server/engine/collection.py",
     "fenecdb_server/engine/engine.py",
     "fenecdb_server/engine/execute.py",

@@ -1,11 +1,18 @@
 """`Database`: the engine (engine/engine.py) and its data file (storage/) behind one object.
 
+A facade: it holds an `Engine` (`engine`) and, on a file, the `Log` the engine's records are
+appended to, and answers the public face the HTTP app, the CLI, the held-claim drivers and
+in-process callers use. Nothing else of the engine is reached through it; a test that reads the
+engine's caches or locks asks `db.engine`.
+
     Database(path)  opens the file: its snapshot and records are read back into the engine
                     (engine/records.py), and every later write's record is appended to it
-    query, batch    run statements (fenecql.md); `execute` and the rest are the engine's
+    query, batch    run statements (fenecql.md); `execute` runs a list of them as the engine does
     close           sync what is dirty and close the file
     compact, backup a snapshot of the engine swapped in beside the file, or answered as a file
     stats           documents and job states per collection, and the file's counts
+    the rest        what HTTP and the held claims read: `seq`, `now`, `until`, `look`, `listen`,
+                    `observe`, `prepare_hold`, `schemas`, `cached`, `tally`, `sweep`, ...
 
 In memory when `path` is None: the same engine, and nothing is written anywhere.
 """
@@ -23,13 +30,17 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import IO, Any
 
-from . import gc_policy
 from .engine import records
-from .engine.engine import Engine, Result
-from .engine.idempotency import Idem
+from .engine.collection import Collection
+from .engine.engine import Engine, Listener, Reading, Result
+from .engine.holds import ReadyClaim
+from .engine.idempotency import Idem, Keys
+from .engine.queues import Tally
 from .engine.queues import stats as queue_stats
 from .errors import FenecError
+from .gc_policy import LARGE_TEXT, held_off
 from .held.in_process import InProcess
+from .policy import Scope
 from .storage import Log
 from .storage.footprint import Footprint
 from .storage.format import FILE_HEADER_SIZE, RECORD_HEADER_SIZE, check_size, file_header, record_head
@@ -118,12 +129,12 @@ class _LogAppender:
         self._log.wait_durable(ticket)
 
 
-class Database(Engine):
+class Database:
     """A FenecDB database: in memory when `path` is None, else the data file at `path`."""
 
     def __init__(self, path: str | None = None, *, sync: str | int = 250,
                  clock: Callable[[], int] | None = None, files: Any = None) -> None:
-        super().__init__(clock)
+        self.engine = Engine(clock)
         self._in_process: InProcess | None = None  # claims held by callers in process (`query(wait=)`)
         self._in_process_mutex = threading.Lock()
         self.path = path
@@ -135,11 +146,11 @@ class Database(Engine):
             self._log = Log(path, sync=sync, files=files) if files is not None else Log(path, sync=sync)
             snapshot, recs = self._log.open()
             if snapshot is not None:
-                self._footprint.calibrate(*records.load_snapshot(self, snapshot))
+                self._footprint.calibrate(*records.load_snapshot(self.engine, snapshot))
             for payload in recs:
-                seq, ops = records.replay(self, payload)
+                seq, ops = records.replay(self.engine, payload)
                 self._footprint.record(len(payload), seq, ops, self._documents)
-            self.appender = _LogAppender(self._log, self._footprint, self._documents)
+            self.engine.appender = _LogAppender(self._log, self._footprint, self._documents)
 
     def query(self, text: Any, params: Any = None, *, wait: Any = 0) -> Any:  # checked, not only typed: 400s
         """Run one statement and answer what `POST /query` answers.
@@ -152,44 +163,45 @@ class Database(Engine):
         `get` does not wait; a `put` or a schema statement with `wait` is refused (400)."""
         if wait:
             return self._held().query(text, params, wait)
-        if type(text) is str and len(text) >= gc_policy.LARGE_TEXT:
-            return gc_policy.held_off(partial(self.execute, [(text, params)], block=False)).answers[0]
-        return self.execute([(text, params)], block=False).answers[0]
+        if type(text) is str and len(text) >= LARGE_TEXT:
+            return held_off(partial(self.engine.execute, [(text, params)])).answers[0]
+        return self.engine.execute([(text, params)]).answers[0]  # one statement, not a block
 
     def _held(self) -> InProcess:
         with self._in_process_mutex:
             if self._in_process is None:
-                if self.closed:
+                if self.engine.closed:
                     raise FenecError("unavailable", "the database is closed")
-                self._in_process = InProcess(self)
+                self._in_process = InProcess(self.engine)
             return self._in_process
 
     def batch(self, statements: Iterable[tuple[str, Any]]) -> list:
         stmts = list(statements)
         if not stmts:
             raise FenecError("query", "empty batch")
-        if sum(len(s[0]) for s in stmts if type(s) is tuple and s and type(s[0]) is str) >= gc_policy.LARGE_TEXT:
-            res = gc_policy.held_off(partial(self.execute, stmts, block=True))
+        if sum(len(s[0]) for s in stmts if type(s) is tuple and s and type(s[0]) is str) >= LARGE_TEXT:
+            res = held_off(partial(self.engine.execute, stmts, block=True))
         else:
-            res = self.execute(stmts, block=True)
+            res = self.engine.execute(stmts, block=True)
         return [wrap(a) for a in res.answers]
 
     def close(self) -> bool:
         """Stop taking statements, sync what is dirty, close the file. Return whether anything
         was dirty, i.e. whether the way out had to fsync (False in memory and when closed).
         Raises the storage error when that last fsync fails."""
-        if self.closed:
+        engine = self.engine
+        if engine.closed:
             return False
         if self._in_process is not None:
             self._in_process.close()  # held claims answered with their last answers first
-        self.lock.acquire_write()
+        engine.lock.acquire_write()
         try:
-            self.closed = True
+            engine.closed = True
             if self._log is not None:
                 return bool(self._log.close())
             return False
         finally:
-            self.lock.release_write()
+            engine.lock.release_write()
 
     # ---------------------------------------------------------------- snapshots
 
@@ -199,14 +211,15 @@ class Database(Engine):
         `pace`: called between chunks of the encoding (a server's `Pace`; `_hand_over` if None)."""
         if self._log is None:
             return {}
-        self.lock.acquire_write()
+        lock = self.engine.lock
+        lock.acquire_write()
         try:
             locked = time.perf_counter()
             mark = self._log.compaction_start()
-            state = records.snapshot_state(self)
+            state = records.snapshot_state(self.engine)
             write_lock_us = int((time.perf_counter() - locked) * 1e6)
         finally:
-            self.lock.release_write()
+            lock.release_write()
         try:
             began = time.perf_counter()
             parts, sizes = records.encode_snapshot(state, pace or _hand_over)
@@ -219,11 +232,11 @@ class Database(Engine):
             if isinstance(pace, Pace):
                 done["rests"] = pace.rests
             self.last_compaction = done
-            self.lock.acquire_write()
+            lock.acquire_write()
             try:
                 self._footprint.calibrate(sizes["rows"], sizes["keys"])
             finally:
-                self.lock.release_write()
+                lock.release_write()
             if auto:
                 self.auto_compactions += 1
             return done
@@ -273,8 +286,8 @@ class Database(Engine):
         of rows at a time (`records.snapshot_pieces`), so the memory it takes besides that copy
         is one chunk's, and the record's header, whose length and crc32 are known only at the
         end, is written last in the room left for it."""
-        with self.reading():
-            state = records.snapshot_state(self)
+        with self.engine.reading():
+            state = records.snapshot_state(self.engine)
         seq = int(state["s"])
         out.write(file_header() + bytes(RECORD_HEADER_SIZE))
         size = 0
@@ -307,9 +320,10 @@ class Database(Engine):
     @property
     def failed(self) -> str | None:
         """Why writes are refused since a storage error (the periodic syncer's included), or None."""
-        if self._failed is None and self._log is not None and self._log.failed:
-            self.fail(self._log.failure or "the disk failed")
-        return self._failed
+        engine = self.engine
+        if engine.failed is None and self._log is not None and self._log.failed:
+            engine.fail(self._log.failure or "the disk failed")
+        return engine.failed
 
     def storage_stats(self) -> dict:
         """The log's own counts, plus the live and reclaimable bytes of `storage/footprint.py`
@@ -317,10 +331,11 @@ class Database(Engine):
         if self._log is None:
             return {}
         out = self._log.stats()
-        with self.reading():
-            docs = {name: len(c.rows) for name, c in self.collections.items()}
-            schemas = {name: records.schema_bytes(c) for name, c in self.collections.items()}
-            total = self._footprint.live(docs, schemas, len(self.keys))["total"]
+        engine = self.engine
+        with engine.reading():
+            docs = {name: len(c.rows) for name, c in engine.collections.items()}
+            schemas = {name: records.schema_bytes(c) for name, c in engine.collections.items()}
+            total = self._footprint.live(docs, schemas, len(engine.keys))["total"]
         file_bytes = out["file_bytes"]
         assert isinstance(total, int) and isinstance(file_bytes, int)
         out["live_bytes"] = total
@@ -329,19 +344,106 @@ class Database(Engine):
         return out
 
     def _documents(self, name: str) -> int:
-        coll = self.collections.get(name)
+        coll = self.engine.collections.get(name)
         return len(coll.rows) if coll is not None else 0
 
     def stats(self) -> dict:
         """Documents and job states per collection (engine/queues.py `stats`), the change
         number, the file's counts, and whether writes are refused."""
-        out = queue_stats(self)
+        out = queue_stats(self.engine.catalog, self.engine.seq)
         storage = self.storage_stats()
         if storage:
             for name, st in out["collections"].items():
                 st["data_bytes"] = int(st["documents"] * self._footprint.row_bytes(name))
         out.update({"storage": storage, "failed": self.failed is not None})
         return out
+
+    # ---------------------------------------------------------------- the engine's public face
+
+    def execute(self, statements: list[tuple[Any, Any]], *, block: bool = False,
+                idempotency: Idem | None = None, scope: Scope | None = None, max_rows: int = 0,
+                max_writes: int = 0, nowait: bool = False) -> Result:
+        """Run statements as `Engine.execute` does (its docstring says how)."""
+        return self.engine.execute(statements, block=block, idempotency=idempotency, scope=scope,
+                                   max_rows=max_rows, max_writes=max_writes, nowait=nowait)
+
+    def prepare_hold(self, statements: list[tuple[str, Any]], scope: Scope | None = None) -> ReadyClaim:
+        """The statements made ready to be held (engine/holds.py)."""
+        return self.engine.prepare_hold(statements, scope)
+
+    @property
+    def seq(self) -> int:
+        """The number of the last committed change."""
+        return self.engine.seq
+
+    @property
+    def closed(self) -> bool:
+        return self.engine.closed
+
+    @property
+    def read_only(self) -> bool:
+        return self.engine.read_only
+
+    def set_read_only(self, flag: bool) -> None:
+        self.engine.set_read_only(flag)
+
+    def now(self) -> int:
+        """The clock rows are compared with, in ms."""
+        return self.engine.now()
+
+    def until(self, moment: int) -> float:
+        return self.engine.until(moment)
+
+    def look(self, fn: Callable[[], Any]) -> Any:
+        """`fn()` under the shared read lock."""
+        return self.engine.look(fn)
+
+    def reading(self) -> Reading:
+        """`with db.reading():` the shared read lock."""
+        return self.engine.reading()
+
+    def listen(self, callback: Listener) -> None:
+        self.engine.listen(callback)
+
+    def unlisten(self, callback: Listener) -> None:
+        self.engine.unlisten(callback)
+
+    def observe(self, note: Callable[[int, list], None]) -> int:
+        return self.engine.observe(note)
+
+    def unobserve(self, note: Callable[[int, list], None]) -> None:
+        self.engine.unobserve(note)
+
+    def sweep(self) -> int:
+        """Delete rows past their @ttl and Idempotency-Keys past theirs (`Engine.sweep`)."""
+        return self.engine.sweep()
+
+    @property
+    def collections(self) -> dict[str, Collection]:
+        """The collections by name (read them under `reading()`)."""
+        return self.engine.collections
+
+    def collection(self, name: str) -> Collection:
+        """The collection `name`, or FenecError `notfound`."""
+        return self.engine.collection(name)
+
+    @property
+    def keys(self) -> Keys:
+        """The Idempotency-Keys kept, with their answers."""
+        return self.engine.keys
+
+    def schemas(self, scope: Scope | None = None) -> list[dict]:
+        """Every collection's schema; under a token only those its rules let it see."""
+        return self.engine.schemas(scope)
+
+    def cached(self, text: str) -> bool:
+        """Whether `text` is parsed already (HTTP runs a long uncached one off its loop)."""
+        return self.engine.cached(text)
+
+    @property
+    def tally(self) -> Tally:
+        """The queue counters: jobs enqueued, claimed, acked, failed, dead-lettered per queue."""
+        return self.engine.tally
 
 
 def wrap(answer: Any) -> dict:

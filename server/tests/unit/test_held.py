@@ -329,7 +329,7 @@ def test_rule_7b_a_line_ordered_by_a_field_ties_and_its_wait_decides(w: World) -
     assert list(w.answers) == ["f", "c"]
     assert not w.lines.auctions.biddings  # the last claim of its own order left: dissolved
     assert w.lines.auctions.written.on is False  # and the written-ids history is no longer kept
-    assert w.lines.auctions.written.note not in w.db._observers  # nor fed by the engine
+    assert w.lines.auctions.written.note not in w.db.engine._observers  # nor fed by the engine
 
 
 def test_rule_7b_a_delayed_ride_goes_to_the_nearest_at_its_time(w: World) -> None:

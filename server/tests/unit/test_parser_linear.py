@@ -181,8 +181,8 @@ def test_the_statement_cache_is_bounded_by_characters() -> None:
     assert held < 1_000_000  # was 20 x (the text as the key + its literal in the AST): 8 MB
     for i in range(200):  # texts under CACHE_TEXT_MAX are kept, within the characters budget
         db.query(f'get t where s = "{i}' + "y" * 60_000 + '"')
-    assert db.parsed_chars <= D.CACHE_CHARS and db.plan_chars <= D.CACHE_CHARS
-    assert sum(len(t) for t in db.parsed_texts()) == db.parsed_chars
+    assert db.engine.parsed_chars <= D.CACHE_CHARS and db.engine.catalog.plan_chars <= D.CACHE_CHARS
+    assert sum(len(t) for t in db.engine.parsed_texts()) == db.engine.parsed_chars
 
 
 # -- a run of literals in a list is read in tokens of at most 1 024 items (grammar.lark CONST_OPEN) --

@@ -37,7 +37,7 @@ from . import scoped
 from .access import pick
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .catalog import Catalog
     from .holds import ReadyClaim
 
 
@@ -75,7 +75,7 @@ class Profile:
     __slots__ = ("db", "home", "own", "incremental", "text", "stmt", "params", "scope", "filter_key",
                  "filter_id")
 
-    def __init__(self, db: Engine, home: str, own: bool, incremental: bool, text: str, stmt: Any, params: list,
+    def __init__(self, db: Catalog, home: str, own: bool, incremental: bool, text: str, stmt: Any, params: list,
                  scope: Any) -> None:
         self.db = db  # the engine whose rows it ranks
         self.home = home
@@ -141,11 +141,11 @@ class Ask:
         self.extra = extra
 
 
-def look_all(asks: list[Ask], written_since: Callable[[str, int], set[int] | None]) -> tuple[int, list[Look]]:
-    """One pass, under the read lock its caller holds, of lines of one engine: each line's look.
-    Returns the change the pass saw."""
+def look_all(asks: list[Ask], written_since: Callable[[str, int], set[int] | None]) -> list[Look]:
+    """One pass, under the read lock its caller holds, of lines of one engine: each line's look
+    (the caller reads the change the pass saw under the same lock)."""
     if not asks:
-        return 0, []
+        return []
     db = asks[0].profile.db
     now = V.Ts(db.now())
     since: dict[tuple[str, int], set[int] | None] = {}
@@ -164,10 +164,10 @@ def look_all(asks: list[Ask], written_since: Callable[[str, int], set[int] | Non
             out.append(_look(db, prof, ids, ask.extra, now, verdicts))
         except Exception:
             out.append(Look(failed=True))
-    return db.seq, out
+    return out
 
 
-def _look(db: Engine, prof: Profile, ids: set[int] | None, extra: set[int], now: V.Ts,
+def _look(db: Catalog, prof: Profile, ids: set[int] | None, extra: set[int], now: V.Ts,
           verdicts: dict[tuple[int, int], bool]) -> Look:
     coll = db.collections.get(prof.home)
     if coll is None:

@@ -21,7 +21,6 @@ Invariants (the server README lists them too):
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -35,6 +34,7 @@ from ..ql import ast as A
 from ..ql.literals import shape
 from ..ql.parser import read
 from . import records
+from .catalog import CACHE_CHARS, CACHE_TEXT_MAX, PARSE_CACHE, Catalog, Reading, wall_ms
 from .collection import Collection
 from .execute import (
     Block,
@@ -52,18 +52,12 @@ from .holds import ReadyClaim, make_hold
 from .idempotency import Idem, Keys, Stored
 from .prepare import Prepared, prepare
 from .queues import Tally
-from .rwlock import Busy, RWLock
+from .rwlock import Busy
 from .scoped import authorize as authorize_scoped
 from .scoped import run as run_scoped
 
 log = logging.getLogger("fenecdb.engine")
 
-PARSE_CACHE = 4096  # statements kept parsed (and prepared) at most
-# ... and at most this many characters of statement text between them: an AST holds up to ~40x
-# its text (a 1 MB `in [1, 1, ...]`: 37 MB, tests/unit/test_parser_linear.py), so 20 distinct
-# 10 MB statements kept 450 MB. A text longer than CACHE_TEXT_MAX is parsed every time it comes.
-CACHE_CHARS = 4 << 20
-CACHE_TEXT_MAX = 64 << 10
 # A statement this long (and not prepared yet) is compiled before the lock is taken: compiling
 # a 1 MB `in` list takes seconds, which under the lock would stop every claim.
 PREPARE_OUTSIDE = 2048
@@ -105,25 +99,22 @@ class Result:
                 f"taken={self.taken!r}, replayed={self.replayed!r})")
 
 
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class Engine:
     """The collections in memory and the statements run on them. `appender` None: nothing is
     written anywhere (an in-memory database)."""
 
     def __init__(self, clock: Callable[[], int] | None = None) -> None:
-        self._clock = clock or wall_ms
-        self.collections: dict[str, Collection] = {}
-        self.lock = RWLock()
+        # the collections, schema version, clock, lock and prepared statements (catalog.py);
+        # the engine keeps its own names for the ones a statement's run reads, the same objects
+        self.catalog = catalog = Catalog(clock)
+        self._clock = catalog.clock
+        self.collections = catalog.collections
+        self.lock = catalog.lock
+        self._plans = catalog.plans
         # text -> (statements, the highest parameter each names)
         self._parsed: OrderedDict[str, tuple[list[A.Statement], list[int]]] = OrderedDict()
-        self._cache_mutex = threading.Lock()
+        self._cache_mutex = catalog.cache_mutex
         self.parsed_chars = 0
-        self._plans: dict[tuple[str, Any], Any] = {}
-        self.plan_chars = 0
-        self._version = 0
         self.seq = 0
         self._listeners: list[Listener] = []
         self._observers: list[Callable[[int, list], None]] = []  # told each committed write's ops (observe)
@@ -138,24 +129,7 @@ class Engine:
     # ---------------------------------------------------------------- collections
 
     def collection(self, name: str) -> Collection:
-        c = self.collections.get(name)
-        if c is None:
-            raise FenecError("notfound", f"no collection `{name}`")
-        return c
-
-    def add_collection(self, coll: Collection) -> None:
-        self.collections[coll.name] = coll
-        self.schema_changed()
-
-    def remove_collection(self, name: str) -> None:
-        self.collections.pop(name, None)
-        self.schema_changed()
-
-    def schema_changed(self) -> None:
-        with self._cache_mutex:
-            self._version += 1
-            self._plans.clear()
-            self.plan_chars = 0
+        return self.catalog.collection(name)
 
     def schemas(self, scope: Scope | None = None) -> list[dict]:
         """Every collection's schema; under a token only those its rules let it see."""
@@ -192,8 +166,8 @@ class Engine:
         finally:
             self.lock.release_read()
 
-    def reading(self) -> _Reading:
-        return _Reading(self.lock)
+    def reading(self) -> Reading:
+        return Reading(self.lock)
 
     @property
     def failed(self) -> str | None:
@@ -234,38 +208,9 @@ class Engine:
     def parsed_texts(self) -> list[str]:
         return list(self._parsed)
 
-    def plan(self, key: tuple[str, Any]) -> Any:
-        """A plan kept by `remember_plan`, or None."""
-        return self._plans.get(key)
-
-    def remember_plan(self, key: tuple[str, Any], plan: Any, version: int | None = None) -> None:
-        """Keep a prepared statement, within the cache's count and characters. With `version`,
-        only if the schema has not changed since it was read (a plan prepared outside the lock)."""
-        text = key[0]
-        if len(text) > CACHE_TEXT_MAX:
-            return
-        with self._cache_mutex:
-            if version is not None and version != self._version:
-                return
-            if len(self._plans) >= PARSE_CACHE or self.plan_chars + len(text) > CACHE_CHARS:
-                self._plans.clear()
-                self.plan_chars = 0
-            if key not in self._plans:
-                self.plan_chars += len(text)
-            self._plans[key] = plan
-
     def prepared(self, text: str, stmt: A.Statement, ready: dict | None = None) -> Prepared:
         """The statement `text` parsed to, prepared against the schema now (cached)."""
-        key = (text, 0)
-        p = self._plans.get(key)
-        if p is None and ready is not None:
-            early = ready.get(key)
-            if early is not None and early[0] == self._version:
-                return early[1]
-        if p is None:
-            p = prepare(stmt, {n: c.schema for n, c in self.collections.items()})
-            self.remember_plan(key, p)
-        return p
+        return self.catalog.prepared(text, stmt, ready)
 
     def _prepare_early(self, parsed: list[Parsed]) -> dict | None:
         """Compile the long statements before any lock is taken (PREPARE_OUTSIDE). Each is kept
@@ -278,7 +223,7 @@ class Engine:
             key = (text, 0)
             if key in self._plans:
                 continue
-            version = self._version
+            version = self.catalog.version
             try:
                 p = prepare(stmt, {n: c.schema for n, c in list(self.collections.items())})
             except Exception:  # a refusal or a schema read mid-change: the locked path decides
@@ -286,7 +231,7 @@ class Engine:
             if ready is None:
                 ready = {}
             ready[key] = (version, p)
-            self.remember_plan(key, p, version)
+            self.catalog.remember_plan(key, p, version)
         return ready
 
     def _statements(self, statements: list[tuple[Any, Any]], block: bool) -> list[Parsed]:
@@ -502,9 +447,9 @@ class Engine:
             try:
                 if scope is not None:
                     env.claims = scope.claims
-                    answers.append(run_scoped(self, text, stmt, env, None, scope))
+                    answers.append(run_scoped(self.catalog, text, stmt, env, None, scope))
                     continue
-                answers.append(run_get(self, self.prepared(text, stmt, ready), env))
+                answers.append(run_get(self.catalog, self.catalog.prepared(text, stmt, ready), env))
             except BaseException as e:
                 raise _answered(e, block, i, text, "reading") from None
         return answers
@@ -533,21 +478,21 @@ class Engine:
         t = type(stmt)
         if scope is not None:
             env.claims = scope.claims
-            ans = run_scoped(self, text, stmt, env, blk, scope)
+            ans = run_scoped(self.catalog, text, stmt, env, blk, scope)
         elif t is A.Set:
-            ans = run_set(self, self._plans.get((text, 0)) or self.prepared(text, stmt, ready), env, blk)
+            ans = run_set(self.catalog, self._plans.get((text, 0)) or self.catalog.prepared(text, stmt, ready), env, blk)
         elif t is A.Del:
-            ans = run_del(self, self.prepared(text, stmt, ready), env, blk)
+            ans = run_del(self.catalog, self.catalog.prepared(text, stmt, ready), env, blk)
         elif t is A.Get:
-            ans = run_get(self, self.prepared(text, stmt, ready), env)
+            ans = run_get(self.catalog, self.catalog.prepared(text, stmt, ready), env)
         elif t is A.Put:
-            ans = run_put(self, self.prepared(text, stmt, ready), env, blk)
+            ans = run_put(self.catalog, self.catalog.prepared(text, stmt, ready), env, blk)
         elif isinstance(stmt, A.CreateCollection):
-            ans = run_create(self, stmt, blk)
+            ans = run_create(self.catalog, stmt, blk)
         elif isinstance(stmt, A.DropCollection):
-            ans = run_drop(self, stmt, blk)
+            ans = run_drop(self.catalog, stmt, blk)
         elif isinstance(stmt, A.CreateIndex):
-            ans = run_create_index(self, stmt, blk)
+            ans = run_create_index(self.catalog, stmt, blk)
         else:
             raise FenecError("query", f"cannot run {t.__name__}")
         return ans
@@ -558,7 +503,7 @@ class Engine:
         parsed = self._statements(statements, block=len(statements) > 1)
         if scope is not None:
             self._authorize(parsed, len(statements) > 1, scope)
-        return make_hold(self, parsed, scope=scope)
+        return make_hold(self.catalog, parsed, scope=scope)
 
     def observe(self, note: Callable[[int, list], None]) -> int:
         """From now on call `note(seq, ops)` after each committed write, under the write lock, with
@@ -625,21 +570,6 @@ class Engine:
         if ticket is not None:
             self._durable(ticket)
         return n
-
-
-class _Reading:
-    """`with engine.reading():` the shared read lock."""
-
-    __slots__ = ("_lock",)
-
-    def __init__(self, lock: RWLock) -> None:
-        self._lock = lock
-
-    def __enter__(self) -> None:
-        self._lock.acquire_read()
-
-    def __exit__(self, *exc: object) -> None:
-        self._lock.release_read()
 
 
 def _params(params: Any) -> list:

@@ -22,7 +22,7 @@ from .collection import Collection
 from .prepare import Prepared, render
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .catalog import Catalog
 
 
 class Block:
@@ -193,7 +193,7 @@ def _reach(q: Any, cap: int) -> int | None:
     return None
 
 
-def run_get(eng: Engine, p: Prepared, env: Env) -> Any:
+def run_get(eng: Catalog, p: Prepared, env: Env) -> Any:
     coll = eng.collection(p.coll)
     q = p.query
     if p.count:
@@ -210,7 +210,7 @@ def run_get(eng: Engine, p: Prepared, env: Env) -> Any:
     return render(p.cols, rows, env)  # type: ignore[arg-type]  # not a count: prepare() set the columns
 
 
-def run_set(eng: Engine, p: Prepared, env: Env, blk: Block) -> Any:
+def run_set(eng: Catalog, p: Prepared, env: Env, blk: Block) -> Any:
     coll = eng.collection(p.coll)
     need = _write_need(p, env, blk)
     picked = pick(coll, p.query, env, need)
@@ -333,7 +333,7 @@ def _rewrite(schema: Schema, patch: list, picked: list[dict], env: Env) -> list[
     return news
 
 
-def run_del(eng: Engine, p: Prepared, env: Env, blk: Block) -> Any:
+def run_del(eng: Catalog, p: Prepared, env: Env, blk: Block) -> Any:
     coll = eng.collection(p.coll)
     need = _write_need(p, env, blk)
     picked = pick(coll, p.query, env, need)
@@ -479,7 +479,7 @@ class PutRules:
 SERVER_TOKEN = PutRules()
 
 
-def run_put(eng: Engine, p: Prepared, env: Env, blk: Block, rules: PutRules = SERVER_TOKEN) -> Any:
+def run_put(eng: Catalog, p: Prepared, env: Env, blk: Block, rules: PutRules = SERVER_TOKEN) -> Any:
     """put, insert and upsert (`if absent`, `else`): each document is a new row, or with an
     explicit `id` the row of that id; `if absent` passes over (or, with `else`, updates) the live
     row holding the document's id or one of its @unique values."""
@@ -562,7 +562,7 @@ def _holder(coll: Collection, doc: dict, uniques: list[str], alive: Callable[[di
 # ---------------------------------------------------------------- schema statements
 
 
-def run_create(eng: Engine, stmt: A.CreateCollection, blk: Block) -> Any:
+def run_create(eng: Catalog, stmt: A.CreateCollection, blk: Block) -> Any:
     name = stmt.name
     if name in eng.collections:
         if stmt.if_not_exists:
@@ -592,7 +592,7 @@ def run_create(eng: Engine, stmt: A.CreateCollection, blk: Block) -> Any:
     return {"message": f"collection `{name}` created"}
 
 
-def run_drop(eng: Engine, stmt: A.DropCollection, blk: Block) -> Any:
+def run_drop(eng: Catalog, stmt: A.DropCollection, blk: Block) -> Any:
     name = stmt.name
     coll = eng.collections.get(name)
     if coll is None:
@@ -607,7 +607,7 @@ def run_drop(eng: Engine, stmt: A.DropCollection, blk: Block) -> Any:
     return {"message": f"collection `{name}` dropped"}
 
 
-def run_create_index(eng: Engine, stmt: A.CreateIndex, blk: Block) -> Any:
+def run_create_index(eng: Catalog, stmt: A.CreateIndex, blk: Block) -> Any:
     coll = eng.collections.get(stmt.collection)
     if coll is None:
         raise no_collection(stmt.collection, eng.collections)

@@ -44,7 +44,7 @@ from .scoped import plan_for as scoped_plan_for
 from .scoped import rule_time_filter
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .catalog import Catalog
 
 FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
@@ -132,7 +132,7 @@ class ReadyClaim:
     __slots__ = ("db", "held", "line_key", "collections", "_writes", "_terms", "_params", "scope", "plain",
                  "_due")
 
-    def __init__(self, db: Engine) -> None:
+    def __init__(self, db: Catalog) -> None:
         self.db = db
         self.held = False
         self.line_key: Any = None
@@ -324,7 +324,7 @@ def _row_moment(row: dict, target: str, op: str, k: int, now: int) -> int | None
     return m if m > now else None
 
 
-def _due_terms(db: Engine, writes: list[tuple[str, A.Set | A.Del, list]]) -> list[tuple[str, str, str, Any, list]] | None:
+def _due_terms(db: Catalog, writes: list[tuple[str, A.Set | A.Del, list]]) -> list[tuple[str, str, str, Any, list]] | None:
     """came_due's terms: every time term of the set/dels' filters, each a top-level conjunct (a
     term under `or` or `not` may give rows the other way), `field <= / < now() + k` on an
     @sorted int or timestamp field (kept), or `field > / >= now() + k` (which never gives a row:
@@ -426,7 +426,7 @@ def _as_ms(v: Any) -> int | float | None:
     return None
 
 
-def make_hold(db: Engine, parsed: list[tuple[str, A.Statement, list]], scope: Any = None) -> ReadyClaim:
+def make_hold(db: Catalog, parsed: list[tuple[str, A.Statement, list]], scope: Any = None) -> ReadyClaim:
     h = ReadyClaim(db)
     h.scope = scope
     keys: list[tuple[Any, ...]] = []  # with a scope, each also holds the token's line key

@@ -47,7 +47,7 @@ from ..plan.schema import Schema
 from .collection import Collection
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .catalog import Catalog
 
 EVENTS = ("enqueued", "claimed", "acked", "failed", "dead_lettered")
 STATES = ("ready", "leased", "delayed", "retrying", "dead", "done")
@@ -322,13 +322,13 @@ class Tally:
         return {k: list(v) for k, v in list(self.counters.items())}
 
 
-def stats(eng: Engine) -> dict:
+def stats(eng: Catalog, seq: int) -> dict:
     """Documents per collection, and for a queue how many jobs are ready, leased, delayed,
     retrying, dead and done, with the age of the oldest ready one in ms (0 when none is): the
     totals, and under `queues` the same per value of its `queue` field ("" alone when it has
-    none); and the change number."""
+    none); and the change number `seq`."""
     now = eng.now()
-    out: dict[str, Any] = {"collections": {}, "seq": eng.seq}
+    out: dict[str, Any] = {"collections": {}, "seq": seq}
     scans = []
     with eng.reading():
         for name, coll in eng.collections.items():

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
@@ -61,10 +61,19 @@ from ..errors import FenecError
 from ..plan.schema import FieldInfo, Schema
 from .collection import Collection
 from .execute import decode_row, encode_row
-from .idempotency import Stored
+from .idempotency import Keys, Stored
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .catalog import Catalog
+
+
+class State(Protocol):
+    """What a record is applied to and a snapshot taken of: the collections (and the schema's
+    version, which a record's schema change bumps), the Idempotency-Keys and the change number."""
+
+    catalog: Catalog
+    keys: Keys
+    seq: int
 
 SNAPSHOT_CHUNK = 100  # rows an encoder call takes (`_rows_json`)
 
@@ -115,14 +124,14 @@ def _stored_v1(h: str, status: int, body: str, at: int, ttl: int) -> Stored:
     return Stored(bytes.fromhex(h), None, (status, body.encode("utf-8", "surrogateescape")), at, ttl)
 
 
-def replay(eng: Engine, payload: bytes) -> tuple[int, list]:
+def replay(eng: State, payload: bytes) -> tuple[int, list]:
     """Apply one record to `eng` (opening a file: no lock, no listeners); answer its change
     number and ops."""
     rec = loads(payload)
     for op in rec["o"]:
         kind = op[0]
         if kind == "p":
-            coll = eng.collections[op[1]]
+            coll = eng.catalog.collections[op[1]]
             row = decode_row(coll.schema, op[2], op[3])
             old = coll.rows.get(op[2])
             if old is None:
@@ -130,16 +139,16 @@ def replay(eng: Engine, payload: bytes) -> tuple[int, list]:
             else:
                 coll.replace(old, row, None)
         elif kind == "d":
-            coll = eng.collections[op[1]]
+            coll = eng.catalog.collections[op[1]]
             old = coll.rows.get(op[2])
             if old is not None:
                 coll.delete(old, None)
         elif kind == "c":
-            eng.add_collection(Collection(Schema.from_json(op[2])))
+            eng.catalog.add_collection(Collection(Schema.from_json(op[2])))
         elif kind == "x":
-            eng.remove_collection(op[1])
+            eng.catalog.remove_collection(op[1])
         elif kind == "i":
-            coll = eng.collections[op[1]]
+            coll = eng.catalog.collections[op[1]]
             target, idx_kind, ttl = op[2], op[3], op[4]
             if "." in target:
                 coll.schema.indexes[target] = idx_kind
@@ -147,7 +156,7 @@ def replay(eng: Engine, payload: bytes) -> tuple[int, list]:
                 f = coll.schema.fields[target]
                 coll.schema.fields[target] = FieldInfo(f.name, f.type, f.required, idx_kind, ttl)
             coll.build_index(target, idx_kind)
-            eng.schema_changed()
+            eng.catalog.schema_changed()
         elif kind == "k":
             eng.keys.put(op[1], _stored(*op[2:]) if len(op) == 6 else _stored_v1(*op[2:]))
         elif kind == "K":
@@ -161,11 +170,11 @@ def replay(eng: Engine, payload: bytes) -> tuple[int, list]:
 # ---------------------------------------------------------------- snapshots
 
 
-def snapshot_state(eng: Engine) -> dict:
+def snapshot_state(eng: State) -> dict:
     """Under a lock: a consistent copy (rows are immutable, so a shallow one)."""
     return {
         "s": eng.seq,
-        "colls": [(c.schema.to_json(), c.next_id, dict(c.rows)) for c in eng.collections.values()],
+        "colls": [(c.schema.to_json(), c.next_id, dict(c.rows)) for c in eng.catalog.collections.values()],
         "idem": list(eng.keys.items()),
     }
 
@@ -251,7 +260,7 @@ def _rows_pieces(schema: Schema, rows: dict, pause: Callable[[], None] | None = 
     yield b"]"
 
 
-def load_snapshot(eng: Engine, payload: bytes) -> tuple[dict[str, tuple[int, int]], tuple[int, int]]:
+def load_snapshot(eng: State, payload: bytes) -> tuple[dict[str, tuple[int, int]], tuple[int, int]]:
     """Load a snapshot into an empty `eng`; answer the sizes it carries (rows per collection,
     and the keys'), for `Footprint.calibrate`."""
     snap = loads(payload)
@@ -261,7 +270,7 @@ def load_snapshot(eng: Engine, payload: bytes) -> tuple[dict[str, tuple[int, int
         for rid, data in c["rows"]:
             coll.insert(decode_row(coll.schema, rid, data), None)
         coll.next_id = max(coll.next_id, c["next"])
-        eng.collections[coll.name] = coll
+        eng.catalog.collections[coll.name] = coll
         nbytes = c.get("bytes")
         if nbytes is None:  # a snapshot written before the sizes were
             nbytes = len(_slow_dumps(c["rows"]).encode("utf-8", "surrogatepass"))
@@ -272,7 +281,7 @@ def load_snapshot(eng: Engine, payload: bytes) -> tuple[dict[str, tuple[int, int
     if idem_bytes is None:
         idem_bytes = len(_slow_dumps(snap["idem"]).encode("utf-8", "surrogatepass"))
     eng.seq = snap["s"]
-    eng.schema_changed()
+    eng.catalog.schema_changed()
     return sizes, (idem_bytes, len(snap["idem"]))
 
 

@@ -57,7 +57,7 @@ from .execute import (
 from .prepare import Prepared, prepare
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .catalog import Catalog
 
 Fn = Callable[[Any, Any], bool]
 SCHEMA_STATEMENTS = (A.CreateCollection, A.DropCollection, A.CreateIndex)
@@ -207,7 +207,7 @@ class Plan:
         self.any_fields: frozenset[str] | None = None  # every field some update rule may change
 
 
-def plan_for(db: Engine, text: str, stmt: A.Statement, scope: Scope) -> Plan:
+def plan_for(db: Catalog, text: str, stmt: A.Statement, scope: Scope) -> Plan:
     g = scope.grants(stmt.collection)  # type: ignore[attr-defined]
     key = (text, ("scoped", g.key))
     plan = db.plan(key)
@@ -298,7 +298,7 @@ def _unique_check(coll: Any, row: dict, alive: Callable, undo: list) -> None:
 # ---------------------------------------------------------------- running
 
 
-def run(db: Engine, text: str, stmt: A.Statement, env: Env, blk: Block | None, scope: Scope) -> Any:
+def run(db: Catalog, text: str, stmt: A.Statement, env: Env, blk: Block | None, scope: Scope) -> Any:
     """One authorized statement under the token's rules (`env.claims` set to its claims)."""
     plan = plan_for(db, text, stmt, scope)
     t = type(stmt)
@@ -317,7 +317,7 @@ def run(db: Engine, text: str, stmt: A.Statement, env: Env, blk: Block | None, s
         raise
 
 
-def _may_read(db: Engine, stmt: A.Statement, scope: Scope, row: dict, env: Env) -> bool:
+def _may_read(db: Catalog, stmt: A.Statement, scope: Scope, row: dict, env: Env) -> bool:
     """Whether the token's read rules admit `row`. Asked only on the way out of an error, so
     the test is compiled here rather than kept with every plan; any doubt is a no."""
     name = stmt.collection  # type: ignore[attr-defined]
@@ -339,7 +339,7 @@ def withheld(e: FenecError, stmt: A.Statement) -> FenecError:
                               "the reason is withheld, since it would show the row")
 
 
-def choose(db: Engine, plan: Plan, env: Env, limit: int | None) -> tuple[list[dict], list[dict]]:
+def choose(db: Catalog, plan: Plan, env: Env, limit: int | None) -> tuple[list[dict], list[dict]]:
     """The rows a scoped set writes, in its order, and their written forms (§4.4): each
     candidate is judged (403 for the whole statement), then, with `returning`, passed over when
     the token could not read it as written. Candidates are read in pages that double."""
@@ -381,7 +381,7 @@ def choose(db: Engine, plan: Plan, env: Env, limit: int | None) -> tuple[list[di
         cands = pick(coll, p.query, env, need_override=need)
 
 
-def _run_set(db: Engine, plan: Plan, env: Env, blk: Block) -> Any:
+def _run_set(db: Catalog, plan: Plan, env: Env, blk: Block) -> Any:
     p = plan.p
     coll = db.collection(p.coll)
     olds, news = choose(db, plan, env, p.query.limit)
@@ -439,7 +439,7 @@ class TokenPut(PutRules):
 # ---------------------------------------------------------------- held claims
 
 
-def look(db: Engine, text: str, stmt: A.Statement, params: list, scope: Scope, now: Any) -> bool:
+def look(db: Catalog, text: str, stmt: A.Statement, params: list, scope: Scope, now: Any) -> bool:
     """Under the read lock: would this scoped set/del take a row now? It reads only the rows
     the token could take; a rewrite its rules refuse, or an error, counts as taking (the run
     answers it: 403, or the error, withheld as `run` withholds it)."""

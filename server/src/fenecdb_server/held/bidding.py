@@ -213,7 +213,8 @@ class Auctions(Generic[A]):
         seq = 0
         if own:
             asks = [B.Ask(ln.profile, ln.seen, ln.extra) for ln in own if ln.profile is not None]
-            seq, looks = lines.engine.look(lambda: B.look_all(asks, self.written.since))
+            engine = lines.engine
+            seq, looks = engine.look(lambda: (engine.seq, B.look_all(asks, self.written.since)))
             lines.looks += len(own)
             for ln, lk in zip(own, looks, strict=True):
                 if lk.failed:
