@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from fenecdb_server import Database, FenecError
 from fenecdb_server import values as V
-from fenecdb_server.engine.execute import BULK_DOCS, _bulk_documents, _document
+from fenecdb_server.engine.puts import BULK_DOCS, _bulk_documents, _document
 from fenecdb_server.plan.schema import FieldInfo, Schema
 
 SCHEMA = Schema("jobs", {

@@ -163,7 +163,7 @@ def test_listeners_once_per_committed_write_with_touched_collections(db):
 
 def test_listener_called_under_the_write_lock_with_the_new_seq(db):
     seen = []
-    db.listen(lambda colls, seq: seen.append((db.lock._writer, seq, db.seq)))
+    db.listen(lambda colls, seq: seen.append((db.engine.lock._writer, seq, db.seq)))
     db.query("put other {x: 1}")
     assert seen == [(True, db.seq, db.seq)]
 

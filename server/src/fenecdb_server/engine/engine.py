@@ -36,23 +36,14 @@ from ..ql.parser import read
 from . import records
 from .catalog import CACHE_CHARS, CACHE_TEXT_MAX, PARSE_CACHE, Catalog, Reading, wall_ms
 from .collection import Collection
-from .execute import (
-    Block,
-    run_create,
-    run_create_index,
-    run_del,
-    run_drop,
-    run_get,
-    run_put,
-    run_set,
-    too_many_rows,
-    too_many_writes,
-)
+from .execute import Block, run_del, run_get, run_set, too_many_rows, too_many_writes
 from .holds import ReadyClaim, make_hold
 from .idempotency import Idem, Keys, Stored
 from .prepare import Prepared, prepare
+from .puts import run_put
 from .queues import Tally
 from .rwlock import Busy
+from .schema_changes import run_create, run_create_index, run_drop
 from .scoped import authorize as authorize_scoped
 from .scoped import run as run_scoped
 

@@ -15,8 +15,7 @@ from .. import convert as C
 from .. import values as V
 from ..errors import FenecError, Overflow
 from ..plan.compile import Env
-from ..plan.schema import FieldInfo, Schema, check_annotation, no_collection
-from ..ql import ast as A
+from ..plan.schema import Schema
 from .access import pick
 from .collection import Collection
 from .prepare import Prepared, render
@@ -108,7 +107,7 @@ def decode_row(schema: Schema, rid: int, data: dict) -> dict:
     return row
 
 
-def _set_path(obj: Any, keys: tuple[str, ...], value: Any, target: str) -> dict:
+def set_path(obj: Any, keys: tuple[str, ...], value: Any, target: str) -> dict:
     """Set one key inside a json object, creating objects where the path finds null."""
     if obj is None:
         obj = {}
@@ -119,11 +118,11 @@ def _set_path(obj: Any, keys: tuple[str, ...], value: Any, target: str) -> dict:
     if len(keys) == 1:
         out[k] = value
     else:
-        out[k] = _set_path(obj.get(k), keys[1:], value, target)
+        out[k] = set_path(obj.get(k), keys[1:], value, target)
     return {key: out[key] for key in sorted(out)}
 
 
-def _in_field(e: FenecError, name: str) -> FenecError:
+def in_field(e: FenecError, name: str) -> FenecError:
     """A value's conversion refused (`expected int, found text`), saying which field it was for.
     Only the refusal's path pays for this: the loops that convert catch it outside their body."""
     if e.kind == "type" and e.message.startswith("expected "):
@@ -138,11 +137,11 @@ def apply_entries(schema: Schema, base: dict, entries: list, vals: list) -> dict
         for (target, _, ftype, _), v in zip(entries, vals, strict=False):
             if target.keys:
                 jv = C.to_json_value(v)
-                row[target.name] = _set_path(row.get(target.name), target.keys, jv, target.text)
+                row[target.name] = set_path(row.get(target.name), target.keys, jv, target.text)
             else:
                 row[target.name] = C.coerce(v, ftype)
     except FenecError as e:
-        raise (_in_field(e, target.text) if target is not None else e) from None
+        raise (in_field(e, target.text) if target is not None else e) from None
     return row
 
 
@@ -290,7 +289,7 @@ def _rewrite_plain(plain: tuple[list, list], picked: list[dict], env: Env) -> li
     try:
         fixed = {name: convert(fn(None, env)) for name, fn, convert in plain[0]}
     except FenecError as e:
-        raise _in_field(e, _failing(plain[0], env)) from None
+        raise in_field(e, _failing(plain[0], env)) from None
     per_row = plain[1]
     news = [old | fixed for old in picked]
     name = ""
@@ -308,7 +307,7 @@ def _rewrite_plain(plain: tuple[list, list], picked: list[dict], env: Env) -> li
             for name, fn, convert in per_row:
                 new[name] = convert(fn(old, env))
     except FenecError as e:
-        raise _in_field(e, name) from None
+        raise in_field(e, name) from None
     return news
 
 
@@ -359,305 +358,3 @@ def answer_of(verb: str, p: Prepared, rows: list[dict], env: Env) -> Any:
     if p.cols is not None:
         return render(p.cols, rows, env)
     return {"affected": len(rows)}
-
-
-def _documents(p: Prepared, env: Env) -> list[dict]:
-    """Each document as {target: value}, evaluated without a row."""
-    schema = p.schema
-    assert schema is not None
-    if p.docs is not None:
-        return [_doc_values(schema, entries, env) for entries in p.docs]
-    stmt = p.stmt
-    assert isinstance(stmt, A.Put) and stmt.param is not None
-    src = env.params[stmt.param - 1]
-    if type(src) is dict:
-        src = [src]
-    if type(src) is not list or not all(type(d) is dict for d in src):
-        raise FenecError("type", f"`{stmt.verb} {p.coll} ${stmt.param}` takes an object or a list of objects")
-    if len(src) >= BULK_DOCS:
-        return _bulk_documents(schema, src)
-    return [_document(schema, d) for d in src]
-
-
-# From this many documents a put converts them through a table of its fields' converters
-# (`_bulk_documents`), built once for the statement: a bulk load's largest cost in the engine.
-BULK_DOCS = 16
-
-
-def _document(schema: Schema, d: dict) -> dict:
-    """One document's fields converted to their types (an `id` as given, a dotted path into
-    its json field)."""
-    row: dict[str, Any] = {}
-    for k, v in d.items():
-        if k == "id":
-            row["id"] = v
-            continue
-        if "." in k:
-            name, *keys = k.split(".")
-            f = schema.field(name)
-            if f.type != "json":
-                raise FenecError("query", f"`{k}` writes into `{name}`, which is not json")
-            row[name] = _set_path(row.get(name), tuple(keys), C.to_json_value(v), k)
-        else:
-            try:
-                row[k] = C.coerce(v, schema.field(k).type)
-            except FenecError as e:
-                raise _in_field(e, k) from None
-    return row
-
-
-def _bulk_documents(schema: Schema, src: list[dict]) -> list[dict]:
-    """`_document` of each, through each field's converter (`C.coercer`) looked up by name; a
-    document naming anything else (its `id`, a path, a field the schema lacks) goes the
-    general way. Measured in process, 10 000 jobs a statement: tests/unit/test_bulk_documents.py
-    holds the two ways to the same rows and the same refusals."""
-    get = {name: C.coercer(f.type) for name, f in schema.fields.items()}.get
-    out = []
-    for d in src:
-        row: dict[str, Any] = {}
-        for k, v in d.items():
-            convert = get(k)
-            if convert is None:
-                row = _document(schema, d)
-                break
-            try:
-                row[k] = convert(v)
-            except FenecError as e:
-                raise _in_field(e, k) from None
-        out.append(row)
-    return out
-
-
-def _doc_values(schema: Schema, entries: list, env: Env) -> dict:
-    row: dict[str, Any] = {}
-    for target, fn, convert in entries:  # prepare._doc's
-        v = fn(None, env)
-        if target.name == "id" and not target.keys:
-            row["id"] = v
-        elif target.keys:
-            row[target.name] = _set_path(row.get(target.name), target.keys, C.to_json_value(v), target.text)
-        else:
-            try:
-                row[target.name] = convert(v)
-            except FenecError as e:
-                raise _in_field(e, target.name) from None
-    return row
-
-
-def _doc_id(v: Any) -> int:
-    if type(v) is float and v == int(v):
-        v = int(v)
-    if type(v) is not int or v < 1 or v > V.INT_MAX:
-        raise FenecError("type", f"an `id` is a positive integer, found {V.kind_name(v)}")
-    return v
-
-
-class PutRules:
-    """What a put's documents are judged by beyond the schema: nothing, as the server token. A
-    token's rules (scoped.py `TokenPut`) refuse documents naming `id`, admit each new row under an
-    insert rule (filling in what it pins), judge an upsert's rewrite as an update, and tell of a
-    @unique clash the field only."""
-
-    def check(self, docs: list[dict]) -> None:
-        """Refuse the documents before any is written."""
-
-    def admit(self, coll: Collection, doc: dict, rid: int, env: Env) -> dict:
-        """The new row `doc` becomes, with id `rid`."""
-        row = {"id": rid}
-        for f in coll.schema.fields:
-            if f in doc:
-                row[f] = doc[f]
-        return row
-
-    def judge_update(self, coll: Collection, old: dict, new: dict, env: Env) -> None:
-        """Refuse an upsert's rewrite of `old` into `new`."""
-
-    def unique_check(self, coll: Collection, row: dict, alive: Callable[[dict], bool], undo: list) -> None:
-        coll.unique_check(row, alive, undo)
-
-
-SERVER_TOKEN = PutRules()
-
-
-def run_put(eng: Catalog, p: Prepared, env: Env, blk: Block, rules: PutRules = SERVER_TOKEN) -> Any:
-    """put, insert and upsert (`if absent`, `else`): each document is a new row, or with an
-    explicit `id` the row of that id; `if absent` passes over (or, with `else`, updates) the live
-    row holding the document's id or one of its @unique values."""
-    coll = eng.collection(p.coll)
-    stmt = p.stmt
-    assert isinstance(stmt, A.Put)
-    schema = coll.schema
-    docs = _documents(p, env)
-    if env.writes and len(blk.ops) + len(docs) > env.writes:
-        raise too_many_writes(env.writes, len(blk.ops) + len(docs))
-    rules.check(docs)
-    blk.touch(coll)
-    alive_fn = p.alive
-    alive = (lambda r: alive_fn(r, env)) if alive_fn else (lambda r: True)
-    uniques = [t for t, (k, _, _) in coll.indexes.items() if k == "unique"]
-    written = 0
-    name = coll.name
-    for doc in docs:
-        explicit = "id" in doc
-        if explicit:
-            rid = _doc_id(doc["id"])
-            doc["id"] = rid
-        holder = _holder(coll, doc, uniques, alive) if stmt.if_absent else None
-        if holder is not None:
-            if stmt.else_patch is None:
-                continue
-            # upsert: the holder is updated with the patch, `new.` reading the incoming doc
-            upd_env = Env(env.params, env.now, env.claims, doc)
-            patch = p.else_patch
-            try:
-                new = apply_entries(schema, holder, patch, [fn(holder, upd_env) for _, fn, _, _ in patch])
-            except FenecError as e:
-                e.row = holder  # the row that holds the value: maybe one a token may not read
-                raise
-            rules.judge_update(coll, holder, new, env)
-            check_required(schema, new)
-            if uniques:
-                rules.unique_check(coll, new, alive, blk.undo)
-            coll.replace(holder, new, blk.undo)
-            blk.ops.append(("p", name, new["id"], new))
-            written += 1
-            continue
-        cur = coll.rows.get(doc["id"]) if explicit else None
-        if cur is not None and stmt.verb == "insert" and alive(cur):
-            raise FenecError("exists", f"`{name}` already holds a document with id {doc['id']}")
-        row = rules.admit(coll, doc, doc["id"] if explicit else coll.next_id, env)
-        check_required(schema, row)
-        if uniques:  # no @unique field: nothing another row could hold
-            rules.unique_check(coll, row, alive, blk.undo)
-        if cur is not None:
-            coll.replace(cur, row, blk.undo)
-        else:
-            coll.insert(row, blk.undo)
-        blk.ops.append(("p", name, row["id"], row))
-        written += 1
-    if written:
-        blk.writes += 1
-    if stmt.require is not None and written != stmt.require:
-        raise unmet(stmt.verb, p.coll, written, stmt.require)
-    return {"affected": written}
-
-
-def _holder(coll: Collection, doc: dict, uniques: list[str], alive: Callable[[dict], bool]) -> dict | None:
-    """The live row an `if absent` document meets: the one of its explicit id, or one holding
-    one of its @unique values."""
-    if "id" in doc:
-        cur = coll.rows.get(doc["id"])
-        if cur is not None and alive(cur):
-            return cur
-    for t in uniques:
-        v = V.read_target(doc, t)
-        if v is None:
-            continue
-        for other in coll.index(t).lookup(v):
-            if alive(coll.rows[other]):
-                return coll.rows[other]
-    return None
-
-
-# ---------------------------------------------------------------- schema statements
-
-
-def run_create(eng: Catalog, stmt: A.CreateCollection, blk: Block) -> Any:
-    name = stmt.name
-    if name in eng.collections:
-        if stmt.if_not_exists:
-            return {"message": f"collection `{name}` exists"}
-        raise FenecError("exists", f"collection `{name}` exists")
-    if len(name) > A.MAX_NAME:
-        raise FenecError("query", f"a name is at most {A.MAX_NAME} characters")
-    fields: dict[str, FieldInfo] = {}
-    ttl = 0
-    for fd in stmt.fields:
-        if fd.name in fields:
-            raise FenecError("exists", f"field `{fd.name}` is declared twice")
-        if fd.index:
-            check_annotation(name, fd.name, fd.type, fd.index, False)
-        if fd.index == "ttl":
-            ttl += 1
-            if ttl > 1:
-                raise FenecError("query", "a collection takes at most one @ttl field")
-        fields[fd.name] = FieldInfo(fd.name, fd.type, fd.required, fd.index, fd.ttl_ms)
-    schema = Schema(name, fields)
-    coll = Collection(schema)
-    eng.add_collection(coll)
-    blk.schema_undo.append(lambda: eng.remove_collection(name))
-    blk.ops.append(("c", name, schema.to_json()))
-    blk.touched.add(name)
-    blk.writes += 1
-    return {"message": f"collection `{name}` created"}
-
-
-def run_drop(eng: Catalog, stmt: A.DropCollection, blk: Block) -> Any:
-    name = stmt.name
-    coll = eng.collections.get(name)
-    if coll is None:
-        if stmt.if_exists:
-            return {"message": f"collection `{name}` does not exist"}
-        raise no_collection(name, eng.collections)  # schema statements are the server token's alone
-    eng.remove_collection(name)
-    blk.schema_undo.append(lambda: eng.add_collection(coll))
-    blk.ops.append(("x", name))
-    blk.touched.add(name)
-    blk.writes += 1
-    return {"message": f"collection `{name}` dropped"}
-
-
-def run_create_index(eng: Catalog, stmt: A.CreateIndex, blk: Block) -> Any:
-    coll = eng.collections.get(stmt.collection)
-    if coll is None:
-        raise no_collection(stmt.collection, eng.collections)
-    schema = coll.schema
-    target = stmt.target
-    f = schema.field(target.name)
-    text = target.text
-    if target.keys:
-        if f.type != "json":
-            raise FenecError("query", f"`{text}` reads into `{target.name}`, which is not json")
-        check_annotation(coll.name, text, None, stmt.index, True)
-        existing = schema.indexes.get(text)
-    else:
-        check_annotation(coll.name, text, f.type, stmt.index, False)
-        existing = f.index
-        if stmt.index == "ttl" and schema.ttl_field is not None:
-            raise FenecError("query", "a collection takes at most one @ttl field")
-    if existing:
-        if stmt.if_not_exists:
-            return {"message": f"index on `{coll.name}.{text}` exists"}
-        raise FenecError("exists", f"`{coll.name}.{text}` already has an index")
-    if stmt.index == "unique":
-        seen: dict[Any, int] = {}
-        for rid, row in coll.ids_in_order().items():
-            v = V.read_target(row, text)
-            if v is None:
-                continue
-            hk = V.hashable(v)
-            if hk in seen:
-                raise FenecError("exists", f"`{coll.name}.{text}` cannot be @unique: {v!r} is held by documents "
-                                           f"{seen[hk]} and {rid}")
-            seen[hk] = rid
-    old_fields = dict(schema.fields)
-    old_indexes = dict(schema.indexes)
-    if target.keys:
-        schema.indexes[text] = stmt.index
-    else:
-        schema.fields[target.name] = FieldInfo(f.name, f.type, f.required, stmt.index, stmt.ttl_ms)
-    coll.build_index(text, stmt.index)
-
-    def undo() -> None:
-        schema.fields.clear()
-        schema.fields.update(old_fields)
-        schema.indexes.clear()
-        schema.indexes.update(old_indexes)
-        coll.drop_index(text)
-        eng.schema_changed()
-    blk.schema_undo.append(undo)
-    eng.schema_changed()
-    blk.ops.append(("i", coll.name, text, stmt.index, stmt.ttl_ms))
-    blk.touched.add(coll.name)
-    blk.writes += 1
-    return {"message": f"index on `{coll.name}.{text}` created"}

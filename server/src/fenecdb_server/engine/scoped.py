@@ -44,17 +44,9 @@ from ..ql import ast as A
 from ..ql.ast import mentions
 from .access import pick
 from .collection import Collection
-from .execute import (
-    Block,
-    PutRules,
-    answer_of,
-    apply_entries,
-    check_required,
-    run_del,
-    run_get,
-    run_put,
-)
+from .execute import Block, answer_of, apply_entries, check_required, run_del, run_get
 from .prepare import Prepared, prepare
+from .puts import PutRules, run_put
 
 if TYPE_CHECKING:
     from .catalog import Catalog
