@@ -425,7 +425,7 @@ class Database:
 
     def collection(self, name: str) -> Collection:
         """The collection `name`, or FenecError `notfound`."""
-        return self.engine.collection(name)
+        return self.engine.catalog.collection(name)
 
     @property
     def keys(self) -> Keys:
@@ -438,7 +438,7 @@ class Database:
 
     def cached(self, text: str) -> bool:
         """Whether `text` is parsed already (HTTP runs a long uncached one off its loop)."""
-        return self.engine.cached(text)
+        return self.engine.texts.cached(text)
 
     @property
     def tally(self) -> Tally:

@@ -35,8 +35,8 @@ def build(n=2000, indexed=True, seed=1):
 
 def run(db, text, params=()):
     """(ids answered, rows the filter was asked about)."""
-    (stmt,) = db.engine.parse(text)
-    p = db.engine.prepared(text, stmt)
+    (stmt,) = db.engine.texts.parse(text)
+    p = db.engine.catalog.prepared(text, stmt)
     q = p.query
     seen = [0]
     filt = q.filter
@@ -124,8 +124,8 @@ BY_ID = [
 def test_a_lookup_by_id_answers_as_the_general_plan(dbs, text, params, by_id):
     # `Query.by_id` looks the row up at once: the same answer as the plan without it, one row read at most
     db = dbs[0]
-    (stmt,) = db.engine.parse(text)
-    q = db.engine.prepared(text, stmt).query
+    (stmt,) = db.engine.texts.parse(text)
+    q = db.engine.catalog.prepared(text, stmt).query
     coll = db.collection("jobs")
     general = Query(q.filter, q.access, q.order, q.limit, q.offset, q.walk_filter)
     general.by_id = None

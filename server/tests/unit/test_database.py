@@ -298,7 +298,7 @@ def test_sweep_drops_idempotency_keys_past_their_ttl(clock):
 def test_a_fault_in_a_read_is_a_500_fenec_error_and_reads_go_on(db, monkeypatch):
     # Bad input is refused with its 400 before this; a fault left in the engine must still reach
     # the caller as a FenecError (logged), like a fault in a write block, never a raw exception.
-    import fenecdb_server.engine.engine as D
+    import fenecdb_server.engine.running as D
 
     def broken(*a, **k):
         raise ZeroDivisionError("integer division or modulo by zero")

@@ -15,7 +15,7 @@ def test_literal_puts_share_one_shape_and_store_their_own_values() -> None:
     db.query(SCHEMA)
     for i in range(50):
         db.query(f'put jobs {{payload: {{to: "user{i}@example.com", n: {i}}}, run_at: 1000, attempts: {i % 3}}}')
-    texts = db.engine.parsed_texts()
+    texts = db.engine.texts.texts()
     shapes = [t for t in texts if t.startswith("put jobs")]
     assert shapes == ["put jobs {payload: {to: $1, n: $2}, run_at: $3, attempts: $4}"]
     rows = db.query("get jobs order id")

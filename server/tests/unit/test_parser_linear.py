@@ -167,7 +167,7 @@ def test_planning_and_running_a_long_list_is_linear() -> None:
 def test_the_statement_cache_is_bounded_by_characters() -> None:
     """20 distinct 10 MB statements stayed in the cache (450 MB held); a long text is now parsed
     each time it comes, and the cache as a whole keeps at most CACHE_CHARS of text."""
-    from fenecdb_server.engine import engine as D
+    from fenecdb_server.engine import catalog as D
 
     db = Database()
     db.query("create collection t (s text)")
@@ -181,8 +181,8 @@ def test_the_statement_cache_is_bounded_by_characters() -> None:
     assert held < 1_000_000  # was 20 x (the text as the key + its literal in the AST): 8 MB
     for i in range(200):  # texts under CACHE_TEXT_MAX are kept, within the characters budget
         db.query(f'get t where s = "{i}' + "y" * 60_000 + '"')
-    assert db.engine.parsed_chars <= D.CACHE_CHARS and db.engine.catalog.plan_chars <= D.CACHE_CHARS
-    assert sum(len(t) for t in db.engine.parsed_texts()) == db.engine.parsed_chars
+    assert db.engine.texts.chars <= D.CACHE_CHARS and db.engine.catalog.plan_chars <= D.CACHE_CHARS
+    assert sum(len(t) for t in db.engine.texts.texts()) == db.engine.texts.chars
 
 
 # -- a run of literals in a list is read in tokens of at most 1 024 items (grammar.lark CONST_OPEN) --

@@ -27,6 +27,9 @@ PARSE_CACHE = 4096  # statements kept parsed (and prepared) at most
 # 10 MB statements kept 450 MB. A text longer than CACHE_TEXT_MAX is parsed every time it comes.
 CACHE_CHARS = 4 << 20
 CACHE_TEXT_MAX = 64 << 10
+# A statement this long (and not prepared yet) is compiled before the lock is taken: compiling
+# a 1 MB `in` list takes seconds, which under the lock would stop every claim.
+PREPARE_OUTSIDE = 2048
 
 
 def wall_ms() -> int:
@@ -105,6 +108,28 @@ class Catalog:
             p = prepare(stmt, {n: c.schema for n, c in self.collections.items()})
             self.remember_plan(key, p)
         return p
+
+    def prepare_early(self, parsed: list[tuple[str, A.Statement, list]]) -> dict | None:
+        """Compile the long statements before any lock is taken (PREPARE_OUTSIDE). Each is kept
+        with the schema version it was read at, and used under the lock only if that version is
+        still current; anything that goes wrong here is left for the locked path to meet again."""
+        ready: dict | None = None
+        for text, stmt, _ in parsed:
+            if len(text) < PREPARE_OUTSIDE or type(stmt) not in (A.Get, A.Set, A.Del, A.Put):
+                continue
+            key = (text, 0)
+            if key in self.plans:
+                continue
+            version = self.version
+            try:
+                p = prepare(stmt, {n: c.schema for n, c in list(self.collections.items())})
+            except Exception:  # a refusal or a schema read mid-change: the locked path decides
+                continue
+            if ready is None:
+                ready = {}
+            ready[key] = (version, p)
+            self.remember_plan(key, p, version)
+        return ready
 
 
 class Reading:

@@ -22,40 +22,25 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from .. import values as V
 from ..errors import FenecError
-from ..plan.compile import Env
 from ..policy import Scope
-from ..ql import ast as A
-from ..ql.literals import shape
-from ..ql.parser import read
 from . import records
-from .catalog import CACHE_CHARS, CACHE_TEXT_MAX, PARSE_CACHE, Catalog, Reading, wall_ms
-from .collection import Collection
-from .execute import Block, run_del, run_get, run_set, too_many_rows, too_many_writes
+from .catalog import PREPARE_OUTSIDE, Catalog, Reading, wall_ms
+from .execute import Block
 from .holds import ReadyClaim, make_hold
 from .idempotency import Idem, Keys, Stored
-from .prepare import Prepared, prepare
-from .puts import run_put
+from .parse_cache import ONE_AT_A_TIME, ParseCache, Parsed
 from .queues import Tally
+from .running import answered, bounded, run_block, run_one, run_reads
 from .rwlock import Busy
-from .schema_changes import run_create, run_create_index, run_drop
 from .scoped import authorize as authorize_scoped
-from .scoped import run as run_scoped
+from .ttl import delete, expired
 
 log = logging.getLogger("fenecdb.engine")
 
-# A statement this long (and not prepared yet) is compiled before the lock is taken: compiling
-# a 1 MB `in` list takes seconds, which under the lock would stop every claim.
-PREPARE_OUTSIDE = 2048
-SWEEP_GRACE_MS = 60_000
-ONE_AT_A_TIME = "one statement at a time here: send several as a batch"
-
-Parsed = tuple[str, A.Statement, list]  # (text, statement, params)
 Listener = Callable[[frozenset[str], int], None]
 
 
@@ -102,10 +87,7 @@ class Engine:
         self.collections = catalog.collections
         self.lock = catalog.lock
         self._plans = catalog.plans
-        # text -> (statements, the highest parameter each names)
-        self._parsed: OrderedDict[str, tuple[list[A.Statement], list[int]]] = OrderedDict()
-        self._cache_mutex = catalog.cache_mutex
-        self.parsed_chars = 0
+        self.texts = ParseCache(catalog.cache_mutex)  # statement texts parsed (parse_cache.py)
         self.seq = 0
         self._listeners: list[Listener] = []
         self._observers: list[Callable[[int, list], None]] = []  # told each committed write's ops (observe)
@@ -118,9 +100,6 @@ class Engine:
         self.tally = Tally(self.collections)  # jobs enqueued, claimed, acked, failed, dead-lettered per queue
 
     # ---------------------------------------------------------------- collections
-
-    def collection(self, name: str) -> Collection:
-        return self.catalog.collection(name)
 
     def schemas(self, scope: Scope | None = None) -> list[dict]:
         """Every collection's schema; under a token only those its rules let it see."""
@@ -171,96 +150,6 @@ class Engine:
 
     # ---------------------------------------------------------------- parsing and preparing
 
-    def parse(self, text: str) -> list[A.Statement]:
-        return self._parse(text)[0]
-
-    def _parse(self, text: Any) -> tuple[list[A.Statement], list[int]]:  # anything but text: 400
-        if not isinstance(text, str):
-            raise FenecError("query", "`query` must be text")
-        got = self._parsed.get(text)
-        if got is not None:
-            return got
-        entry = read(text)
-        if len(text) > CACHE_TEXT_MAX:
-            return entry
-        with self._cache_mutex:
-            if text not in self._parsed:
-                self._parsed[text] = entry
-                self.parsed_chars += len(text)
-                while len(self._parsed) > PARSE_CACHE or self.parsed_chars > CACHE_CHARS:
-                    old, _ = self._parsed.popitem(last=False)
-                    self.parsed_chars -= len(old)
-        return entry
-
-    def cached(self, text: str) -> bool:
-        """Whether `text` is parsed already (the HTTP layer runs a long uncached one off its loop)."""
-        return text in self._parsed
-
-    def parsed_texts(self) -> list[str]:
-        return list(self._parsed)
-
-    def prepared(self, text: str, stmt: A.Statement, ready: dict | None = None) -> Prepared:
-        """The statement `text` parsed to, prepared against the schema now (cached)."""
-        return self.catalog.prepared(text, stmt, ready)
-
-    def _prepare_early(self, parsed: list[Parsed]) -> dict | None:
-        """Compile the long statements before any lock is taken (PREPARE_OUTSIDE). Each is kept
-        with the schema version it was read at, and used under the lock only if that version is
-        still current; anything that goes wrong here is left for the locked path to meet again."""
-        ready: dict | None = None
-        for text, stmt, _ in parsed:
-            if len(text) < PREPARE_OUTSIDE or type(stmt) not in (A.Get, A.Set, A.Del, A.Put):
-                continue
-            key = (text, 0)
-            if key in self._plans:
-                continue
-            version = self.catalog.version
-            try:
-                p = prepare(stmt, {n: c.schema for n, c in list(self.collections.items())})
-            except Exception:  # a refusal or a schema read mid-change: the locked path decides
-                continue
-            if ready is None:
-                ready = {}
-            ready[key] = (version, p)
-            self.catalog.remember_plan(key, p, version)
-        return ready
-
-    def _statements(self, statements: list[tuple[Any, Any]], block: bool) -> list[Parsed]:
-        if not block:
-            if len(statements) != 1:
-                raise FenecError("query", ONE_AT_A_TIME)
-            return [self._statement(*statements[0])]
-        out = []
-        for i, (text, params) in enumerate(statements):
-            try:
-                out.append(self._statement(text, params))
-            except FenecError as e:
-                e.at = i
-                raise
-        return out
-
-    def _statement(self, text: Any, params: Any) -> Parsed:  # text checked by `_parse`
-        try:  # the cache's hit, without a call
-            stmts, needs = self._parsed[text]
-        except (KeyError, TypeError):  # not parsed yet, or not text (which _parse refuses)
-            shaped = shape(text) if type(text) is str and len(text) < PREPARE_OUTSIDE else None
-            if shaped is not None:
-                # a put of literal documents runs as its shape (ql/literals.py), parsed and
-                # prepared once for every text that differs from it only in its values; the
-                # texts themselves are not kept, so they push no other statement out
-                text, params = shaped
-            try:
-                stmts, needs = self._parsed[text]
-            except (KeyError, TypeError):
-                stmts, needs = self._parse(text)
-        if len(stmts) != 1:
-            raise FenecError("query", ONE_AT_A_TIME)
-        if type(params) is not list:
-            params = _params(params)
-        if needs[0] > len(params):
-            raise FenecError("query", f"parameter ${needs[0]} is not bound")
-        return text, stmts[0], params
-
     def _authorize(self, parsed: list[Parsed], block: bool, scope: Scope) -> None:
         for i, (_, stmt, _) in enumerate(parsed):
             try:
@@ -287,15 +176,15 @@ class Engine:
         `nowait` raises `Busy` rather than wait for the lock."""
         ready = None
         if block:
-            parsed = self._statements(statements, True)
+            parsed = self.texts.statements(statements, True)
             writes = any(s.writes for _, s, _ in parsed)
             if scope is None:
-                ready = self._prepare_early(parsed)
+                ready = self.catalog.prepare_early(parsed)
         elif len(statements) == 1:  # the claim's path, without a call (bench/claim_bytecodes.py)
-            parsed = [self._statement(*statements[0])]
+            parsed = [self.texts.statement(*statements[0])]
             writes = parsed[0][1].writes
             if scope is None and len(parsed[0][0]) >= PREPARE_OUTSIDE:
-                ready = self._prepare_early(parsed)
+                ready = self.catalog.prepare_early(parsed)
         else:
             raise FenecError("query", ONE_AT_A_TIME)
         if scope is not None:
@@ -314,11 +203,11 @@ class Engine:
             elif not lock.try_read():
                 raise Busy()
             try:
-                answers = self._run_reads(parsed, block, scope, ready, max_rows)
+                answers = run_reads(self.catalog, parsed, block, scope, ready, max_rows)
             finally:
                 lock.release_read()
             if max_rows and scope is not None:
-                _bounded(answers, max_rows, 0, 0)
+                bounded(answers, max_rows, 0, 0)
             return Result(answers, self.seq, False, 0, None)
         if self._failed is not None:
             raise FenecError("io", f"writes are refused since the disk failed: {self._failed}")
@@ -339,18 +228,18 @@ class Engine:
             else:
                 blk = Block()
                 if block:
-                    answers = self._run_block(parsed, blk, scope, ready, max_rows, max_writes)
+                    answers = run_block(self.catalog, parsed, blk, scope, ready, max_rows, max_writes)
                 else:  # one statement: the claim's path (bench/claim_bytecodes.py counts it)
                     text, stmt, params = parsed[0]
                     try:
-                        answers = [self._run_one(text, stmt, params, blk, scope, ready, max_rows, max_writes)]
+                        answers = [run_one(self.catalog, text, stmt, params, blk, scope, ready, max_rows, max_writes)]
                     except BaseException as e:
                         blk.rollback()
-                        raise _answered(e, False, 0, text, "running") from None
+                        raise answered(e, False, 0, text, "running") from None
                 if scope is not None and (max_rows or max_writes):
                     # a token's statements run their own picks (scoped.py): bounded here, before the record
                     try:
-                        _bounded(answers, max_rows, max_writes, len(blk.ops))
+                        bounded(answers, max_rows, max_writes, len(blk.ops))
                     except FenecError:
                         blk.rollback()
                         raise
@@ -429,69 +318,10 @@ class Engine:
         self._last_ticket = ticket
         return ticket
 
-    def _run_reads(self, parsed: list[Parsed], block: bool, scope: Scope | None, ready: dict | None,
-                   rows: int = 0) -> list:
-        answers = []
-        for i, (text, stmt, params) in enumerate(parsed):
-            env = Env(params, V.Ts(self.now()))
-            env.rows = rows
-            try:
-                if scope is not None:
-                    env.claims = scope.claims
-                    answers.append(run_scoped(self.catalog, text, stmt, env, None, scope))
-                    continue
-                answers.append(run_get(self.catalog, self.catalog.prepared(text, stmt, ready), env))
-            except BaseException as e:
-                raise _answered(e, block, i, text, "reading") from None
-        return answers
-
-    def _run_block(self, parsed: list[Parsed], blk: Block, scope: Scope | None, ready: dict | None,
-                   rows: int = 0, writes: int = 0) -> list:
-        answers = []
-        for i, (text, stmt, params) in enumerate(parsed):
-            try:
-                answers.append(self._run_one(text, stmt, params, blk, scope, ready, rows, writes))
-            except BaseException as e:
-                # A fault in the engine (a bug, a MemoryError) must never leave a half-applied
-                # block behind: put back, logged, and answered as a fault; KeyboardInterrupt,
-                # SystemExit: put back, then on their way.
-                blk.rollback()
-                raise _answered(e, True, i, text, "running") from None
-        return answers
-
-    def _run_one(self, text: str, stmt: A.Statement, params: list, blk: Block, scope: Scope | None,
-                 ready: dict | None, rows: int = 0, writes: int = 0) -> Any:
-        """One statement of a write block (a set or del adds the rows it took to `blk.taken`)."""
-        env = Env(params, V.Ts(self._clock()))
-        if rows or writes:
-            env.rows = rows
-            env.writes = writes
-        t = type(stmt)
-        if scope is not None:
-            env.claims = scope.claims
-            ans = run_scoped(self.catalog, text, stmt, env, blk, scope)
-        elif t is A.Set:
-            ans = run_set(self.catalog, self._plans.get((text, 0)) or self.catalog.prepared(text, stmt, ready), env, blk)
-        elif t is A.Del:
-            ans = run_del(self.catalog, self.catalog.prepared(text, stmt, ready), env, blk)
-        elif t is A.Get:
-            ans = run_get(self.catalog, self.catalog.prepared(text, stmt, ready), env)
-        elif t is A.Put:
-            ans = run_put(self.catalog, self.catalog.prepared(text, stmt, ready), env, blk)
-        elif isinstance(stmt, A.CreateCollection):
-            ans = run_create(self.catalog, stmt, blk)
-        elif isinstance(stmt, A.DropCollection):
-            ans = run_drop(self.catalog, stmt, blk)
-        elif isinstance(stmt, A.CreateIndex):
-            ans = run_create_index(self.catalog, stmt, blk)
-        else:
-            raise FenecError("query", f"cannot run {t.__name__}")
-        return ans
-
     # ---------------------------------------------------------------- held claims
 
     def prepare_hold(self, statements: list[tuple[str, Any]], scope: Scope | None = None) -> ReadyClaim:
-        parsed = self._statements(statements, block=len(statements) > 1)
+        parsed = self.texts.statements(statements, block=len(statements) > 1)
         if scope is not None:
             self._authorize(parsed, len(statements) > 1, scope)
         return make_hold(self.catalog, parsed, scope=scope)
@@ -518,39 +348,18 @@ class Engine:
     # ---------------------------------------------------------------- the TTL sweep
 
     def sweep(self) -> int:
-        """Delete rows more than a minute past their @ttl, and Idempotency-Keys past theirs."""
+        """Delete rows more than a minute past their @ttl, and Idempotency-Keys past theirs (ttl.py)."""
         now = self.now()
-        doomed: list[tuple[Collection, dict]] = []
         with self.reading():
-            for coll in self.collections.values():
-                ttl = coll.schema.ttl_field
-                if ttl is None:
-                    continue
-                assert ttl.ttl_ms is not None  # a @ttl field always has its duration
-                idx = coll.index(ttl.name)
-                for rid in idx.walk(None, True, now - ttl.ttl_ms - SWEEP_GRACE_MS, True, False, False):
-                    doomed.append((coll, coll.rows[rid]))
-            old_keys = self.keys.expired(now)
+            doomed, old_keys = expired(self.catalog, self.keys, now)
         if not doomed and not old_keys:
             return 0
         ticket = None
-        n = 0
         self.lock.acquire_write()
         try:
             if self._failed is not None:
                 return 0
-            blk = Block()
-            for coll, row in doomed:
-                if coll.rows.get(row["id"]) is row:
-                    blk.touch(coll)
-                    coll.delete(row, blk.undo)
-                    blk.ops.append(("d", coll.name, row["id"]))
-                    n += 1
-            for k in old_keys:
-                s = self.keys.get(k)
-                if s is not None and not s.live(now):
-                    self.keys.forget(k)
-                    blk.ops.append(("K", k))
+            blk, n = delete(doomed, old_keys, self.keys, now)
             if blk.ops:
                 try:
                     ticket = self._commit(blk)
@@ -561,41 +370,3 @@ class Engine:
         if ticket is not None:
             self._durable(ticket)
         return n
-
-
-def _params(params: Any) -> list:
-    if params is None:
-        return []
-    if isinstance(params, (list, tuple)):
-        return list(params)
-    return [params]
-
-
-def _bounded(answers: list, rows: int, writes: int, written: int) -> None:
-    """Refuse answers past `rows` a statement, or `written` rows past `writes`, as the statements
-    themselves refuse (execute.py), for the paths that pick on their own (a token's: scoped.py)."""
-    if writes and written > writes:
-        raise too_many_writes(writes)
-    if rows:
-        for answer in answers:
-            if type(answer) is list and len(answer) > rows:
-                raise too_many_rows(rows)
-
-
-def _answered(e: BaseException, block: bool, i: int, text: str, doing: str) -> BaseException:
-    """What a statement's failure is answered: a `FenecError` with the block's index (`unmet:`
-    prefixed in a block), too deep as 400, any other fault logged and answered 500."""
-    at = i if block else None
-    if isinstance(e, FenecError):
-        if block:
-            e.at = i
-            if e.kind == "unmet" and not e.message.startswith("unmet: "):
-                e.message = "unmet: " + e.message
-                e.args = (e.message,)
-        return e
-    if isinstance(e, RecursionError):
-        return FenecError("query", "expression too deep", at=at)
-    if isinstance(e, Exception):
-        log.exception("internal error %s %r", doing, text[:200])
-        return FenecError("io", f"internal error: {type(e).__name__}", at=at)
-    return e
