@@ -47,6 +47,7 @@ COMPILED = [
     "fenecdb_server/held/on_asyncio.py",
     "fenecdb_server/held/time_wakes.py",
     "fenecdb_server/plan/compile.py",
+    "fenecdb_server/plan/operators.py",
     "fenecdb_server/ql/literals.py",
     "fenecdb_server/storage/footprint.py",
     "fenecdb_server/storage/format.py",

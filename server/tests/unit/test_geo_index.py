@@ -6,7 +6,7 @@ import random
 
 import pytest
 from fenecdb_server.engine.geo_index import GeoIndex, GiveUp
-from fenecdb_server.plan.compile import haversine, within
+from fenecdb_server.plan.operators import haversine, within
 
 
 def scatter(seed, n, lon0=13.0, lat0=37.8, span=0.6):

@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from ..plan.compile import EARTH_R, haversine
+from ..plan.operators import EARTH_R, haversine
 
 CELL = 0.01
 _M_PER_DEG = EARTH_R * math.pi / 180
