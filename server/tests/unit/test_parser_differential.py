@@ -94,7 +94,7 @@ def _lark(text: str) -> Any:
     """What lark reads: the statements, or the kind of error."""
     try:
         return P._LARK.parse(text)
-    except (UnexpectedInput, FenecError, P._Located, ValueError, RecursionError) as e:
+    except (UnexpectedInput, FenecError, P.Located, ValueError, RecursionError) as e:
         return type(e).__name__
 
 
