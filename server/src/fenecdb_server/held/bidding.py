@@ -93,10 +93,10 @@ class Auctions(Generic[A]):
                         and ln.profile.home == prof.home:
                     ln.bidding = b
                     b.lines[ln] = None
-                    self.lines.set_blind(ln, True)  # a bidding line is woken by every write
+                    self.lines.rows.set_blind(ln, True)  # a bidding line is woken by every write
         line.bidding = b
         b.lines[line] = None
-        self.lines.set_blind(line, True)
+        self.lines.rows.set_blind(line, True)
         if prof.own:
             b.own += 1
 

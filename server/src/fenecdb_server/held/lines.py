@@ -73,9 +73,11 @@ from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from .bidding import Auctions
-from .looks import CLOCK_GRAIN_S, LOOK_THROTTLE_S, would_take
+from .looks import LOOK_THROTTLE_S, would_take
 from .port import Claim, Driver, EnginePort, Timer
+from .row_checks import RowChecks
 from .time_wakes import TimeWakes
+from .write_wakes import WriteWakes
 
 if TYPE_CHECKING:
     from ..engine.bids import Profile
@@ -166,14 +168,7 @@ class Lines(Generic[A]):
         self.driver = driver
         self.lines: dict[Hashable, Line[A]] = {}
         self.by_collection: dict[str, set[Line[A]]] = {}
-        # rule 2b: lines by collection, the fields of their filter's equality terms and the values
-        # those bind; lines with no such term by collection; the blind lines by collection
-        self.keyed: dict[str, dict[tuple[str, ...], dict[tuple[Hashable, ...], set[Line[A]]]]] = {}
-        self.loose: dict[str, set[Line[A]]] = {}
-        self.blind: dict[str, set[Line[A]]] = {}
-        self.checks = 0  # written rows checked against a line's filter (rule 2b)
-        self._noted_seq = -1  # the last write's ops, noted for its announcement (writer's thread)
-        self._noted_ops: list | None = None
+        self.rows: RowChecks[A] = RowChecks(self)  # rule 2b: lines indexed for a written row's check
         self.closing = False
         self.held = 0
         self.looks = 0
@@ -183,246 +178,14 @@ class Lines(Generic[A]):
         self.announced = 0  # writes that woke held lines: each made one wake pass
         self.auctions: Auctions[A] = Auctions(self)
         self.time: TimeWakes[A] = TimeWakes(self)
-        engine.observe(self._note)
-        engine.listen(self._announce)
+        self.writes: WriteWakes[A] = WriteWakes(self)
+        engine.observe(self.writes.note)
+        engine.listen(self.writes.announce)
 
-    # -- the write announcement (the writer's thread, under its write lock: keep it cheap) --
-
-    def _note(self, seq: int, ops: list) -> None:
-        """A write observer: told each committed write's ops just before its announcement."""
-        self._noted_seq = seq
-        self._noted_ops = ops
-
-    def _announce(self, collections: frozenset[str], seq: int) -> None:
-        by = self.by_collection
-        if not by:
-            return
-        for name in collections:
-            if name in by:
-                break
-        else:
-            return
-        self.announced += 1
-        ops = self._noted_ops if self._noted_seq == seq else None
-        self.driver.soon(lambda: self._wake(collections, ops))
-
-    def _wake(self, collections: frozenset[str], ops: list | None = None) -> None:
-        affected: set[Line[A]] = set()
-        if ops is None:  # the rows written are not known: every line on them looks
-            for name in collections:
-                lines = self.by_collection.get(name)
-                if lines:
-                    affected |= lines
-        else:
-            written: dict[str, list[dict]] = {}
-            for op in ops:
-                kind = op[0]
-                if kind == "p":
-                    rows = written.get(op[1])
-                    if rows is None:
-                        written[op[1]] = [op[3]]
-                    else:
-                        rows.append(op[3])
-                elif kind == "c" or kind == "x" or kind == "i":
-                    written[op[1]] = []
-                    lines = self.by_collection.get(op[1])
-                    if lines:
-                        affected |= lines  # a schema change: every line on it looks
-            for name in collections:
-                lines = self.blind.get(name)
-                if lines:
-                    affected |= lines
-            if written:
-                self._check(written, affected)
-        if not affected:
-            return
-        now = self.driver.time()
-        poked: list[Bidding[A]] = []
-        if self.auctions.biddings:
-            # bidding lines look together, in one pass of their collection's bidding (rule 7b)
-            rest: set[Line[A]] = set()
-            for line in affected:
-                b = line.bidding
-                if b is None:
-                    rest.add(line)
-                elif line.queue:
-                    self.wakeups += 1
-                    if b not in poked:
-                        poked.append(b)
-                        b.stalled.clear()
-            affected = rest
-        # a line behind an older head that is still in its look gap waits for it (rule 7)
-        behind = 0.0
-        for line in sorted((ln for ln in affected if ln.queue), key=Line.rank):
-            self.wakeups += 1
-            if line.pumping:
-                line.pending = True
-            elif now < line.throttle_until or now < behind:
-                line.pending = True
-                until = max(line.throttle_until, behind)
-                behind = until
-                if line.throttle_timer is None:
-                    line.throttle_timer = self._at(until, self._throttle_end, line)
-            else:
-                self.start(line)
-        for b in poked:
-            self.auctions.poke(b)
-
-    def _check(self, written: dict[str, list[dict]], affected: set[Line[A]]) -> None:
-        """Rule 2b: add to `affected` the lines some written row passes the filter of; bring
-        forward the timers of those it may pass later."""
-        pairs: list[tuple[Line[A], str, list[dict]]] = []
-        for name, rows in written.items():
-            if not rows:
-                continue
-            loose = self.loose.get(name)
-            if loose:
-                for line in loose:
-                    if line not in affected:
-                        pairs.append((line, name, rows))
-            fields = self.keyed.get(name)
-            if fields:
-                for names, by_value in fields.items():
-                    hits: dict[Line[A], list[dict]] = {}
-                    for row in rows:
-                        # a value of another type (None) passes no `field = text or int` term
-                        try:
-                            lines = by_value.get(tuple([row.get(f) for f in names]))
-                        except TypeError:  # unhashable: the field's type changed under the line
-                            lines = set().union(*by_value.values())
-                        if lines:
-                            for line in lines:
-                                got = hits.get(line)
-                                if got is None:
-                                    hits[line] = [row]
-                                else:
-                                    got.append(row)
-                    for line, got in hits.items():
-                        if line not in affected:
-                            pairs.append((line, name, got))
-        if not pairs:
-            return
-        sooner: list[tuple[Line[A], int]] = []
-
-        def check() -> None:
-            for line, name, rows in pairs:
-                if not line.queue or line.blind or line in affected:
-                    continue
-                claim = line.claim
-                moment = line.moment
-                for row in rows:
-                    rid = row["id"]
-                    self.checks += 1
-                    if claim.takes(name, rid):
-                        affected.add(line)
-                        line.sure = True
-                        break
-                    m = claim.moment_of(name, rid)
-                    if m is not None and (moment is None or m < moment):
-                        moment = m
-                else:
-                    if moment is not None and moment != line.moment:
-                        sooner.append((line, moment))
-
-        try:
-            self.engine.look(check)
-        except Exception:
-            for line, _name, _rows in pairs:  # it cannot say: they look, as a write of unknown rows
-                affected.add(line)
-            return
-        for line, moment in sooner:
-            if line not in affected:
-                self.time.sooner(line, moment)
-
-    def clock_check(self, line: Line[A]) -> bool:
-        """Rule 6 for a line that is not blind: check the rows the clock brought since its last
-        empty look. True when none passes (the line sleeps again); False when it must look."""
-        since = line.since
-        if since is None or line.blind:
-            return False
-        claim = line.claim
-
-        def read() -> int | None:
-            got = claim.came_due(since)
-            if got is None:
-                return None
-            for name, rid in got[1]:
-                self.checks += 1
-                if claim.takes(name, rid):
-                    return None
-            return got[0]
-
-        try:
-            now = self.engine.look(read)
-        except Exception:
-            return False
-        if now is None:
-            return False
-        line.since = now
-        self.time.schedule(line)
-        return True
-
-    def set_blind(self, line: Line[A], blind: bool) -> None:
-        if line.blind is blind or (not blind and (line.wakes is None or line.bidding is not None)):
-            return
-        line.blind = blind
-        for name in line.collections:
-            _file(self.blind, name, line, blind)
-
-    def _index(self, line: Line[A], add: bool) -> None:
-        """Enter (or take out) the line in the indexes a written row is checked through."""
-        if line.blind:
-            for name in line.collections:
-                _file(self.blind, name, line, add)
-        for name, field, value in line.wakes or ():
-            if not field:
-                _file(self.loose, name, line, add)
-                continue
-            if add:
-                self.keyed.setdefault(name, {}).setdefault(field, {}).setdefault(value, set()).add(line)
-                continue
-            fields = self.keyed.get(name)
-            if fields is None:
-                continue
-            by_value = fields.get(field)
-            if by_value is None:
-                continue
-            lines = by_value.get(value)
-            if lines is not None:
-                lines.discard(line)
-                if not lines:
-                    del by_value[value]
-                    if not by_value:
-                        del fields[field]
-                        if not fields:
-                            del self.keyed[name]
-
-    def _at(self, when: float, fn: Callable[[Line[A]], None], line: Line[A]) -> Timer:
-        return self.driver.call_at(when, lambda: fn(line))
-
-    def _throttle_end(self, line: Line[A]) -> None:
-        line.throttle_timer = None
-        if not (line.pending and line.queue and not line.pumping):
-            return
-        # Fairness across lines (rule 7) holds through the throttle too: a line whose head is
-        # older but whose gap ends a little later goes first, so this one waits for it.
-        # The line whose timer fired is due whatever the clock reads: uvloop's clock counts whole
-        # milliseconds, so at the timer `now` can be 15187.13 against a gap that ends at
-        # 15187.130000000001, and a strict comparison here once left a worker asleep beside a
-        # ready job until its deadline. The other lines get the clock's grain as slack.
-        due_by = self.driver.time() + CLOCK_GRAIN_S
-        ready = [ln for ln in self.lines.values() if ln.pending and ln.queue and not ln.pumping]
-        rank = line.rank()
-        later = max((ln.throttle_until for ln in ready if ln.rank() < rank), default=0.0)
-        if later > due_by:
-            line.throttle_timer = self._at(later, self._throttle_end, line)
-            return
-        for ln in sorted((ln for ln in ready if ln is line or ln.throttle_until <= due_by), key=Line.rank):
-            if ln.throttle_timer is not None:
-                ln.throttle_timer.cancel()
-                ln.throttle_timer = None
-            if ln.pending and ln.queue and not ln.pumping:  # an earlier start may have run it
-                self.start(ln)
+    @property
+    def checks(self) -> int:
+        """Written rows checked against a line's filter (rule 2b: row_checks.py)."""
+        return self.rows.checks
 
     # -- holding --
 
@@ -445,7 +208,7 @@ class Lines(Generic[A]):
             self.lines[key] = line
             for name in line.collections:
                 self.by_collection.setdefault(name, set()).add(line)
-            self._index(line, True)
+            self.rows.index(line, True)
             self.auctions.attach(line)
         elif line.seen is not None and seen_seq < line.seen:
             line.seen = seen_seq
@@ -506,7 +269,7 @@ class Lines(Generic[A]):
             self.auctions.detach(line)
         if self.lines.get(line.key) is line:
             del self.lines[line.key]
-        self._index(line, False)
+        self.rows.index(line, False)
         for name in line.collections:
             lines = self.by_collection.get(name)
             if lines is not None:
@@ -554,7 +317,7 @@ class Lines(Generic[A]):
                 line.since = since
         if not found:
             if line.blind:
-                self.set_blind(line, False)  # rule 2b: from now on the rows written are checked
+                self.rows.set_blind(line, False)  # rule 2b: from now on the rows written are checked
             line.throttle_until = self.driver.time() + LOOK_THROTTLE_S
             self.time.schedule(line)
             self._pump_end(line)
@@ -567,7 +330,7 @@ class Lines(Generic[A]):
             self._pump(line)  # hand-off: the next looks at once (rule 4)
             return
         if ran is False:
-            self.set_blind(line, True)  # rule 2b: a row may be there, and it took nothing
+            self.rows.set_blind(line, True)  # rule 2b: a row may be there, and it took nothing
             self.time.schedule(line)  # rule 5: wait again from what the run saw
         self._pump_end(line)
 
@@ -579,7 +342,7 @@ class Lines(Generic[A]):
             # writes came while the line ran: one look for all of them, throttled
             if self.driver.time() < line.throttle_until:
                 if line.throttle_timer is None:
-                    line.throttle_timer = self._at(line.throttle_until, self._throttle_end, line)
+                    line.throttle_timer = self.writes.at(line.throttle_until, self.writes.throttle_end, line)
             else:
                 self.start(line)
 
@@ -632,18 +395,6 @@ class Lines(Generic[A]):
     def close(self) -> int:
         """Shut down and stop listening to the engine."""
         count = self.shutdown()
-        self.engine.unlisten(self._announce)
-        self.engine.unobserve(self._note)
+        self.engine.unlisten(self.writes.announce)
+        self.engine.unobserve(self.writes.note)
         return count
-
-
-def _file(index: dict[str, set[Line[A]]], name: str, line: Line[A], add: bool) -> None:
-    """Enter the line in `index[name]`, or take it out (an emptied set is dropped with its key)."""
-    if add:
-        index.setdefault(name, set()).add(line)
-        return
-    lines = index.get(name)
-    if lines is not None:
-        lines.discard(line)
-        if not lines:
-            del index[name]

@@ -102,5 +102,5 @@ class TimeWakes(Generic[A]):
             lines.auctions.poke(b, timed=True)
         elif line.pumping:
             line.pending = True
-        elif not lines.clock_check(line):  # rule 6: the rows that came due, when it can tell
+        elif not lines.rows.clock_check(line):  # rule 6: the rows that came due, when it can tell
             lines.start(line)
