@@ -280,33 +280,13 @@ class Database:
 
     def backup_to(self, out: IO[bytes], *, pace: Callable[[], None] | None = None) -> int:
         """Write a consistent copy of the whole database to `out` (seekable, at its start) as a
-        data file: the file header and one snapshot record of every write up to the change
-        number answered. The copy is taken under the shared lock (writes wait for a copy of each
-        collection's row map, not for the encoding); the payload is encoded and written a chunk
-        of rows at a time (`records.snapshot_pieces`), so the memory it takes besides that copy
-        is one chunk's, and the record's header, whose length and crc32 are known only at the
-        end, is written last in the room left for it."""
+        data file (`write_data_file`), and answer the change number it holds. The copy is taken
+        under the shared lock: writes wait for a copy of each collection's row map, not for the
+        encoding."""
         with self.engine.reading():
             state = records.snapshot_state(self.engine)
         seq = int(state["s"])
-        out.write(file_header() + bytes(RECORD_HEADER_SIZE))
-        size = 0
-        crc = 0
-        try:
-            for piece in records.snapshot_pieces(state, pace or _hand_over):
-                size += len(piece)
-                check_size(size)
-                crc = zlib.crc32(piece, crc)
-                out.write(piece)
-            del state
-            head = record_head(size, crc, snapshot=True)
-        except ValueError as e:
-            raise FenecError("io", f"backup failed: {e}") from None
-        end = out.tell()
-        out.seek(FILE_HEADER_SIZE)
-        out.write(head)
-        out.seek(end)
-        out.flush()
+        write_data_file(out, records.snapshot_pieces(state, pace or _hand_over))
         return seq
 
     # ---------------------------------------------------------------- introspection
@@ -444,6 +424,30 @@ class Database:
     def tally(self) -> Tally:
         """The queue counters: jobs enqueued, claimed, acked, failed, dead-lettered per queue."""
         return self.engine.tally
+
+
+def write_data_file(out: IO[bytes], pieces: Iterable[bytes]) -> None:
+    """A data file of one snapshot record written to `out` (seekable, at its start): the file
+    header, then the payload a chunk of rows at a time (`records.snapshot_pieces`), so the memory
+    it takes is one chunk's; the record's header, whose length and crc32 are known only at the
+    end, is written last in the room left for it."""
+    out.write(file_header() + bytes(RECORD_HEADER_SIZE))
+    size = 0
+    crc = 0
+    try:
+        for piece in pieces:
+            size += len(piece)
+            check_size(size)
+            crc = zlib.crc32(piece, crc)
+            out.write(piece)
+        head = record_head(size, crc, snapshot=True)
+    except ValueError as e:
+        raise FenecError("io", f"backup failed: {e}") from None
+    end = out.tell()
+    out.seek(FILE_HEADER_SIZE)
+    out.write(head)
+    out.seek(end)
+    out.flush()
 
 
 def wrap(answer: Any) -> dict:
