@@ -2,8 +2,8 @@
 (`server/setup.py`): a quick request's header lines read, an answer's status line, headers and
 body joined into the one write that sends it, and the stand-in for an answer owed later.
 
-The protocol itself subclasses uvicorn's, which mypyc cannot build; run by the interpreter, these
-steps were about a tenth of the server's own instructions for a put (bench/README.md, session 18).
+Plain functions of bytes, apart from the connection (`protocol.py`, compiled too) that calls
+them, so that the app renders its answers' header lines with the same `lines`.
 """
 
 from __future__ import annotations
