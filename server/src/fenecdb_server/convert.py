@@ -3,9 +3,7 @@ forms `values.py` lists), or a 400 type error.
 
 Apart from `values.py` so that it is compiled with the engine (server/setup.py): every put runs
 each field of each document through here, and `values.py` cannot be (its `Ts` subclasses `int`,
-which mypyc does not build). Under the interpreter, building a one-job put's document (these
-conversions and the values they convert) took 20 000 instructions, a tenth of the server's for the
-whole request (bench/README.md, session 17).
+which mypyc does not build).
 """
 
 from __future__ import annotations

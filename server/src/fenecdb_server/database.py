@@ -52,16 +52,12 @@ log = logging.getLogger("fenecdb.database")
 
 def _hand_over() -> None:
     """Between two chunks of a snapshot's encoding (a compaction's, a backup's, both in a worker
-    thread): the GIL to the thread waiting for it, the server's event loop. A compaction of a
-    million jobs under eight claiming and acking workers, measured over HTTP: they ran 31 200-42 200
-    jobs a second meanwhile against 46 500-48 600 without one, where with no hand-over (the encoder
-    let go only at the interpreter's 5 ms switch) they ran 20 800-23 700; it took 4.6-4.9 s instead of
-    2.3-2.7. Kept saturated (the jobs topped up between windows), an automatic compaction of 238 MB
-    took about 14 s, the workers at 37 000-39 000 meanwhile: the requests come first. Handing over
-    only once the encoder has run 1 ms gave them 29 400-31 400 for 3.3 s.
-    `os.sched_yield` lets go of the GIL too, but takes it back before the loop does (23 800-25 500).
-    The sleep costs 86 us here even with nothing to hand over to, so a process with no other
-    thread (an in-process `Database` compacting on its caller's thread) skips it: 0.41 us to ask."""
+    thread): the GIL to the thread waiting for it, the server's event loop, which would otherwise
+    wait for the interpreter's 5 ms switch and answer nothing meanwhile. `time.sleep(0)` lets go
+    of the GIL and lets the loop take it first (`os.sched_yield` lets the encoder take it back
+    first). A process with no other thread (an in-process `Database` compacting on its caller's
+    thread) has no one to hand over to, and skips the sleep. bench/README.md ("Compiled modules,
+    and what was measured and not kept") has the measurements."""
     if threading.active_count() > 1:
         time.sleep(0)
 
@@ -72,16 +68,10 @@ class Pace:
     `slice_s` since its last rest, it rests `rest_s` if the loop answered requests since its last
     look (`requests()`: the server's count of answers). An idle server's compaction runs flat out;
     a busy one's gives the loop whole stretches of its time, not only the moments between chunks.
-    Every hand-over costs the loop a switch of threads, where a rest costs it none.
-
-    Measured over HTTP on a 2-core machine (`python -m bench.compare.compaction_load 2 4 1`: a
-    million jobs, eight claiming and acking workers for 4 s, the compaction asked for 1 s in; the
-    trees alternated, 4 windows of each kind per tree): the workers ran 18 300-20 400 jobs a second during a
-    compaction, against 12 200-18 200 with hand-overs alone (20 100-22 500 and 18 500-22 400 with
-    none); the compaction took 4.9-5.1 s against 4.3-4.8 (our reading: the encoder spent most of its
-    time waiting for the GIL after each hand-over, so the rests take little from it). A rest of 19 ms
-    after each slice measured no better than 9 ms; resting without handing over between chunks
-    was worse (the loop then waits up to the interpreter's 5 ms switch for the GIL).
+    Every hand-over costs the loop a switch of threads, where a rest costs it none, and the
+    encoder loses little to a rest: it spends most of its time waiting for the GIL after each
+    hand-over anyway. The slice and the rest are the best of those measured (bench/README.md, "A
+    compaction that rests while the requests come").
     """
 
     __slots__ = ("requests", "slice_s", "rest_s", "_began", "_seen", "rests")

@@ -58,8 +58,8 @@ class Appender(Protocol):
 class Result:
     """What `Engine.execute` answers: the answers, one per statement, the change number after
     it, whether it wrote, how many rows its set/del statements took, and, for a retried
-    Idempotency-Key, the stored answer (`replayed`; nothing ran). A plain class: compiled, a
-    NamedTuple is made by a `__new__` that runs in the interpreter, once a statement."""
+    Idempotency-Key, the stored answer (`replayed`; nothing ran). A record class (the server
+    README's "Compiled modules")."""
 
     __slots__ = ("answers", "seq", "wrote", "taken", "replayed")
 
@@ -180,7 +180,7 @@ class Engine:
             writes = any(s.writes for _, s, _ in parsed)
             if scope is None:
                 ready = self.catalog.prepare_early(parsed)
-        elif len(statements) == 1:  # the claim's path, without a call (bench/claim_bytecodes.py)
+        elif len(statements) == 1:  # the claim's path: one statement, no block
             parsed = [self.texts.statement(*statements[0])]
             writes = parsed[0][1].writes
             if scope is None and len(parsed[0][0]) >= PREPARE_OUTSIDE:
@@ -229,7 +229,7 @@ class Engine:
                 blk = Block()
                 if block:
                     answers = run_block(self.catalog, parsed, blk, scope, ready, max_rows, max_writes)
-                else:  # one statement: the claim's path (bench/claim_bytecodes.py counts it)
+                else:  # one statement: the claim's path, without the block's loop
                     text, stmt, params = parsed[0]
                     try:
                         answers = [run_one(self.catalog, text, stmt, params, blk, scope, ready, max_rows, max_writes)]
@@ -310,7 +310,7 @@ class Engine:
         except FenecError as e:
             self._failed = e.message
             raise
-        except Exception as error:  # named apart from the FenecError above: mypyc types a name once
+        except Exception as error:
             self._failed = f"internal error appending a record: {type(error).__name__}"
             log.exception("internal error appending a record")
             raise FenecError("io", f"{self._failed}: this write was not applied, but the file may hold "

@@ -352,7 +352,7 @@ def run_del(eng: Catalog, p: Prepared, env: Env, blk: Block) -> Any:
 def answer_of(verb: str, p: Prepared, rows: list[dict], env: Env) -> Any:
     """A set's or a del's answer once its rows are written: its `require` judged, then the rows
     it `returning`s (as written), or how many it touched. (The claim's own set keeps these lines
-    inline: bench/claim_bytecodes.py counts the call.)"""
+    inline: the claim is the statement run most, and runs them without the call.)"""
     if p.require is not None and len(rows) != p.require:
         raise unmet(verb, p.coll, len(rows), p.require)
     if p.cols is not None:

@@ -54,8 +54,8 @@ def render(cols: list[Column] | AllColumns, rows: list[dict], env: Any) -> list[
     out = []
     if type(cols) is AllColumns:
         # The blank answer merged with the row (`blank | r`, in C) keeps the declared order and
-        # fills the fields a row leaves out with null: 52 bytecodes a row became about 30. A
-        # row holds only id and declared fields; one that held more goes the long way.
+        # fills the fields a row leaves out with null, in one C call a row. A row holds only
+        # id and declared fields; one that held more goes the long way.
         blank = cols.blank
         width = len(blank)
         out = [blank | r for r in rows]

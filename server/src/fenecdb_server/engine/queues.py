@@ -147,8 +147,8 @@ class Tally:
     in the order of EVENTS.
 
     The write path only queues what a committed block did (`note`: one deque append under the
-    write lock; in process a claim of 10 took 21.4 us at the median against 19.8 us with `note`
-    off, where classifying its rows in place cost 7-9 us more); `drain`, run by whoever reads the
+    write lock, where classifying its rows in place would cost the claim several times more);
+    `drain`, run by whoever reads the
     counters (a scrape, the once-a-second sampler) or once more than PENDING_MAX blocks or
     PENDING_ROWS changed rows wait, classifies them (a bulk load of blocks of 1 000 jobs with no
     scrape kept 4 096 blocks, four million rows, alive, when the bound was 4 096 blocks). A few
@@ -237,10 +237,8 @@ class Tally:
         """The rows of one collection a block changed, `after` their last states by id (taken
         out as the rows are met, so a row changed twice counts once): the shape looked up once,
         and without a queue field the three events every worker makes (a put, a claim, an ack)
-        added once, as `_one` counts them. Measured in process: a claim of 10 counted in 2.6-2.7
-        us, ten acks in 2.0, a bulk put 0.12 us a row (keyed by (name, id) for every block: 3.3,
-        2.6 and 0.26; before the short way for the three events: 7.1-7.2 for the claim, 1.0 a
-        put's row)."""
+        added once, as `_one` counts them: the blocks every worker makes are the ones worth a
+        short way."""
         shape = self.shape(name)
         if shape is None:
             return

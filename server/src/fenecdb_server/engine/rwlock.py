@@ -3,8 +3,7 @@ stops new readers from starting (so a stream of reads cannot starve the claims).
 
 Every statement takes and gives it back once, so the way through is kept short: the mutex is
 entered directly (not through the Condition's Python-level `__enter__`), and a release wakes
-sleepers only when there are some (`_sleeping`, counted under the mutex, so no wake-up is lost).
-Measured uncontended: a write's take-and-give went from 1.4 µs to 0.7 µs, a read's from 2.1 µs to 0.7 µs."""
+sleepers only when there are some (`_sleeping`, counted under the mutex, so no wake-up is lost)."""
 
 from __future__ import annotations
 

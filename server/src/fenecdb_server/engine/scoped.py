@@ -354,7 +354,7 @@ def choose(db: Catalog, plan: Plan, env: Env, limit: int | None) -> tuple[list[d
             try:
                 vals = [f(old, env) if f is not None else c for f, c in zip(fns, fixed, strict=False)]
                 new = apply_entries(schema, old, patch, vals)
-            except Overflow as past:  # named apart from the FenecError below: mypyc types a name once
+            except Overflow as past:
                 if limit is None:
                     past.row = old
                     raise

@@ -147,9 +147,8 @@ class PackedIndex:
     """An ordered index over a typed `int` or `timestamp` field: each (value, id) pair is one
     integer, value << 64 | id, kept in a `SortedInts` (engine/sorted_ints.py). Ids are 64-bit, so
     the low bits hold any id; the high bits keep the value's sign, so the order of the integers
-    is the order of (value, id). Packing took a move of one entry among 1 000 000 from 4.0 µs
-    (tuples) to 3.0 µs; `move`, a page of entries out and back in as two slices, took a claim's
-    ten moves from about 30 µs to a few."""
+    is the order of (value, id): one integer compares and moves faster than a tuple, and `move`
+    takes a page of entries out and back in as two slices, not one entry at a time."""
 
     __slots__ = ("keys", "nulls", "ts", "field")
     keyed = False

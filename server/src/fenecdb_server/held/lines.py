@@ -91,8 +91,7 @@ MAX_WAIT_MS = 30_000
 class Outcome(Generic[A]):
     """What one run of a held claim gave. `final` ends the wait (rows taken, an error other
     than a `require` miss, a replayed answer); otherwise `answer` is what a deadline answers.
-    (A plain class: this module is compiled (setup.py), where a generic dataclass with slots
-    cannot be made.)"""
+    (A record class: the server README's "Compiled modules" says how they are written.)"""
 
     __slots__ = ("final", "answer")
 

@@ -38,7 +38,7 @@ class AsyncioDriver(Generic[A]):
         self.settle_turns = settle_turns
         self.runner = runner
         self.fault = fault  # the answer of a run that raised (the runner answers its own errors)
-        self._loop_thread = threading.get_ident()  # (not `_thread`: compiled, that is a C keyword)
+        self._loop_thread = threading.get_ident()
 
     def time(self) -> float:
         return self.loop.time()

@@ -10,14 +10,8 @@ one. It is written in C because it must say it is done without the GIL: a Python
 wait for the busy loop to hand the GIL over, which it does only at the interpreter's switch
 interval (5 ms).
 
-Measured on a 2-core machine with `bench/durable_cost.py` (the server on a fresh file, `--sync
-always`, busy poll off; one client process keeping a put in flight on each of 8 connections; 20 000
-puts a round, two rounds a way, the three ways alternated twice in one sitting): 7 874-9 040
-puts/s on this thread, 6 585-7 131 on the kernel's AIO, 7 291-7 773 with every sync in place;
-`--sync 250` took 9 418-9 651. With eight processes of the Python client instead, as `make
-queue-compare` runs its durable row, the three ways are within the machine's noise of each other
-(6 319-7 102, 6 194-6 815 and 6 344-6 923 writes/s, three rounds alternated): those processes
-share the two CPUs with the server (bench/README.md, session 16).
+So the thread pays where a CPU is idle beside the loop's, and costs nothing where the clients
+keep both busy (bench/README.md, "The fdatasync on a thread of its own", has the measurements).
 
 A lone write still syncs in place (durable.py): with nothing to overlap, a hand-off to another
 thread only adds its wake-up to the answer's time.
