@@ -1,10 +1,13 @@
 """`Engine`: the collections and everything that runs statements on them, safe from many threads.
 
-    text -> ql.parse (cached) -> prepare (cached per schema version) -> execute.py / scoped.py
+    text -> ql.parse (cached: parse_cache.py) -> prepare (cached per schema version: catalog.py)
+         -> running.py -> execute.py, puts.py, schema_changes.py / scoped.py
          -> one record (records.py) handed to the `Appender` -> listeners told -> durable
 
-The engine owns the collections, the parse and prepare caches, the idempotency store
-(idempotency.py), the record vocabulary (records.py) and the locks. It knows nothing of files:
+The engine owns a `Catalog` (catalog.py: the collections, the lock, the schema version, the
+clock and the prepared statements, all that the statements' helpers are handed), the parse
+cache, the idempotency store (idempotency.py) and the record vocabulary (records.py). It knows
+nothing of files:
 whoever opens a file (`Database`, database.py) hands it an `Appender` that writes its records.
 
 Invariants (the server README lists them too):

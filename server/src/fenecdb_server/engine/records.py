@@ -10,7 +10,7 @@ in the order they were made. Each op is a JSON array, its code first:
 
     op                                      written by                       replayed as
     ["p", coll, id, row]                    put, insert, upsert, set         the row of that id replaced,
-                                            (execute.py, scoped.py)          or inserted
+                                            (execute.py, puts.py, scoped.py) or inserted
     ["d", coll, id]                         del (execute.py), the TTL sweep  the row of that id deleted
     ["c", coll, schema]                     create collection                the collection created
     ["x", coll]                             drop collection                  the collection dropped

@@ -2,6 +2,8 @@
 the engine and the HTTP app.
 
     lines.py       the waiting lines and their fairness contract (the rules, at its top)
+    write_wakes.py what a committed write wakes, oldest head first
+    row_checks.py  a written (or due) row checked against a line's filter, lines indexed for it
     looks.py       a look, and the gap after one that found nothing
     time_wakes.py  a line asleep until the clock alone may give it a row
     bidding.py     who gets the job when claims rank it each their own way
