@@ -2,7 +2,7 @@
 write goes out before the fdatasync that covers it (http/durable.py).
 
 The app is driven directly as ASGI, with requests started together on one loop, so that "one
-turn" is a count, not a timing: every request below runs to its park before the turn's flush.
+turn" is a count, not a timing: every request below runs until its answer is pending, before the turn's flush.
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def test_a_replay_in_the_turn_of_its_write_answers_after_the_fdatasync(tmp_path)
 
 
 def test_the_short_way_answers_a_write_once_its_fdatasync_is_done_and_500_when_it_failed(tmp_path) -> None:
-    """What the protocol's short way gets for a write under --sync always: a Pending answer that
+    """What the protocol's direct path gets for a write under --sync always: a Pending answer that
     `App.release` hands over only from the flush (a failed fdatasync: the log's 500)."""
     app, db, files = open_app(tmp_path)
 
