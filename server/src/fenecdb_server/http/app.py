@@ -48,7 +48,6 @@ class App(Service):
     def __init__(self, db: Database, config: Config | None = None, *,
                  connections: Callable[[], int] = lambda: 0, busy: BusyPoll | None = None,
                  requests: Callable[[], int] = lambda: 0) -> None:
-        super().__init__()
         self.db = db
         self.config = config or Config()
         self.connections = connections
@@ -75,6 +74,9 @@ class App(Service):
         self.version_line = lines([self.version_header])
         self.cors_lines = lines(self.cors_headers)
         self.asgi = AsgiDoor(self)
+
+    def answer_lines(self) -> tuple[bytes, bytes]:
+        return self.version_line, self.cors_lines
 
     @property
     def turns(self) -> TurnSync | None:
@@ -115,11 +117,8 @@ class App(Service):
     def handle(self, scope: dict[str, Any], raw: bytes) -> Answer | Pending | Held | None:
         """`POST /query` or `/batch`, called by the transport (protocol.py) when the body's last
         byte arrives: the token checked, then `serve_now`. None where the ASGI door must answer
-        it: a refused token (its 401 waits out the address's delay, auth.py), a chunked body, a
-        run off the loop."""
-        req = Request(scope)
-        if req.chunked:
-            return None
+        it: a refused token (its 401 waits out the address's delay, auth.py), a run off the loop."""
+        req = Request(scope)  # with a Content-Length: the transport hands no chunked body over
         try:
             caller = self.auth.data(req.auth)
         except AuthRefused:

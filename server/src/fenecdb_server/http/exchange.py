@@ -129,12 +129,14 @@ class Held:
 
 
 class Service:
-    """The calls the transport makes into the application (app.App is the one there is)."""
+    """The calls the transport makes into the application (app.App is the one there is). It has
+    methods only: a compiled subclass lays its attributes out after its own slots (an ASGI
+    `__call__` adds one), so a base class's attributes would not be where the base writes them."""
 
-    def __init__(self) -> None:
-        # what every answer of /query and /batch carries, as header lines (wire.render_api)
-        self.version_line = b""
-        self.cors_lines = b""
+    def answer_lines(self) -> tuple[bytes, bytes]:
+        """The header lines every answer of /query and /batch carries, before its own headers and
+        after them (the server's version; the CORS headers): wire.render_api's `version`, `last`."""
+        raise NotImplementedError
 
     def handle(self, scope: dict[str, Any], raw: bytes) -> Answer | Pending | Held | None:
         """The answer to a `POST /query` or `/batch` with its whole body `raw`: now, later, or None

@@ -58,13 +58,14 @@ class Front:
     """What every connection of one server shares, set by the command line: its limits, the app
     whose `/query` and `/batch` it answers on the direct path, and the count of reserve connections."""
 
-    __slots__ = ("app", "max_connections", "header_timeout", "body_timeout", "busy", "spares", "cut", "evict",
+    __slots__ = ("app", "answer_lines", "max_connections", "header_timeout", "body_timeout", "busy", "spares", "cut", "evict",
                  "descriptors", "fd_ceiling", "turned_away", "unlogged", "logged_at", "log_due")
 
     def __init__(self, app: Service | None = None, *, max_connections: int = 0, header_timeout: float = 10.0,
                  body_timeout: float = 60.0, busy: BusyPoll | None = None, evict: bool = False,
                  descriptors: int | None = None) -> None:
         self.app = app  # None: every request takes the ASGI door (the access log must see each)
+        self.answer_lines = app.answer_lines() if app is not None else (b"", b"")
         self.max_connections = max_connections  # 0 = unlimited
         self.header_timeout = header_timeout  # 0 = never
         self.body_timeout = body_timeout  # 0 = never
@@ -116,6 +117,8 @@ class FenecProtocol(Connection):
     def __init__(self, shared: Front, *args: Any, **kwargs: Any) -> None:
         super().__init__(shared, *args, **kwargs)
         self.front: Service | None = shared.app
+        # the header lines every direct answer carries (the service's, the same for the server's life)
+        self._version_line, self._cors_lines = shared.answer_lines
         self._direct_body: list[bytes] | None = None  # the body read so far, on the direct path
         # the last head `_direct_read` read, and what it read (its headers list is shared by the requests
         # that repeat it: nothing changes a scope's headers)
@@ -308,8 +311,8 @@ class FenecProtocol(Connection):
         if answer.parts is not None:
             self._stream(answer, keep)
             return
-        transport.write(render_api(answer.status, self._dated_lines, answer.body, front.version_line,
-                                   answer.headers, front.cors_lines, keep))
+        transport.write(render_api(answer.status, self._dated_lines, answer.body, self._version_line,
+                                   answer.headers, self._cors_lines, keep))
         if not keep:
             transport.close()
             return
@@ -324,8 +327,8 @@ class FenecProtocol(Connection):
         assert front is not None and answer.parts is not None
         owed = Owed(keep)
         self.cycle = owed  # type: ignore[assignment]
-        head = [STATUS_LINE[answer.status], self._dated_lines, CHUNKED_TYPE, front.version_line,
-                lines(answer.headers), front.cors_lines, b"" if keep else b"connection: close\r\n", b"\r\n"]
+        head = [STATUS_LINE[answer.status], self._dated_lines, CHUNKED_TYPE, self._version_line,
+                lines(answer.headers), self._cors_lines, b"" if keep else b"connection: close\r\n", b"\r\n"]
         self.transport.write(b"".join(head))
         self._pump = answer.parts
         self._pump_owed = owed
