@@ -207,7 +207,8 @@ def micro() -> list[str]:
     from fastapi import FastAPI, Request
     from fastapi.responses import Response
     from fenecdb_server import Database
-    from fenecdb_server.http.app import App, Config, _dumps_json
+    from fenecdb_server.http.app import App, Config
+    from fenecdb_server.http.bodies import _dumps_json
 
     out = []
     db = Database()

@@ -6,7 +6,16 @@ The client here is `http.client` from the standard library, so the figure is the
 `--src DIR` runs the server from another checkout's `server/src` (to measure a change against main
 in one sitting); the engine's own share is `bench/claim_bytecodes.py` and `make queue-bench`.
 
-    .venv/bin/python bench/server_cost.py [--claims 3000] [--src other/server/src]
+`--door asgi` sends every request through the ASGI door instead of the direct path (the server
+runs with `--access-log /dev/null`, which the direct path leaves to that door): the difference is
+what the direct path saves, the access log's own lines included.
+
+`--callgrind` runs the server under valgrind's callgrind and prints its instructions a claim
+instead (the counters zeroed after the warm-up, dumped after the claims): a count, not a time, so
+it holds on a loaded machine.
+
+    .venv/bin/python bench/server_cost.py [--claims 3000] [--src other/server/src] [--door direct|asgi]
+                                          [--callgrind]
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 CLAIM = ("set jobs {owner: $1, run_at: now() + 30000, attempts: attempts + 1} "
@@ -42,16 +52,24 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--claims", type=int, default=3000)
     ap.add_argument("--src", default=None, help="a server/src to import the server from")
+    ap.add_argument("--door", choices=("direct", "asgi"), default="direct",
+                    help="asgi: every request through the ASGI door (--access-log /dev/null)")
+    ap.add_argument("--callgrind", action="store_true", help="count the server's instructions (valgrind)")
     args = ap.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = dict(os.environ, **({"PYTHONPATH": args.src} if args.src else {}))
     server = shutil.which("fenec-server", path=os.path.dirname(sys.executable)) or "fenec-server"
-    proc = subprocess.Popen([server, "--http", f"127.0.0.1:{port}"], env=env,
+    door = ["--access-log", os.devnull] if args.door == "asgi" else []
+    command = [server, "--http", f"127.0.0.1:{port}", *door]
+    dumps = tempfile.mkdtemp(prefix="fenec-callgrind-") if args.callgrind else ""
+    if args.callgrind:  # the console script run by this interpreter, under valgrind
+        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={dumps}/out", sys.executable, *command]
+    proc = subprocess.Popen(command, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_for_server(port, proc)
+        wait_for_server(port, proc, 600 if args.callgrind else 60)
         conn = http.client.HTTPConnection("127.0.0.1", port)
 
         def query(body: dict) -> bytes:
@@ -68,16 +86,34 @@ def main() -> int:
             f = open(f"/proc/{proc.pid}/stat").read().rsplit(")", 1)[1].split()
             return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
+        if args.callgrind:
+            subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True, capture_output=True)
         before, started = cpu(), time.perf_counter()
         for _ in range(args.claims):
             query({"query": CLAIM, "params": ["w"]})
         used, wall = cpu() - before, time.perf_counter() - started
+        if args.callgrind:
+            subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
+            print(json.dumps({"claims": args.claims, "server_instructions_per_claim": round(_instructions(dumps) / args.claims),
+                              "src": args.src or "installed", "door": args.door}))
+            return 0
         print(json.dumps({"claims": args.claims, "server_cpu_us_per_claim": round(1e6 * used / args.claims),
-                          "wall_us_per_claim": round(1e6 * wall / args.claims), "src": args.src or "installed"}))
+                          "wall_us_per_claim": round(1e6 * wall / args.claims), "src": args.src or "installed",
+                          "door": args.door}))
     finally:
         proc.terminate()
         proc.wait(30)
     return 0
+
+
+def _instructions(folder: str) -> int:
+    """The instructions of the last callgrind dump in `folder` (its `totals:` or `summary:` line)."""
+    last = max((os.path.join(folder, f) for f in os.listdir(folder)), key=os.path.getmtime)
+    with open(last) as f:
+        for line in f:
+            if line.startswith(("totals:", "summary:")):
+                return int(line.split()[1])
+    raise RuntimeError(f"no totals in {last}")
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ async def _wakes(n: int) -> list[tuple[int, int]]:
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
             for _ in range(n):
                 request = asyncio.ensure_future(c.post("/query", json=CLAIM, headers={"Fenec-Wait": "30000"}))
-                while not (app.waits and app.waits.held):
+                while not (app.lines and app.lines.held):
                     await asyncio.sleep(0.001)
                 for _ in range(10):  # what the request's own parking left to do is done first
                     await asyncio.sleep(0)

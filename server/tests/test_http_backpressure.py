@@ -86,7 +86,7 @@ def test_answers_past_the_ceiling_are_413_never_cut_and_long_ones_come_whole() -
             assert [row["payload"]["n"] for row in r.json()] == list(range(2500))
             r = q(c, claim(2200), "w2")
             assert r.status_code == 200 and len(r.json()) == 2200
-        # a held claim woken by a put, whose answer is long: written in pieces on the short way
+        # a held claim woken by a put, whose answer is long: written in pieces on the direct path
         with s.client() as held, s.client() as c:
             q(c, "del jobs")
             got: list[httpx.Response] = []

@@ -1,8 +1,8 @@
-"""The claim's short way (http/protocol.py `_direct`): a `POST /query` or `/batch` is read and answered
-by the protocol itself, with no ASGI cycle. It must answer exactly what the ASGI path answers, in the
+"""The claim's direct path (http/protocol.py): a `POST /query` or `/batch` is read and answered
+by the protocol itself, with no ASGI cycle. It must answer exactly what the ASGI door answers, in the
 order requests came on a connection, whichever path each took.
 
-The ASGI path is what a server with `--access-log` runs for every request, so the same requests sent
+The ASGI door is what a server with `--access-log` runs for every request, so the same requests sent
 to such a server are the reference. Each test runs at the default `--sync 250` and at `--sync always`,
 where a write's answer waits for its loop turn's fdatasync (http/durable.py) and the connection's next
 request waits behind it."""
@@ -28,7 +28,7 @@ JOBS = "create collection jobs (payload json, run_at timestamp @sorted, owner te
 CLAIM = ("set jobs {owner: $1, run_at: now() + 30000, attempts: attempts + 1} "
          "where run_at <= now() order run_at limit 2 returning id, owner, attempts")
 
-# (path, body, extra headers): every kind of answer the short way gives, and the ones it hands on
+# (path, body, extra headers): every kind of answer the direct path gives, and the ones it hands on
 REQUESTS: list[tuple[str, bytes, dict[str, str]]] = [
     ("/query", json.dumps({"query": JOBS}).encode(), {}),
     ("/query", json.dumps({"query": "put jobs $1", "params": [[{"run_at": 0, "attempts": 0}] * 5]}).encode(), {}),
@@ -45,7 +45,7 @@ REQUESTS: list[tuple[str, bytes, dict[str, str]]] = [
     ("/query", json.dumps({"query": "get jobs where id = $1", "params": [12345678901234567890123]}).encode(), {}),
     ("/batch", b"\n\n", {}),  # an empty batch
     ("/query", json.dumps({"query": "get jobs where owner in [" + ",".join(['"w1"'] * 2000) + "] count"}).encode(),
-     {}),  # a long text: parsed off the loop, through the ASGI path
+     {}),  # a long text: parsed off the loop, through the ASGI door
     ("/query", json.dumps({"query": CLAIM, "params": ["w3"]}).encode(), {"Fenec-Wait": "1"}),  # held, takes at once
     ("/query", json.dumps({"query": CLAIM, "params": ["w4"]}).encode(), {"Fenec-Wait": "30"}),  # held to its deadline
     ("/query", json.dumps({"query": "get jobs where owner = 'w3' count"}).encode(), {}),
@@ -78,7 +78,7 @@ def direct_count(server: Server) -> int:
 
 
 @SYNCS
-def test_the_short_way_answers_what_the_asgi_path_answers(tmp_path: Path, sync: str) -> None:
+def test_the_direct_path_answers_what_the_asgi_door_answers(tmp_path: Path, sync: str) -> None:
     direct = server(tmp_path, sync, "direct")
     asgi = server(tmp_path, sync, "asgi", "--access-log", str(tmp_path / "access.log"))
     try:
@@ -106,7 +106,7 @@ def test_pipelined_requests_are_answered_in_order_whichever_way_each_takes(tmp_p
 
         setup = post(json.dumps({"query": JOBS}).encode())
         requests = [
-            post(json.dumps({"query": "put jobs {attempts: 7}"}).encode()),  # short way
+            post(json.dumps({"query": "put jobs {attempts: 7}"}).encode()),  # direct path
             b"GET /_health HTTP/1.1\r\nHost: x\r\n\r\n",  # ASGI (under --sync always: behind a pending answer)
             post(json.dumps({"query": "get jobs select attempts"}).encode()),  # behind an ASGI answer
             post(b'{"query": "get nope"}'),
@@ -180,9 +180,9 @@ def test_http_1_0_and_connection_close_are_answered_then_closed(tmp_path: Path, 
         assert s.stop() == 0
 
 
-# The quick read (protocol.py `_quick`) reads the head of a plain `POST /query` or `/batch` itself;
+# The direct path's own head read (protocol.py `_direct_read`) reads the head of a plain `POST /query` or `/batch` itself;
 # anything it does not take goes to httptools as before. Each of these must be answered as the
-# ASGI path answers it: (the request's bytes, cut into the parts sent one after another).
+# ASGI door answers it: (the request's bytes, cut into the parts sent one after another).
 _BODY = json.dumps({"query": "get jobs count"}).encode()
 _LEN = b"Content-Length: %d\r\n" % len(_BODY)
 ODD_HEADS: list[list[bytes]] = [
@@ -235,8 +235,8 @@ def _exchange(addr: tuple[str, int], parts: list[bytes]) -> tuple[int, bytes, bo
 
 
 @SYNCS
-def test_heads_the_quick_read_leaves_are_answered_as_the_asgi_path_answers_them(tmp_path: Path, sync: str) -> None:
-    direct = server(tmp_path, sync, "quick")
+def test_heads_the_direct_read_leaves_are_answered_as_the_asgi_door_answers_them(tmp_path: Path, sync: str) -> None:
+    direct = server(tmp_path, sync, "direct-read")
     asgi = server(tmp_path, sync, "reference", "--access-log", str(tmp_path / "access.log"))
     try:
         for s in (direct, asgi):
@@ -252,7 +252,7 @@ def test_heads_the_quick_read_leaves_are_answered_as_the_asgi_path_answers_them(
 
 
 def test_a_connection_of_short_way_answers_is_closed_once_idle_not_while_requests_come(tmp_path: Path) -> None:
-    """The short way keeps one keep-alive timer armed while requests come (protocol.py `_answered`):
+    """The direct path keeps one keep-alive timer armed while requests come (protocol.py `_answered`):
     requests spaced less than --idle-timeout apart keep the connection, however long they go on past
     the first answer's timeout; once none comes for the timeout, the server closes it."""
     s = server(tmp_path, "250", "idle", "--idle-timeout", "3")
@@ -276,6 +276,6 @@ def test_a_connection_of_short_way_answers_is_closed_once_idle_not_while_request
             # not before its timeout: counted by the server from its answer's write, which comes before `last`
             # by the answer's way to this process, and on the loop's cached clock; half a second covers both
             assert time.monotonic() - last >= 2.5
-        assert direct_count(s) - before == 5  # every request went the short way
+        assert direct_count(s) - before == 5  # every request went the direct path
     finally:
         assert s.stop() == 0

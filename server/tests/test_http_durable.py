@@ -2,7 +2,7 @@
 write goes out before the fdatasync that covers it (http/durable.py).
 
 The app is driven directly as ASGI, with requests started together on one loop, so that "one
-turn" is a count, not a timing: every request below runs to its park before the turn's flush.
+turn" is a count, not a timing: every request below runs until its answer is pending, before the turn's flush.
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def test_a_replay_in_the_turn_of_its_write_answers_after_the_fdatasync(tmp_path)
 
 
 def test_the_short_way_answers_a_write_once_its_fdatasync_is_done_and_500_when_it_failed(tmp_path) -> None:
-    """What the protocol's short way gets for a write under --sync always: a Pending answer that
+    """What the protocol's direct path gets for a write under --sync always: a Pending answer that
     `App.release` hands over only from the flush (a failed fdatasync: the log's 500)."""
     app, db, files = open_app(tmp_path)
 
@@ -153,7 +153,7 @@ def test_the_short_way_answers_a_write_once_its_fdatasync_is_done_and_500_when_i
     async def main() -> None:
         await post(app, files, "get jobs count")  # starts the app on this loop
         got: list[Any] = []
-        pending = app.answer_now(*request("put jobs {tag: 'a', n: 1}"))
+        pending = app.handle(*request("put jobs {tag: 'a', n: 1}"))
         assert isinstance(pending, Pending)
         before = files.calls["datasync"]
         app.release(pending, got.append)
@@ -161,10 +161,10 @@ def test_the_short_way_answers_a_write_once_its_fdatasync_is_done_and_500_when_i
         await settled(got, 1)
         assert files.calls["datasync"] == before + 1
         assert (got[0].status, json.loads(got[0].body)) == (200, {"affected": 1})
-        read = app.answer_now(*request("get jobs count"))
+        read = app.handle(*request("get jobs count"))
         assert isinstance(read, Answer) and json.loads(read.body) == [{"count": 1}]  # a read is not held
         files.fail("datasync", errno.EIO)
-        pending = app.answer_now(*request("put jobs {tag: 'b', n: 2}"))
+        pending = app.handle(*request("put jobs {tag: 'b', n: 2}"))
         assert isinstance(pending, Pending)
         app.release(pending, got.append)
         await settled(got, 2)
@@ -226,7 +226,7 @@ def test_a_held_claim_run_off_the_loop_answers_after_the_fdatasync_of_what_it_to
         await post(app, files, "get jobs count")
         held = asyncio.ensure_future(post(app, files, claim, headers=[(b"fenec-wait", b"30000")]))
         for _ in range(1000):  # until it is held (its first run took nothing)
-            if app.waits is not None and app.waits.held == 1:
+            if app.lines is not None and app.lines.held == 1:
                 break
             await asyncio.sleep(0.01)
         else:

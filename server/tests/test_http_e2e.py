@@ -353,7 +353,7 @@ def test_wire_statuses(server: Server) -> None:
             + b"\r\n")
     assert status_of(r) == 431
     r = raw(a, b"POST /query HTTP/1.1\r\nX-Big: " + b"a" * 70000 + b"\r\nContent-Length: 2\r\n\r\n{}")
-    assert status_of(r) == 431 and "error" in body_of(r)  # a head the quick read would take but for its size
+    assert status_of(r) == 431 and "error" in body_of(r)  # a head the direct path would read but for its size
     r = raw(a, b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n")
     assert status_of(r) == 400 and "error" in body_of(r)
     r = raw(a, b"TRACE / HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -481,7 +481,7 @@ def test_the_busy_poll_window_ends_after_an_answer_and_is_counted() -> None:
     try:
         assert re.fullmatch(r"fenec-server \S+: in memory  \[sync=250 ms, busy-poll=100 us, engine=(compiled|python)\]", s.log[-2])
         with s.client() as c:
-            assert busy_metrics(c) == (0.0001, 0)  # no answer on the short way yet: never polled
+            assert busy_metrics(c) == (0.0001, 0)  # no answer on the direct path yet: never polled
             assert q(c, "create collection t (a int)").status_code == 200
             for _ in range(2):
                 assert q(c, "get t count").status_code == 200

@@ -88,6 +88,9 @@ class FakeDB:
     def look(self, fn: Any) -> Any:
         return fn()
 
+    def cached(self, text: str) -> bool:  # every text is short here: none is sent off the loop
+        return True
+
     def observe(self, note: Any) -> int:
         return self.seq
 
@@ -166,7 +169,7 @@ async def one_held(app: App, c: httpx.AsyncClient) -> asyncio.Task[httpx.Respons
     """Worker `w`'s claim, sent with a 30 s wait (far past anything a test waits for, so an
     answer at its deadline is told from a wake on any machine); returned once the app holds it."""
     waiter = asyncio.create_task(c.post("/query", json=claim("w"), headers={"Fenec-Wait": "30000"}))
-    await until(lambda: bool(app.waits and app.waits.held))
+    await until(lambda: bool(app.lines and app.lines.held))
     return waiter
 
 
@@ -183,8 +186,8 @@ async def test_put_wakes_held_claim_and_fifo(fake: FakeDB) -> None:
     async with client(app) as c:
         waiters = [asyncio.create_task(c.post("/query", json=claim(f"w{i}"), headers={"Fenec-Wait": "30000"}))
                    for i in range(3)]
-        await until(lambda: bool(app.waits and app.waits.held == 3))
-        assert app.waits is not None
+        await until(lambda: bool(app.lines and app.lines.held == 3))
+        assert app.lines is not None
         runs_before = fake.runs
         r = await c.post("/query", json={"query": "put", "params": [2]})
         assert r.status_code == 200
@@ -197,7 +200,7 @@ async def test_put_wakes_held_claim_and_fifo(fake: FakeDB) -> None:
         assert got == {"w0": 1, "w1": 2}
         # one look for the write and one after each hand-off; runs only when a row was there
         assert fake.runs - runs_before == 2
-        assert app.waits.held == 1
+        assert app.lines.held == 1
         app.shutdown()
         rest = await asyncio.wait_for(pending.pop(), 30)
         assert rest.status_code == 200 and rest.json() == []
@@ -223,7 +226,7 @@ async def test_deadline_answers_last_run(fake: FakeDB) -> None:
         r = await c.post("/query", json=claim("w"), headers={"Fenec-Wait": "200"})
         assert r.status_code == 200 and r.json() == []
         assert 0.19 <= loop.time() - t0 < 10.0  # at its end (a missed end would hold on)
-        assert app.waits is not None and app.waits.held == 0 and not app.waits.lines
+        assert app.lines is not None and app.lines.held == 0 and not app.lines.lines
 
 
 async def test_look_throttle_one_look_per_ms(fake: FakeDB) -> None:
@@ -276,8 +279,8 @@ async def test_across_lines_the_request_held_longest_runs_first(fake: FakeDB) ->
         for i, (text, owner) in enumerate(order):
             tasks.append(asyncio.create_task(
                 c.post("/query", json={"query": text, "params": [owner, 1]}, headers={"Fenec-Wait": "30000"})))
-            await until(lambda i=i: bool(app.waits and app.waits.held == i + 1))
-        assert app.waits is not None and len(app.waits.lines) == 2
+            await until(lambda i=i: bool(app.lines and app.lines.held == i + 1))
+        assert app.lines is not None and len(app.lines.lines) == 2
         for expected in ("b0", "a0", "b1", "a1"):
             await c.post("/query", json={"query": "put", "params": [1]})
             done, _ = await asyncio.wait(tasks, timeout=30, return_when=asyncio.FIRST_COMPLETED)
@@ -335,4 +338,4 @@ async def test_a_write_from_another_thread_wakes_a_held_claim(fake: FakeDB) -> N
         await asyncio.to_thread(fake.execute, [("put", [1])])
         got = await asyncio.wait_for(waiter, 30)
         assert got.status_code == 200 and got.json() == [{"id": 1, "owner": "w"}]
-        assert app.waits is not None and app.waits.held == 0
+        assert app.lines is not None and app.lines.held == 0

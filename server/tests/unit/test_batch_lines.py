@@ -1,4 +1,4 @@
-"""`/batch` bodies read line by line: the quick read of a plain body (each line straight through
+"""`/batch` bodies read line by line: the fast read of a plain body (each line straight through
 orjson) answers exactly what the general read answers, statements or refusal, for every body."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 from fenecdb_server import Database
-from fenecdb_server.http import app as app_module
+from fenecdb_server.http import intake
 from fenecdb_server.http.app import App, Config, Refusal, Request
 
 ACK = "del jobs where id = $1 and owner = $2 require 1"
@@ -38,18 +38,18 @@ BODIES = [
 def outcome(app: App, body: bytes) -> object:
     req = Request({"method": "POST", "path": "/batch", "headers": [(b"content-length", b"1")], "client": None})
     try:
-        work = app.batch_work(req, body)
+        work = app.intake.batch_work(req, body)
     except Refusal as r:
         return ("refused", r.status, r.body)
     return [(text, params) for text, params in work.statements]
 
 
 @pytest.mark.parametrize("body", BODIES)
-def test_the_quick_read_answers_as_the_general_read(body, monkeypatch):
+def test_the_fast_read_answers_as_the_general_read(body, monkeypatch):
     app = App(Database(), Config())
     raw = body.encode("utf-8", "surrogatepass")
     quick = outcome(app, raw)
-    monkeypatch.setattr(app_module.numbers, "plain", lambda raw: False)
+    monkeypatch.setattr(intake.numbers, "plain", lambda raw: False)
     assert outcome(app, raw) == quick
 
 

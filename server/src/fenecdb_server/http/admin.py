@@ -12,7 +12,7 @@
   totals, and per queue their rates over about the last minute (metrics.Recent), for the
   dashboard's rates; read like `/_metrics`, whose tokens may read every queue.
 
-`App.http` checked the token before routing here: `/_admin/*` takes the server token (or a
+The ASGI door (asgi.py) checked the token before routing here: `/_admin/*` takes the server token (or a
 server with no token at all, which binds only loopback); a scoped token is refused 403.
 """
 
@@ -41,7 +41,7 @@ ADMIN_ONLY = "the server token only: /_admin routes are not for scoped tokens"
 def _refused(request: Request) -> Response | None:
     caller = request.scope.get("fenec.caller")
     if caller is not None and caller.scoped:
-        return Response(E.body(ADMIN_ONLY), status_code=403, media_type=JSON)
+        return Response(E.body(ADMIN_ONLY), status_code=E.FORBIDDEN, media_type=JSON)
     return None
 
 
@@ -74,15 +74,15 @@ class FileAnswer(Response):
 
 
 def add_admin_routes(api: FastAPI, app: App) -> None:
-    from .app import dumps
+    from .bodies import dumps
 
     @api.post("/_admin/compact")
     async def compact(request: Request) -> Response:
         refused = _refused(request)
         if refused is not None:
             return refused
-        if getattr(app.db, "path", None) is None:
-            return Response(E.body("an in-memory database has no file to compact"), status_code=409,
+        if app.db.path is None:
+            return Response(E.body("an in-memory database has no file to compact"), status_code=E.CONFLICT,
                             media_type=JSON)
         loop = asyncio.get_running_loop()
         try:

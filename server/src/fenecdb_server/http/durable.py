@@ -2,21 +2,21 @@
 run while the loop goes on.
 
 Redis's pattern for `appendfsync always`: a write runs on the loop as any request does (the
-engine appends its record to the OS file at once, `storage/log.py`), but its answer is parked;
+engine appends its record to the OS file at once, `storage/log.py`), but its answer is pending;
 the first write of a turn schedules a flush with `call_soon`, which runs after every callback
 already ready, i.e. once this turn's requests have all run. The flush starts one fdatasync for
 every record appended so far (the log's leader step, `Log.sync_begin`) on the log's ring (a
 thread of its own, `storage/sync_thread.py`, or the kernel's AIO, `storage/kernel_aio.py`) and
 the loop goes on reading and running requests; the ring tells the end through an eventfd the
 loop watches, and `_reaped` releases every answer the sync
-covered, then starts the next one for the writes parked meanwhile. So the busier the server,
+covered, then starts the next one for the writes pending meanwhile. So the busier the server,
 the more writes share one fdatasync, and the loop is never idle for a disk.
 
-    turn T     request a: execute, append record 41, park     (flush scheduled)
-               request b: execute, append record 42, park
+    turn T     request a: execute, append record 41, pending (flush scheduled)
+               request b: execute, append record 42, pending
     turn T+1   flush: start an fdatasync covering 41 and 42
-               request c: execute, append record 43, park     (waits: a sync runs)
-    turn T+k   the eventfd: release a and b (on the short way, http/protocol.py, their
+               request c: execute, append record 43, pending (waits: a sync runs)
+    turn T+k   the eventfd: release a and b (on the direct path, http/protocol.py, their
                answers are written right there); start an fdatasync covering 43
 
 A turn with a lone write syncs it in place (`Log.sync_upto`, the loop waits): with nothing to
@@ -39,7 +39,7 @@ commit, as the in-process `Database` always does, and no ticket is ever left to 
 could drop it. If the sync running is one the loop started, that thread reaps it itself
 (`Log._await_sync`) rather than wait for the loop, which may be the very thread waiting. An
 Idempotency-Key replay waits like a write (the engine makes it wait for the last record
-appended), as the write it answers for may be in this very turn. A read is not parked: it may
+appended), as the write it answers for may be in this very turn. A read is not pending: it may
 see a write whose fdatasync has not finished (as it could before, from another thread).
 
 Why not a thread: measured over HTTP (bench/durable_syscalls.py, strace counts; bench/README.md),
@@ -51,7 +51,7 @@ it up only at the interpreter's 5 ms switch interval (8 writers: 5 859-6 583 wri
 7 235-7 349 with the sync in place, same sitting). Neither the kernel's AIO nor the C thread of
 `storage/sync_thread.py` needs the GIL to finish.
 
-A failed fdatasync fails every write parked on it with the log's "outcome unknown" 500, and the
+A failed fdatasync fails every write pending on it with the log's "outcome unknown" 500, and the
 log refuses every later write (`Log._finish_ring`, `Log._lead_sync`), as before.
 """
 
@@ -67,15 +67,15 @@ from ..storage.log import Deferred
 
 
 class TurnSync:
-    """The parked answers of the writes of the loop's turns and the fdatasyncs that release them."""
+    """The pending answers of the writes of the loop's turns and the fdatasyncs that release them."""
 
-    __slots__ = ("log", "_loop", "_loop_thread", "_parked", "_covered", "_ring", "_scheduled", "flushes")
+    __slots__ = ("log", "_loop", "_loop_thread", "_pending", "_covered", "_ring", "_scheduled", "flushes")
 
     def __init__(self, log: Any, loop: asyncio.AbstractEventLoop) -> None:
         self.log = log  # a storage.Log under --sync always
         self._loop = loop
         self._loop_thread = threading.get_ident()  # made on the loop's thread (App.start)
-        self._parked: list[tuple[int, Callable[[StorageFailed | None], None]]] = []  # no sync started for them
+        self._pending: list[tuple[int, Callable[[StorageFailed | None], None]]] = []  # no sync started for them
         self._covered: list[tuple[int, Callable[[StorageFailed | None], None]]] = []  # the running sync's
         self._scheduled = False  # a `_flush` is queued with call_soon
         self.flushes = 0  # fdatasyncs started (at most one each): tests count them
@@ -100,14 +100,14 @@ class TurnSync:
 
     def after(self, ticket: int, then: Callable[[StorageFailed | None], None]) -> None:
         """Call `then(None)` once `ticket` is durable, `then(error)` if its fdatasync failed: from
-        the flush itself, so the short way's answer is written in the flush's turn (no task)."""
-        self._parked.append((ticket, then))
+        the flush itself, so the direct path's answer is written in the flush's turn (no task)."""
+        self._pending.append((ticket, then))
         if not self._scheduled and not self._covered:
             self._scheduled = True
             self._loop.call_soon(self._flush)
 
     def durable(self, ticket: int) -> asyncio.Future[None]:
-        """A future done once `ticket` is durable (or failed with StorageFailed): the ASGI path's."""
+        """A future done once `ticket` is durable (or failed with StorageFailed): the ASGI door's."""
         future = self._loop.create_future()
 
         def release(error: StorageFailed | None) -> None:
@@ -130,30 +130,30 @@ class TurnSync:
     def _flush(self) -> None:
         """Once the turn's requests have run: one fdatasync for every record appended so far."""
         self._scheduled = False
-        if not self._parked or self._covered:
+        if not self._pending or self._covered:
             return
-        parked, self._parked = self._parked, []
-        upto = max(ticket for ticket, _ in parked)
+        pending, self._pending = self._pending, []
+        upto = max(ticket for ticket, _ in pending)
         self.flushes += 1
         ring = self._ring
-        if ring is not None and len(parked) > 1:  # a lone write: in place (see the module text)
+        if ring is not None and len(pending) > 1:  # a lone write: in place (see the module text)
             try:
                 if self.log.sync_begin(ring):
-                    self._covered = parked  # released by `_reaped`; the loop goes on meanwhile
+                    self._covered = pending  # released by `_reaped`; the loop goes on meanwhile
                     return
             except StorageFailed as refused:
-                self._release(parked, refused)
+                self._release(pending, refused)
                 return
         error: StorageFailed | None = None
         try:  # in place: no ring, or nothing to start (a thread's sync covered it, or runs now)
             self.log.sync_upto(upto)
         except StorageFailed as e:
             error = e
-        self._release(parked, error)
+        self._release(pending, error)
 
     def _reaped(self) -> None:
         """The ring is readable: the running fdatasync is over. Release what it covered, and
-        start the next one for the writes parked meanwhile. (The eventfd is read here whoever
+        start the next one for the writes pending meanwhile. (The eventfd is read here whoever
         reaped the sync: a thread that needed it reaps it itself, and the loop is still woken.)"""
         if self._ring is not None:
             self._ring.clear()
@@ -170,12 +170,12 @@ class TurnSync:
             except StorageFailed as e:
                 error = e
         self._release(covered, error)
-        if self._parked and not self._scheduled:  # after this poll's requests, as from `after`
+        if self._pending and not self._scheduled:  # after this poll's requests, as from `after`
             self._scheduled = True
             self._loop.call_soon(self._flush)
 
     @staticmethod
-    def _release(parked: list[tuple[int, Callable[[StorageFailed | None], None]]],
+    def _release(pending: list[tuple[int, Callable[[StorageFailed | None], None]]],
                  error: StorageFailed | None) -> None:
-        for _ticket, then in parked:
+        for _ticket, then in pending:
             then(error)

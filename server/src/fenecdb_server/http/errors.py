@@ -1,4 +1,4 @@
-"""Every refusal the HTTP layer answers, declared in one place.
+"""Every status and every refusal the HTTP layer answers, declared in one place.
 
 The engine raises `FenecError` with a kind; this module is the only place a kind becomes an
 HTTP answer, with the kind's status from the one table (`errors.STATUS`) and an `{"error": ...}`
@@ -14,6 +14,26 @@ from __future__ import annotations
 import json
 
 from ..errors import FenecError
+
+# The statuses HTTP answers with (http.md §6), by name: no other module of `http/` writes a status
+# number (test_http_rooms.py). An engine refusal's status is its kind's (`errors.STATUS`).
+OK = 200
+NO_CONTENT = 204
+BAD_REQUEST = 400
+UNAUTHORIZED = 401
+FORBIDDEN = 403
+NOT_FOUND = 404
+TIMED_OUT = 408
+CONFLICT = 409
+LENGTH_REQUIRED = 411
+TOO_LARGE = 413
+TARGET_TOO_LONG = 414
+HEAD_TOO_LARGE = 431
+FAULT = 500
+NOT_IMPLEMENTED = 501
+UNAVAILABLE = 503
+# An answer is a refusal from this status on (the metrics' errors, the access log).
+FIRST_REFUSAL = BAD_REQUEST
 
 BODY_CEILING = 64 * 1024 * 1024
 HEAD_CEILING = 64 * 1024

@@ -35,3 +35,15 @@ def _digits(raw: bytes) -> bytes | None:
     if not text or not text.isdigit():
         return None
     return text.lstrip(b"0") or b"0"
+
+
+# Past these a request is handled in a worker thread, so that the loop goes on answering the
+# others (the GIL is handed back to it every switch interval). A parse costs ~5 us a byte of dense
+# text (`in [1, 1, ...]`), so 2 KiB on the loop is at most ~10 ms; a claim's text (~150 bytes) is
+# parsed once and cached, and never leaves the loop.
+OFF_LOOP_BODY = 64 << 10
+OFF_LOOP_TEXT = 2 << 10
+# On the loop a statement may answer or write this many rows; one that would pass it is put back
+# and run again in a worker thread with the command line's ceilings, as is one that would wait for
+# the lock, held there by such a statement: the loop never waits for either.
+LOOP_ROWS = 1_000

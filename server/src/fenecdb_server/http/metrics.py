@@ -81,7 +81,7 @@ class Metrics:
         self.started = time.time()
         self.kinds = {k: KindCounts() for k in KINDS}
         self.slow = 0
-        self.direct = 0  # requests answered on the protocol's short way (protocol.py)
+        self.direct = 0  # requests answered on the direct path (protocol.py), fenec_http_direct_total
         self.busy: Any = None  # the loop's polling window (busy_poll.py), None when off
 
     def answered(self, kind: str, seconds: float, error: bool) -> None:
@@ -97,7 +97,7 @@ class Metrics:
         c.counts[at] += 1
         c.seconds += seconds
 
-    def render(self, db: Database, waits: Any, connections: Callable[[], int]) -> bytes:
+    def render(self, db: Database, lines: Any, connections: Callable[[], int]) -> bytes:
         out: list[str] = []
 
         def head(name: str, kind: str, text: str) -> None:
@@ -164,7 +164,7 @@ class Metrics:
         one("fenec_change_sequence", "gauge", "The change counter.", db.seq)
         one("fenec_storage_failed", "gauge", "1 once the disk refused a write.", 1 if stats.get('failed') else 0)
 
-        one("fenec_held_requests", "gauge", "Requests held by Fenec-Wait right now.", waits.held if waits else 0)
+        one("fenec_held_requests", "gauge", "Requests held by Fenec-Wait right now.", lines.held if lines else 0)
         for name, attr, text in (
             ("fenec_held_looks_total", "looks", "Looks made by line heads."),
             ("fenec_held_runs_total", "runs", "Held requests run again."),
@@ -172,7 +172,7 @@ class Metrics:
             ("fenec_held_wakeups_total", "wakeups", "Lines woken by a write or by the clock."),
             ("fenec_held_checks_total", "checks", "Rows a write put checked against a held line's filter."),
         ):
-            one(name, "counter", text, getattr(waits, attr) if waits else 0)
+            one(name, "counter", text, getattr(lines, attr) if lines else 0)
         head("fenec_build_info", "gauge", "Version.")
         out.append(f'fenec_build_info{{version="{self.version}"}} 1')
         head("fenec_start_time_seconds", "gauge", "Start time.")
@@ -202,8 +202,7 @@ class Metrics:
             for value, c in sorted(collections[name]["queues"].items()):
                 out.append(f"fenec_queue_oldest_ready_seconds{{{labels(name, value)}}} "
                            f"{c['oldest_ready_ms'] / 1000:.3f}")
-        tally = getattr(db, "tally", None)
-        counters = tally.snapshot() if tally is not None else {}
+        counters = db.tally.snapshot()
         for name in queues:  # a queue's values seen only by its counters still get a line
             for value in collections[name]["queues"]:
                 counters.setdefault((name, value), [0] * len(QUEUE_COUNTERS))
@@ -239,15 +238,14 @@ class Recent:
         self.marks: deque[tuple[float, dict[tuple[str, str], list[int]]]] = deque(maxlen=self.QUEUE_MARKS)
         self.latest: tuple[float, dict[tuple[str, str], list[int]]] = (0.0, {})
 
-    def sample(self, db: Database, waits: Any, at: float | None = None) -> None:
+    def sample(self, db: Database, lines: Any, at: float | None = None) -> None:
         t = time.time() if at is None else at
-        tally = getattr(db, "tally", None)
-        counters: dict[tuple[str, str], list[int]] = tally.snapshot() if tally is not None else {}
+        counters: dict[tuple[str, str], list[int]] = db.tally.snapshot()
         totals = [0] * len(QUEUE_COUNTERS)
         for c in counters.values():
             for i, n in enumerate(c):
                 totals[i] += n
-        held = waits.held if waits is not None else 0
+        held = lines.held if lines is not None else 0
         self.samples.append((t, *totals, held))
         self.latest = (t, counters)
         if not self.marks or t - self.marks[-1][0] >= self.QUEUE_STEP_S:

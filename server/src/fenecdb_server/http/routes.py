@@ -2,7 +2,7 @@
 `GET /`, `GET /collections`, `GET /_metrics`, `GET /_openapi.json` (HEAD alike), and the
 operator's: `/_admin/*` and `/_metrics/recent` (admin.py), `/_dashboard` (dashboard.py).
 
-The token, the method and the body ceilings were already checked by `App.http`, which leaves
+The token, the method and the body ceilings were already checked by the ASGI door (asgi.py), which leaves
 the caller in the ASGI scope (`fenec.caller`): a scoped token is listed only the collections it
 may read (access.md §3.2: one it may only insert into is not listed to it).
 """
@@ -27,11 +27,7 @@ PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 def schemas(db: Database, scope: Any = None) -> list[dict[str, Any]]:
     """`GET /collections`: every collection's fields, as the engine describes them; under a
     scoped token only the collections it may read."""
-    describe = getattr(db, "schemas", None) or getattr(db, "collections", None)
-    if callable(describe):
-        found = list(describe())
-    else:
-        found = [{"name": name, "fields": []} for name in sorted(db.stats().get("collections", {}))]
+    found = db.schemas()
     if scope is None:
         return found
     return [c for c in found if scope.grants(c["name"]).has("read")]
@@ -56,7 +52,7 @@ def documented(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_routes(app: App) -> FastAPI:
-    from .app import dumps
+    from .bodies import dumps
 
     api = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
     version = app.config.version
@@ -76,7 +72,7 @@ def build_routes(app: App) -> FastAPI:
 
     @api.api_route("/_metrics", methods=["GET", "HEAD"])
     async def metrics() -> Response:
-        text = app.metrics.render(app.db, app.waits, app.connections)
+        text = app.metrics.render(app.db, app.lines, app.connections)
         return Response(text, headers={"content-type": PROMETHEUS, **cors})
 
     @api.api_route("/_openapi.json", methods=["GET", "HEAD"])

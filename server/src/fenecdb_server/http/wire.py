@@ -1,9 +1,7 @@
-"""What the short way (`protocol.py`) does for every request, compiled with the engine
-(`server/setup.py`): a quick request's header lines read, an answer's status line, headers and
-body joined into the one write that sends it, and the stand-in for an answer owed later.
-
-Plain functions of bytes, apart from the connection (`protocol.py`, compiled too) that calls
-them, so that the app renders its answers' header lines with the same `lines`.
+"""The one renderer of the bytes on the wire, and the direct path's read of a plain head
+(`protocol.py`): a request's header lines read (`read_head`), an answer's status line, headers and
+body joined into the one write that sends it (`render`, `render_api`, `render_close`), and the
+stand-in for an answer owed later (`Owed`). The JSON of a body is `bodies.py`'s.
 """
 
 from __future__ import annotations
@@ -11,7 +9,7 @@ from __future__ import annotations
 import http
 from collections.abc import Callable
 
-# What a header line must look like for the quick read to take it (RFC 9110 §5.1, §5.5): a name
+# What a header line must look like for the direct path to read it (RFC 9110 §5.1, §5.5): a name
 # of token bytes, a colon, and a value of visible bytes, spaces and tabs. Each set is deleted by
 # `bytes.translate`, and what is left is the bytes outside it (a regex's match took 3 300
 # instructions a line; a translate builds its table of 256 bytes each call, so the values are
@@ -41,7 +39,7 @@ STATUS_LINE: dict[int, bytes] = {status: _status_line(status) for status in rang
 def read_head(block: bytes) -> tuple[list[tuple[bytes, bytes]], int, bool] | None:
     """The header lines of `block` (each ends with CRLF but the last; b"" for none): their names
     lowered with their values, the Content-Length (-1 when absent) and whether the connection is
-    kept. None where the quick read leaves the request to httptools: a line that is not a token,
+    kept. None where the direct path leaves the request to httptools: a line that is not a token,
     a colon and a visible value; a Transfer-Encoding, Expect or Upgrade; a second Content-Length
     or one that is not 1-9 digits; a Connection other than close or keep-alive. Each byte is
     looked at a bounded number of times."""
@@ -98,6 +96,19 @@ def render(status: int, first: list[tuple[bytes, bytes]], headers: list[tuple[by
     return b"".join(out)
 
 
+def render_close(status: int, body: bytes, extra: bytes = b"") -> bytes:
+    """An answer that closes the connection, written before or instead of a request's own (a
+    refusal of the transport: too many connections, a head it cannot read, a timeout)."""
+    return b"".join([
+        STATUS_LINE[status],
+        b"content-type: application/json; charset=utf-8\r\n",
+        b"content-length: ", str(len(body)).encode(), b"\r\n",
+        extra,
+        b"connection: close\r\n\r\n",
+        body,
+    ])
+
+
 def lines(headers: list[tuple[bytes, bytes]]) -> bytes:
     """Header lines, each `name: value` and CRLF."""
     return b"".join([name + b": " + value + b"\r\n" for name, value in headers])
@@ -110,7 +121,7 @@ def render_api(status: int, first: bytes, body: bytes, version: bytes, extra: li
                last: bytes, keep: bool) -> bytes:
     """`render` of an answer of /query or /batch, with what every such answer holds already as
     lines: `first` (the server's date), `version` and `last` (the CORS headers, if any); the same
-    bytes, in the same order, as `render` of `App.headers_for`'s list (test_http_direct.py)."""
+    bytes, in the same order, as `render` of `AsgiDoor.headers_for`'s list (test_http_direct.py)."""
     out = [STATUS_LINE[status], first, API_TYPE, str(len(body)).encode(), b"\r\n", version]
     for name, value in extra:
         out.append(name)
@@ -127,7 +138,7 @@ def render_api(status: int, first: bytes, body: bytes, version: bytes, extra: li
 
 class Owed:
     """Stands as the connection's `cycle` while a short-way answer is owed (its write's fdatasync,
-    the held claim its write woke, a parked claim's wake or deadline), so that uvicorn treats the
+    the held claim its write woke, a held claim's wake or deadline), so that uvicorn treats the
     connection as one with an answer not sent yet: a request read
     meanwhile is queued (`pipeline`, reading paused), shutdown leaves it to close after its
     answer, and a lost connection marks it (the attributes uvicorn touches)."""
