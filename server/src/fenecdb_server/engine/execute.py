@@ -17,6 +17,7 @@ from ..errors import FenecError, Overflow
 from ..plan.compile import Env
 from ..plan.schema import FieldInfo, Schema, check_annotation, no_collection
 from ..ql import ast as A
+from . import unique as U
 from .access import pick
 from .collection import Collection
 from .prepare import Prepared, render
@@ -494,7 +495,7 @@ def run_put(eng: Engine, p: Prepared, env: Env, blk: Block, rules: PutRules = SE
     blk.touch(coll)
     alive_fn = p.alive
     alive = (lambda r: alive_fn(r, env)) if alive_fn else (lambda r: True)
-    uniques = [t for t, (k, _, _) in coll.indexes.items() if k == "unique"]
+    uniques = [t for t, (k, _, _) in coll.indexes.items() if k == "unique" or k == U.KIND]
     written = 0
     name = coll.name
     for doc in docs:
@@ -553,7 +554,13 @@ def _holder(coll: Collection, doc: dict, uniques: list[str], alive: Callable[[di
         v = V.read_target(doc, t)
         if v is None:
             continue
-        for other in coll.index(t).lookup(v):
+        kind, idx, _ = coll.indexes[t]
+        if kind == U.KIND:
+            pending = U.holder(coll, idx, v)
+            if pending is not None and alive(pending):
+                return pending
+            continue
+        for other in idx.lookup(v):
             if alive(coll.rows[other]):
                 return coll.rows[other]
     return None
@@ -583,6 +590,8 @@ def run_create(eng: Engine, stmt: A.CreateCollection, blk: Block) -> Any:
                 raise FenecError("query", "a collection takes at most one @ttl field")
         fields[fd.name] = FieldInfo(fd.name, fd.type, fd.required, fd.index, fd.ttl_ms)
     schema = Schema(name, fields)
+    if any(f.index == U.KIND for f in fields.values()):
+        U.ready_field(schema)
     coll = Collection(schema)
     eng.add_collection(coll)
     blk.schema_undo.append(lambda: eng.remove_collection(name))
@@ -629,6 +638,9 @@ def run_create_index(eng: Engine, stmt: A.CreateIndex, blk: Block) -> Any:
         if stmt.if_not_exists:
             return {"message": f"index on `{coll.name}.{text}` exists"}
         raise FenecError("exists", f"`{coll.name}.{text}` already has an index")
+    if stmt.index == U.KIND:
+        U.ready_field(schema)
+        U.check_existing(coll, text, lambda row: V.read_target(row, text))
     if stmt.index == "unique":
         seen: dict[Any, int] = {}
         for rid, row in coll.ids_in_order().items():
