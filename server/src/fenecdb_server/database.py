@@ -28,6 +28,7 @@ from .engine import records
 from .engine.engine import Engine, Result
 from .engine.idempotency import Idem
 from .engine.queues import stats as queue_stats
+from .engine.schedules import Timer, fire_due
 from .errors import FenecError
 from .held.in_process import InProcess
 from .storage import Log
@@ -122,8 +123,12 @@ class Database(Engine):
     """A FenecDB database: in memory when `path` is None, else the data file at `path`."""
 
     def __init__(self, path: str | None = None, *, sync: str | int = 250,
-                 clock: Callable[[], int] | None = None, files: Any = None) -> None:
+                 clock: Callable[[], int] | None = None, files: Any = None, schedule_timer: bool = True) -> None:
+        """`schedule_timer`: fire schedules from a thread of this database while it is open (on
+        the wall clock only: with a `clock` of its own, `fire_due()` fires them). The HTTP
+        server passes False and fires them from its event loop."""
         super().__init__(clock)
+        self._timer: Timer | None = None
         self._in_process: InProcess | None = None  # claims held by callers in process (`query(wait=)`)
         self._in_process_mutex = threading.Lock()
         self.path = path
@@ -140,6 +145,16 @@ class Database(Engine):
                 seq, ops = records.replay(self, payload)
                 self._footprint.record(len(payload), seq, ops, self._documents)
             self.appender = _LogAppender(self._log, self._footprint, self._documents)
+        if schedule_timer and clock is None:
+            self._timer = Timer(self)
+            self.schedules.changed = self._timer.poke
+            if self.schedules.by_name:
+                self._timer.poke()
+
+    def fire_due(self) -> int:
+        """Fire the schedules whose due times have come, each due time once (engine/schedules.py);
+        answer how many fired."""
+        return fire_due(self)
 
     def query(self, text: Any, params: Any = None, *, wait: Any = 0) -> Any:  # checked, not only typed: 400s
         """Run one statement and answer what `POST /query` answers.
@@ -180,6 +195,8 @@ class Database(Engine):
         Raises the storage error when that last fsync fails."""
         if self.closed:
             return False
+        if self._timer is not None:
+            self._timer.stop()
         if self._in_process is not None:
             self._in_process.close()  # held claims answered with their last answers first
         self.lock.acquire_write()

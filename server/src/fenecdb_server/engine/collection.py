@@ -14,10 +14,10 @@ from typing import Any
 from ..errors import FenecError
 from ..plan.schema import Schema
 from ..values import read_path
+from . import unique as U
 from .geo_index import GeoIndex
 from .hash_index import HashIndex
 from .sorted_index import PackedIndex, SortedIndex
-from . import unique as U
 
 
 def _reader(target: str) -> Callable[[dict], Any]:

@@ -53,6 +53,8 @@ from .idempotency import Idem, Keys, Stored
 from .prepare import Prepared, prepare
 from .queues import Tally
 from .rwlock import Busy, RWLock
+from .schedules import Schedules
+from .schedules import run as run_schedule
 from .scoped import authorize as authorize_scoped
 from .scoped import run as run_scoped
 
@@ -134,6 +136,7 @@ class Engine:
         self.appender: Appender | None = None
         self._last_ticket: object = None  # the appender's ticket of the last record appended
         self.tally = Tally(self.collections)  # jobs enqueued, claimed, acked, failed, dead-lettered per queue
+        self.schedules = Schedules()  # recurring puts (engine/schedules.py)
 
     # ---------------------------------------------------------------- collections
 
@@ -156,6 +159,11 @@ class Engine:
             self._version += 1
             self._plans.clear()
             self.plan_chars = 0
+
+    @property
+    def schema_version(self) -> int:
+        """Bumped by every schema change (a plan prepared at another version is stale)."""
+        return self._version
 
     def schemas(self, scope: Scope | None = None) -> list[dict]:
         """Every collection's schema; under a token only those its rules let it see."""
@@ -500,6 +508,9 @@ class Engine:
             env = Env(params, V.Ts(self.now()))
             env.rows = rows
             try:
+                if type(stmt) is A.ShowSchedules:
+                    answers.append(run_schedule(self, text, stmt, Block(), scope))
+                    continue
                 if scope is not None:
                     env.claims = scope.claims
                     answers.append(run_scoped(self, text, stmt, env, None, scope))
@@ -533,6 +544,8 @@ class Engine:
         t = type(stmt)
         if scope is not None:
             env.claims = scope.claims
+            if isinstance(stmt, A.SCHEDULE_STATEMENTS):
+                return run_schedule(self, text, stmt, blk, scope)
             ans = run_scoped(self, text, stmt, env, blk, scope)
         elif t is A.Set:
             ans = run_set(self, self._plans.get((text, 0)) or self.prepared(text, stmt, ready), env, blk)
@@ -548,9 +561,38 @@ class Engine:
             ans = run_drop(self, stmt, blk)
         elif isinstance(stmt, A.CreateIndex):
             ans = run_create_index(self, stmt, blk)
+        elif isinstance(stmt, A.SCHEDULE_STATEMENTS):
+            ans = run_schedule(self, text, stmt, blk, None)
         else:
             raise FenecError("query", f"cannot run {t.__name__}")
         return ans
+
+    def run_write(self, fn: Callable[[Block], Any]) -> Any:
+        """Run `fn(blk)` as one write of its own under the write lock: the block committed as one
+        record when it holds any op, put back whole when `fn` raises; answer what `fn` answers
+        (engine/schedules.py fires through this)."""
+        if self.read_only:
+            raise FenecError("denied", "the server is in read-only mode")
+        if self.closed:
+            raise FenecError("unavailable", "the database is closed")
+        if self._failed is not None:
+            raise FenecError("io", f"writes are refused since the disk failed: {self._failed}")
+        ticket = None
+        self.lock.acquire_write()
+        try:
+            blk = Block()
+            try:
+                out = fn(blk)
+            except BaseException:
+                blk.rollback()
+                raise
+            if blk.ops:
+                ticket = self._commit(blk)
+        finally:
+            self.lock.release_write()
+        if ticket is not None:
+            self._durable(ticket)
+        return out
 
     # ---------------------------------------------------------------- held claims
 
