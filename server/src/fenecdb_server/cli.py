@@ -483,7 +483,10 @@ async def fire_schedules(db: Database) -> None:
 
     loop = asyncio.get_running_loop()
     wake = asyncio.Event()
-    db.schedules.changed = lambda: loop.call_soon_threadsafe(wake.set)
+
+    def changed() -> None:  # called by a write, from any thread
+        loop.call_soon_threadsafe(wake.set)
+    db.schedules.changed = changed
     while True:
         nxt = db.schedules.next_due()
         wait = SCHEDULE_RECHECK_S if nxt is None else max(0.0, min(SCHEDULE_RECHECK_S, db.until(nxt)))
