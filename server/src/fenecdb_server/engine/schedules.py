@@ -335,10 +335,10 @@ def _fire(eng: Engine, s: Schedule, blk: Block, due: int, next_due: int, now: in
 
 def fire_due(eng: Engine) -> int:
     """Fire every due time that has come (module doc), each fire its own record; answer how many
-    fired. Nothing while `firing` is off."""
+    fired. Nothing while `firing` is off, nor on a read-only, failed or closed database."""
     sch = eng.schedules
-    if not sch.firing or not sch.by_name:
-        return 0
+    if not sch.firing or not sch.by_name or eng.read_only or eng.failed is not None or eng.closed:
+        return 0  # a read-only server writes nothing, a failed disk takes no write: no fire is lost, only late
     now = eng.now()
     n = 0
     for name in [s.name for s in list(sch.by_name.values()) if not s.paused and s.due <= now]:
