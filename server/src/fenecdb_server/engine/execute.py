@@ -231,7 +231,7 @@ def run_set(eng: Engine, p: Prepared, env: Env, blk: Block) -> Any:
         schema = coll.schema
         blk.touch(coll)
         undo = blk.undo
-        if coll.unique:
+        if coll.unique and not U.unchanged(coll, picked, news):
             # Each row is checked against the rows before it already written (§4.4).
             alive = p.alive
             for old, new in zip(picked, news, strict=False):

@@ -58,6 +58,28 @@ def check(coll: Any, target: str, idx: Any, read: Callable[[dict], Any], row: di
                                        f"pending job {other}")
 
 
+def unchanged(coll: Any, olds: list[dict], news: list[dict]) -> bool:
+    """Whether writing `news` over `olds` can break no unique rule, so that a set may skip the
+    row-by-row checks: every unique index is `@unique(pending)`, no row's key changes, and no row
+    becomes pending that was not (a claim, an extension, a fail, an ack kept done). Each key had
+    at most one pending job before, so it still has."""
+    reads = []
+    for kind, _idx, read in coll.indexes.values():
+        if kind == "unique":
+            return False
+        if kind == KIND:
+            reads.append(read)
+    ready = ready_field(coll.schema)
+    for old, new in zip(olds, news, strict=True):
+        if old.get(ready) is None and new.get(ready) is not None:
+            return False
+        for read in reads:
+            a, b = read(old), read(new)
+            if a is not b and (a != b or type(a) is not type(b)):
+                return False
+    return True
+
+
 def holder(coll: Any, idx: Any, v: Any) -> dict | None:
     """The pending job holding key `v`, or None."""
     ready = ready_field(coll.schema)
