@@ -7,7 +7,10 @@ more), warms the caches with a few claims, then counts the opcode events (`sys.s
 `Database.query` of the claim, from the call to its answer. `bench/README.md` records the count;
 a change to the claim path says what it moved.
 
-    .venv/bin/python bench/claim_bytecodes.py [--jobs 10000] [--json]
+    .venv/bin/python bench/claim_bytecodes.py [--jobs 10000] [--unique-pending] [--json]
+
+`--unique-pending` gives each job a key `@unique(pending)` (unique jobs, engine/unique.py): the
+cost of a claim on such a queue.
 """
 
 from __future__ import annotations
@@ -53,13 +56,16 @@ def count(db: Database, text: str, params: list) -> tuple[int, int, Counter[str]
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=10_000)
+    ap.add_argument("--unique-pending", action="store_true", help="each job keyed by a @unique(pending) field")
     ap.add_argument("--json", action="store_true", help="print the counts as JSON")
     args = ap.parse_args()
     fixed = Database().now()
     db = Database(clock=lambda: fixed)
-    db.query(SCHEMA)
+    keyed = args.unique_pending
+    db.query(SCHEMA.replace("(payload json,", "(key text @unique(pending), payload json,") if keyed else SCHEMA)
     now = db.now()
-    db.query("put jobs $1", [[{"payload": {"n": i}, "run_at": now - 1000, "attempts": 0} for i in range(args.jobs)]])
+    db.query("put jobs $1", [[{"payload": {"n": i}, "run_at": now - 1000, "attempts": 0, **({"key": f"k{i}"} if keyed else {})}
+                              for i in range(args.jobs)]])
     for i in range(5):
         db.query(CLAIM, [f"warm:{i}"])
     ops, calls, where = count(db, CLAIM, ["w1"])
