@@ -250,3 +250,12 @@ def test_an_in_process_database_fires_from_its_own_thread():
     db.close()
     assert got, "no fire within 30 s"
     assert len({r["due"] for r in got}) == len(got)
+
+
+def test_a_put_of_documents_in_a_parameter_or_reading_claims_is_refused(db):
+    fails(lambda: db.query("create schedule s every 1m put jobs $1"), 400, "$1")
+    policy = Policy.parse("jobs schedule for ops\n")
+    ops = policy.scope_for({"sub": "o", "role": "ops", "q": "x"})
+    with pytest.raises(FenecError) as ei:
+        db.execute([("create schedule s every 1m put jobs {payload: $jwt.q, attempts: 0}", None)], scope=ops)
+    assert ei.value.status == 400

@@ -186,6 +186,8 @@ def _zone(name: str) -> ZoneInfo:
 
 def _checked(stmt: A.CreateSchedule) -> None:
     """Refuse (400) what the statement says wrong, before anything is kept."""
+    if stmt.put.param is not None:
+        raise FenecError("query", "a schedule's put writes its documents in the statement: `$1` is the due time")
     if stmt.every_ms is not None:
         if stmt.every_ms < MIN_EVERY_MS:
             raise FenecError("query", f"a schedule runs at most once a second: `every {duration_text(stmt.every_ms)}`"
@@ -197,8 +199,6 @@ def _checked(stmt: A.CreateSchedule) -> None:
         next(CronSim(stmt.cron, datetime.now(zone)))
     except (CronSimError, StopIteration) as e:
         raise FenecError("query", f"bad cron expression {stmt.cron!r}: {e or 'it never comes due'}") from None
-    if stmt.put.param is not None:
-        raise FenecError("query", "a schedule's put writes its documents in the statement: `$1` is the due time")
 
 
 # ---------------------------------------------------------------- statements
@@ -206,9 +206,12 @@ def _checked(stmt: A.CreateSchedule) -> None:
 
 def authorize(stmt: A.Statement, scope: Scope) -> None:
     """Before anything runs: a scoped token needs the `schedule` grant on the collection the
-    schedule puts into (a control's collection is checked as it runs, `_granted`)."""
+    schedule puts into (a control's collection is checked as it runs, `run`); its put may not
+    read the token's claims, which no fire has."""
     if isinstance(stmt, A.ShowSchedules):
         return
+    if A.mentions(stmt, lambda n: isinstance(n, A.Claim)):
+        raise FenecError("query", "`$jwt.` claims are read only inside access rules")
     if isinstance(stmt, A.CreateSchedule):
         if not scope.grants(stmt.put.collection).has(GRANT):
             raise _denied(stmt.put.collection)
