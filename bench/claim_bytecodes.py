@@ -7,7 +7,14 @@ more), warms the caches with a few claims, then counts the opcode events (`sys.s
 `Database.query` of the claim, from the call to its answer. `bench/README.md` records the count;
 a change to the claim path says what it moved.
 
-    .venv/bin/python bench/claim_bytecodes.py [--jobs 10000] [--json]
+    .venv/bin/python bench/claim_bytecodes.py [--jobs 10000] [--unique-pending] [--run N] [--json]
+
+`--run N` runs N claims untraced instead, for an instruction count under valgrind: the
+difference between two counts (`--run 250` less `--run 50`) over 200 is one claim's instructions,
+the compiled engine's included (bench/README.md).
+
+`--unique-pending` gives each job a key `@unique(pending)` (unique jobs, engine/unique.py): the
+cost of a claim on such a queue.
 """
 
 from __future__ import annotations
@@ -53,15 +60,23 @@ def count(db: Database, text: str, params: list) -> tuple[int, int, Counter[str]
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=10_000)
+    ap.add_argument("--unique-pending", action="store_true", help="each job keyed by a @unique(pending) field")
+    ap.add_argument("--run", type=int, default=0, help="run this many claims untraced (for valgrind), count none")
     ap.add_argument("--json", action="store_true", help="print the counts as JSON")
     args = ap.parse_args()
     fixed = Database().now()
     db = Database(clock=lambda: fixed)
-    db.query(SCHEMA)
+    keyed = args.unique_pending
+    db.query(SCHEMA.replace("(payload json,", "(key text @unique(pending), payload json,") if keyed else SCHEMA)
     now = db.now()
-    db.query("put jobs $1", [[{"payload": {"n": i}, "run_at": now - 1000, "attempts": 0} for i in range(args.jobs)]])
+    db.query("put jobs $1", [[{"payload": {"n": i}, "run_at": now - 1000, "attempts": 0, **({"key": f"k{i}"} if keyed else {})}
+                              for i in range(args.jobs)]])
     for i in range(5):
         db.query(CLAIM, [f"warm:{i}"])
+    if args.run:
+        for _ in range(args.run):
+            db.query(CLAIM, ["w1"])
+        return 0
     ops, calls, where = count(db, CLAIM, ["w1"])
     if args.json:
         print(json.dumps({"bytecodes": ops, "calls": calls}))

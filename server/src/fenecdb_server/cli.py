@@ -302,7 +302,7 @@ def _main(argv: list[str]) -> int:
     from .database import Database
 
     try:
-        db = Database(path, sync=sync)
+        db = Database(path, sync=sync, schedule_timer=False)  # fired from the event loop (start_background)
     except Exception as e:
         say(f"could not open {path}: {getattr(e, 'message', e)}")
         return 1
@@ -452,6 +452,7 @@ def shut_down(db: Database) -> int:
 
 
 SWEEP_EVERY_S = 15
+SCHEDULE_RECHECK_S = 60.0  # the schedules' timer looks again at least this often
 COMPACT_CHECK_S = 5.0
 COMPACT_MIN_DEAD = 64 * 1024 * 1024
 
@@ -474,6 +475,34 @@ def compact_paced(db: Database, requests: Callable[[], int] | None) -> dict:
     return db.compact(auto=True, pace=Pace(requests) if requests is not None else None)
 
 
+async def fire_schedules(db: Database) -> None:
+    """The schedules' timer on the event loop (engine/schedules.py): it sleeps until the earliest
+    due time, woken at once when a schedule is made or changed (and at least every
+    SCHEDULE_RECHECK_S), and fires what is due in a worker thread, since a fire is a write."""
+    loop = asyncio.get_running_loop()
+    wake = asyncio.Event()
+
+    def changed() -> None:  # called by a write, from any thread
+        loop.call_soon_threadsafe(wake.set)
+    db.schedules.changed = changed
+    while True:
+        nxt = db.schedules.next_due()
+        wait = SCHEDULE_RECHECK_S if nxt is None else max(0.0, min(SCHEDULE_RECHECK_S, db.until(nxt)))
+        try:
+            await asyncio.wait_for(wake.wait(), wait)
+        except TimeoutError:
+            pass
+        wake.clear()
+        nxt = db.schedules.next_due()
+        if nxt is None or nxt > db.now():
+            continue
+        try:
+            await loop.run_in_executor(None, db.fire_due)
+        except Exception as e:
+            say(f"schedules: {getattr(e, 'message', e)}")
+            await asyncio.sleep(1)
+
+
 def start_background(db: Database, compact: str, path: str | None, *, every_s: float = COMPACT_CHECK_S,
                      min_dead: int = COMPACT_MIN_DEAD, requests: Callable[[], int] | None = None) -> Any:
     """The TTL sweeper (expired `@ttl` rows and Idempotency-Keys, physically deleted by
@@ -491,6 +520,8 @@ def start_background(db: Database, compact: str, path: str | None, *, every_s: f
                 say(f"ttl sweep: {getattr(e, 'message', e)}")
 
     tasks = [loop.create_task(sweep())] if hasattr(db, "sweep") else []
+    if hasattr(db, "schedules"):
+        tasks.append(loop.create_task(fire_schedules(db)))
     if compact == "off" or not path or not hasattr(db, "compact"):
         return tasks
     ratio = float(compact)

@@ -37,6 +37,7 @@ from .engine.holds import ReadyClaim
 from .engine.idempotency import Idem, Keys
 from .engine.queues import Tally
 from .engine.queues import stats as queue_stats
+from .engine.schedules import Schedules, Timer, fire_due
 from .errors import FenecError
 from .gc_policy import LARGE_TEXT, held_off
 from .held.in_process import InProcess
@@ -123,8 +124,12 @@ class Database:
     """A FenecDB database: in memory when `path` is None, else the data file at `path`."""
 
     def __init__(self, path: str | None = None, *, sync: str | int = 250,
-                 clock: Callable[[], int] | None = None, files: Any = None) -> None:
+                 clock: Callable[[], int] | None = None, files: Any = None, schedule_timer: bool = True) -> None:
+        """`schedule_timer`: fire schedules from a thread of this database while it is open (on
+        the wall clock only: with a `clock` of its own, `fire_due()` fires them). The HTTP
+        server passes False and fires them from its event loop."""
         self.engine = Engine(clock)
+        self._timer: Timer | None = None
         self._in_process: InProcess | None = None  # claims held by callers in process (`query(wait=)`)
         self._in_process_mutex = threading.Lock()
         self.path = path
@@ -141,6 +146,21 @@ class Database:
                 seq, ops = records.replay(self.engine, payload)
                 self._footprint.record(len(payload), seq, ops, self._documents)
             self.engine.appender = _LogAppender(self._log, self._footprint, self._documents)
+        if schedule_timer and clock is None:
+            self._timer = Timer(self.engine)
+            self.engine.schedules.changed = self._timer.poke
+            if self.engine.schedules.by_name:
+                self._timer.poke()
+
+    def fire_due(self) -> int:
+        """Fire the schedules whose due times have come, each due time once (engine/schedules.py);
+        answer how many fired."""
+        return fire_due(self.engine)
+
+    @property
+    def schedules(self) -> Schedules:
+        """The schedules and their firing switch (engine/schedules.py)."""
+        return self.engine.schedules
 
     def query(self, text: Any, params: Any = None, *, wait: Any = 0) -> Any:  # checked, not only typed: 400s
         """Run one statement and answer what `POST /query` answers.
@@ -182,6 +202,8 @@ class Database:
         engine = self.engine
         if engine.closed:
             return False
+        if self._timer is not None:
+            self._timer.stop()
         if self._in_process is not None:
             self._in_process.close()  # held claims answered with their last answers first
         engine.lock.acquire_write()

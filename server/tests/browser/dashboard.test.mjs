@@ -337,3 +337,42 @@ test('the dashboard: counts, job lists, a job, a resend, the rates, and a read-o
   assert.deepEqual(outside, [], 'the page asked nothing of any other address');
   await context.close();
 });
+
+test('schedules: listed with their next due time, paused, resumed and fired by hand', async () => {
+  await q('create collection ticks (due timestamp, run_at timestamp @sorted, owner text, attempts int)');
+  await q('create schedule nightly cron "0 3 * * *" in "Europe/Istanbul" put ticks {due: $1, run_at: now(), attempts: 0}');
+  const context = await browser.newContext({ viewport: { width: 1280, height: 860 } });
+  const page = await context.newPage();
+  await page.goto(`${base}/_dashboard?every=0`);
+  await loaded(page, 0);
+  await useToken(page, TOKEN);
+  const row = '#schedules tbody tr[data-schedule="nightly"]';
+  await page.waitForSelector(row);
+  const cells = async () => page.$$eval(`${row} td`, (tds) => tds.map((td) => td.textContent));
+  let c = await cells();
+  assert.deepEqual(c.slice(0, 4), ['nightly', 'cron 0 3 * * *', 'Europe/Istanbul', 'ticks']);
+  assert.match(c[4], /^in /);
+  assert.equal(c[5], 'never');
+  assert.equal(c[7], 'running');
+
+  let since = await page.evaluate(() => Number(document.body.dataset.loaded));
+  await page.click(`${row} button[data-verb="pause"]`);
+  await loaded(page, since);
+  c = await cells();
+  assert.equal(c[7], 'paused');
+  assert.equal((await q('show schedules'))[0].paused, true);
+
+  since = await page.evaluate(() => Number(document.body.dataset.loaded));
+  await page.click(`${row} button[data-verb="fire"]`);
+  await loaded(page, since);
+  assert.match(await page.textContent('#notice'), /schedule `nightly` fired/);
+  assert.equal((await q('get ticks count'))[0].count, 1);
+  assert.equal((await cells())[6], '1');
+
+  since = await page.evaluate(() => Number(document.body.dataset.loaded));
+  await page.click(`${row} button[data-verb="resume"]`);
+  await loaded(page, since);
+  assert.equal((await cells())[7], 'running');
+  await page.screenshot({ path: join(ARTIFACTS, '10-schedules.png'), fullPage: true });
+  await context.close();
+});

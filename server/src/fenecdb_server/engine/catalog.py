@@ -20,6 +20,7 @@ from ..ql import ast as A
 from .collection import Collection
 from .prepare import Prepared, prepare
 from .rwlock import RWLock
+from .schedules import Schedules
 
 PARSE_CACHE = 4096  # statements kept parsed (and prepared) at most
 # ... and at most this many characters of statement text between them: an AST holds up to ~40x
@@ -47,6 +48,7 @@ class Catalog:
         self.plans: dict[tuple[str, Any], Any] = {}  # (text, 0 or a token's key) -> its plan
         self.plan_chars = 0
         self.cache_mutex = threading.Lock()  # the parse and plan caches' writers (a reader takes none)
+        self.schedules = Schedules()  # recurring puts (schedules.py)
 
     def now(self) -> int:
         return int(self.clock())

@@ -14,6 +14,7 @@ from typing import Any
 from ..errors import FenecError
 from ..plan.schema import Schema
 from ..values import read_path
+from . import unique as U
 from .geo_index import GeoIndex
 from .hash_index import HashIndex
 from .sorted_index import PackedIndex, SortedIndex
@@ -55,14 +56,14 @@ class Collection:
             idx: Any = PackedIndex(ftype == "timestamp", target)
         elif kind in ("sorted", "ttl"):
             idx = SortedIndex(keyed)
-        elif kind in ("hash", "unique"):
+        elif kind in ("hash", "unique", U.KIND):
             idx = HashIndex(kind == "unique", keyed)
         elif kind == "geo":
             idx = GeoIndex()
         else:
             raise FenecError("query", f"unknown index @{kind}")
         self.indexes[target] = (kind, idx, _reader(target))
-        self.unique = any(k == "unique" for k, _, _ in self.indexes.values())
+        self.unique = any(k == "unique" or k == U.KIND for k, _, _ in self.indexes.values())
         return idx
 
     def build_index(self, target: str, kind: str) -> None:
@@ -73,7 +74,7 @@ class Collection:
 
     def drop_index(self, target: str) -> None:
         self.indexes.pop(target, None)
-        self.unique = any(k == "unique" for k, _, _ in self.indexes.values())
+        self.unique = any(k == "unique" or k == U.KIND for k, _, _ in self.indexes.values())
 
     def index(self, target: str) -> Any:
         entry = self.indexes.get(target)
@@ -160,6 +161,8 @@ class Collection:
         rid = row["id"]
         for target, (kind, idx, read) in self.indexes.items():
             if kind != "unique":
+                if kind == U.KIND:
+                    U.check(self, target, idx, read, row)
                 continue
             v = read(row)
             if v is None:

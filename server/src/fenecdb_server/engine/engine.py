@@ -101,6 +101,7 @@ class Engine:
         self.appender: Appender | None = None
         self._last_ticket: object = None  # the appender's ticket of the last record appended
         self.tally = Tally(self.collections)  # jobs enqueued, claimed, acked, failed, dead-lettered per queue
+        self.schedules = catalog.schedules  # recurring puts (engine/schedules.py)
 
     # ---------------------------------------------------------------- collections
 
@@ -320,6 +321,33 @@ class Engine:
                                    "it; every later write is refused until restart") from None
         self._last_ticket = ticket
         return ticket
+
+    def run_write(self, fn: Callable[[Block], Any]) -> Any:
+        """Run `fn(blk)` as one write of its own under the write lock: the block committed as one
+        record when it holds any op, put back whole when `fn` raises; answer what `fn` answers
+        (engine/schedules.py fires through this)."""
+        if self.read_only:
+            raise FenecError("denied", "the server is in read-only mode")
+        if self.closed:
+            raise FenecError("unavailable", "the database is closed")
+        if self._failed is not None:
+            raise FenecError("io", f"writes are refused since the disk failed: {self._failed}")
+        ticket = None
+        self.lock.acquire_write()
+        try:
+            blk = Block()
+            try:
+                out = fn(blk)
+            except BaseException:
+                blk.rollback()
+                raise
+            if blk.ops:
+                ticket = self._commit(blk)
+        finally:
+            self.lock.release_write()
+        if ticket is not None:
+            self._durable(ticket)
+        return out
 
     # ---------------------------------------------------------------- held claims
 

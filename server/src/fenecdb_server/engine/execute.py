@@ -16,6 +16,7 @@ from .. import values as V
 from ..errors import FenecError, Overflow
 from ..plan.compile import Env
 from ..plan.schema import Schema
+from . import unique as U
 from .access import pick
 from .collection import Collection
 from .prepare import Prepared, render
@@ -229,7 +230,7 @@ def run_set(eng: Catalog, p: Prepared, env: Env, blk: Block) -> Any:
         schema = coll.schema
         blk.touch(coll)
         undo = blk.undo
-        if coll.unique:
+        if coll.unique and not U.unchanged(coll, picked, news):
             # Each row is checked against the rows before it already written (§4.4).
             alive = p.alive
             for old, new in zip(picked, news, strict=False):

@@ -16,6 +16,7 @@ from ..errors import FenecError
 from ..plan.compile import Env
 from ..plan.schema import Schema
 from ..ql import ast as A
+from . import unique as U
 from .collection import Collection
 from .execute import Block, apply_entries, check_required, in_field, set_path, too_many_writes, unmet
 from .prepare import Prepared
@@ -157,7 +158,7 @@ def run_put(eng: Catalog, p: Prepared, env: Env, blk: Block, rules: PutRules = S
     blk.touch(coll)
     alive_fn = p.alive
     alive = (lambda r: alive_fn(r, env)) if alive_fn else (lambda r: True)
-    uniques = [t for t, (k, _, _) in coll.indexes.items() if k == "unique"]
+    uniques = [t for t, (k, _, _) in coll.indexes.items() if k == "unique" or k == U.KIND]
     written = 0
     name = coll.name
     for doc in docs:
@@ -216,7 +217,13 @@ def _holder(coll: Collection, doc: dict, uniques: list[str], alive: Callable[[di
         v = V.read_target(doc, t)
         if v is None:
             continue
-        for other in coll.index(t).lookup(v):
+        kind, idx, _ = coll.indexes[t]
+        if kind == U.KIND:
+            pending = U.holder(coll, idx, v)
+            if pending is not None and alive(pending):
+                return pending
+            continue
+        for other in idx.lookup(v):
             if alive(coll.rows[other]):
                 return coll.rows[other]
     return None

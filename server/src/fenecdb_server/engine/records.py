@@ -17,6 +17,9 @@ in the order they were made. Each op is a JSON array, its code first:
     ["i", coll, target, kind, ttl_ms]       create index                     the index built
     ["k", key, hash, at, ttl_ms, answers]   a keyed write (engine.py)        the key kept, with the answers
     ["K", key]                              the sweep of expired keys        the key forgotten
+    ["h", name, state]                      a schedule created, paused,      the schedule set to
+                                            resumed, fired or dropped        `state`, or dropped
+                                            (engine/schedules.py)            (state null)
 
 Fields:
 * `coll`: the collection's name. `id`: the row's id, a positive integer.
@@ -27,6 +30,10 @@ Fields:
   "indexes": {path: kind}}` (a `@ttl` field carries `ttl_ms`).
 * `target`: a field name, or a dotted path into a json field (`payload.n`); `kind`: `sorted`,
   `hash`, `unique`, `geo` or `ttl`; `ttl_ms`: the @ttl duration, null for other kinds.
+* `state` (a schedule's): `{"text": the creating statement, "paused", "due": the first due time
+  not fired (epoch ms), "fired": the due time of the last fire or null, "fired_at": when it ran,
+  "fires": how many, "error": the last fire's refusal or null}`. A fire is the put's `p` ops and
+  this op in one record, so a record says both "rows put" and "fired for due time T", or neither.
 * `key`: the Idempotency-Key, already namespaced (http/idempotency.py); `hash`: the request's hash
   in hex; `at`: epoch ms it was stored; `ttl_ms`: how long it is kept; `answers`: the engine's
   answers, one per statement (a list of rows, or an object such as `{"affected": 1}`).
@@ -35,7 +42,8 @@ Fields:
   `surrogateescape`), replayed as they were (`Stored.raw`). The 7-element form is read, never
   written.
 
-Snapshot: `{"s": S, "colls": [coll, ...], "idem": [key, ...], "idem_bytes": n}`, each coll
+Snapshot: `{"s": S, "colls": [coll, ...], "idem": [key, ...], "idem_bytes": n, "schedules": [[name,
+state], ...]}` (`schedules` left out when there are none), each coll
 `{"schema": schema, "next": next_id, "rows": [[id, row], ...], "bytes": n}` (rows in id order,
 `bytes` the size of its `rows` array; a row of a collection with no bytes field and no null is
 written as it is stored, so it also holds `"id": id`, which reading skips), each key `[key, hash, at, ttl_ms, answers]` (or, written up
@@ -59,6 +67,7 @@ import orjson
 
 from ..errors import FenecError
 from ..plan.schema import FieldInfo, Schema
+from . import schedules
 from .collection import Collection
 from .execute import decode_row, encode_row
 from .idempotency import Keys, Stored
@@ -161,6 +170,8 @@ def replay(eng: State, payload: bytes) -> tuple[int, list]:
             eng.keys.put(op[1], _stored(*op[2:]) if len(op) == 6 else _stored_v1(*op[2:]))
         elif kind == "K":
             eng.keys.forget(op[1])
+        elif kind == "h":
+            schedules.replay(eng.catalog, op[1], op[2])
         else:
             raise FenecError("io", f"a record of change {rec['s']} holds an unknown op {kind!r}")
     eng.seq = rec["s"]
@@ -176,6 +187,7 @@ def snapshot_state(eng: State) -> dict:
         "s": eng.seq,
         "colls": [(c.schema.to_json(), c.next_id, dict(c.rows)) for c in eng.catalog.collections.values()],
         "idem": list(eng.keys.items()),
+        "schedules": schedules.snapshot(eng.catalog),
     }
 
 
@@ -216,7 +228,9 @@ def snapshot_pieces(state: dict, pause: Callable[[], None] | None = None,
         yield b',"bytes":%d}' % nbytes
     idem_json = dumps([_key_json(k, s) for k, s in state["idem"]])
     idem_bytes = len(idem_json)
-    yield b'],"idem":%b,"idem_bytes":%d}' % (idem_json, idem_bytes)
+    yield b'],"idem":%b,"idem_bytes":%d' % (idem_json, idem_bytes)
+    scheduled = state.get("schedules")
+    yield b',"schedules":%b}' % dumps(scheduled) if scheduled else b"}"
     if sizes is not None:
         sizes["rows"] = rows_sizes
         sizes["keys"] = (idem_bytes, len(state["idem"]))
@@ -277,6 +291,8 @@ def load_snapshot(eng: State, payload: bytes) -> tuple[dict[str, tuple[int, int]
         sizes[coll.name] = (nbytes, len(c["rows"]))
     for k in snap["idem"]:
         eng.keys.put(k[0], _stored(*k[1:]) if len(k) == 5 else _stored_v1(*k[1:]))
+    for name, sched in snap.get("schedules", ()):
+        schedules.replay(eng.catalog, name, sched)
     idem_bytes = snap.get("idem_bytes")
     if idem_bytes is None:
         idem_bytes = len(_slow_dumps(snap["idem"]).encode("utf-8", "surrogatepass"))

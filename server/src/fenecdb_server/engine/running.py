@@ -20,6 +20,7 @@ from .catalog import Catalog
 from .execute import Block, run_del, run_get, run_set, too_many_rows, too_many_writes
 from .parse_cache import Parsed
 from .puts import run_put
+from .schedules import run as run_schedule
 from .schema_changes import run_create, run_create_index, run_drop
 from .scoped import run as run_scoped
 
@@ -33,6 +34,9 @@ def run_reads(catalog: Catalog, parsed: list[Parsed], block: bool, scope: Scope 
         env = Env(params, V.Ts(catalog.now()))
         env.rows = rows
         try:
+            if type(stmt) is A.ShowSchedules:
+                answers.append(run_schedule(catalog, text, stmt, Block(), scope))
+                continue
             if scope is not None:
                 env.claims = scope.claims
                 answers.append(run_scoped(catalog, text, stmt, env, None, scope))
@@ -66,6 +70,8 @@ def run_one(catalog: Catalog, text: str, stmt: A.Statement, params: list, blk: B
     t = type(stmt)
     if scope is not None:
         env.claims = scope.claims
+        if isinstance(stmt, A.SCHEDULE_STATEMENTS):
+            return run_schedule(catalog, text, stmt, blk, scope)
         ans = run_scoped(catalog, text, stmt, env, blk, scope)
     elif t is A.Set:
         ans = run_set(catalog, catalog.plans.get((text, 0)) or catalog.prepared(text, stmt, ready), env, blk)
@@ -81,6 +87,8 @@ def run_one(catalog: Catalog, text: str, stmt: A.Statement, params: list, blk: B
         ans = run_drop(catalog, stmt, blk)
     elif isinstance(stmt, A.CreateIndex):
         ans = run_create_index(catalog, stmt, blk)
+    elif isinstance(stmt, A.SCHEDULE_STATEMENTS):
+        ans = run_schedule(catalog, text, stmt, blk, None)
     else:
         raise FenecError("query", f"cannot run {t.__name__}")
     return ans

@@ -10,6 +10,7 @@ from .. import values as V
 from ..errors import FenecError
 from ..plan.schema import FieldInfo, Schema, check_annotation, no_collection
 from ..ql import ast as A
+from . import unique as U
 from .collection import Collection
 from .execute import Block
 
@@ -38,6 +39,8 @@ def run_create(eng: Catalog, stmt: A.CreateCollection, blk: Block) -> Any:
                 raise FenecError("query", "a collection takes at most one @ttl field")
         fields[fd.name] = FieldInfo(fd.name, fd.type, fd.required, fd.index, fd.ttl_ms)
     schema = Schema(name, fields)
+    if any(f.index == U.KIND for f in fields.values()):
+        U.ready_field(schema)
     coll = Collection(schema)
     eng.add_collection(coll)
     blk.schema_undo.append(lambda: eng.remove_collection(name))
@@ -84,6 +87,9 @@ def run_create_index(eng: Catalog, stmt: A.CreateIndex, blk: Block) -> Any:
         if stmt.if_not_exists:
             return {"message": f"index on `{coll.name}.{text}` exists"}
         raise FenecError("exists", f"`{coll.name}.{text}` already has an index")
+    if stmt.index == U.KIND:
+        U.ready_field(schema)
+        U.check_existing(coll, text, lambda row: V.read_target(row, text))
     if stmt.index == "unique":
         seen: dict[Any, int] = {}
         for rid, row in coll.ids_in_order().items():

@@ -47,6 +47,7 @@ from .collection import Collection
 from .execute import Block, answer_of, apply_entries, check_required, run_del, run_get
 from .prepare import Prepared, prepare
 from .puts import PutRules, run_put
+from .schedules import authorize as authorize_schedule
 
 if TYPE_CHECKING:
     from .catalog import Catalog
@@ -75,6 +76,8 @@ def authorize(stmt: A.Statement, scope: Scope) -> None:
     """The refusals a statement's text and the token's grants decide alone."""
     if isinstance(stmt, SCHEMA_STATEMENTS):
         raise denied("a scoped token reads and writes documents; it changes no schema")
+    if isinstance(stmt, A.SCHEDULE_STATEMENTS):
+        return authorize_schedule(stmt, scope)
     if _names_claim(stmt):
         raise FenecError("query", "`$jwt.` claims are read only inside access rules")
     coll = stmt.collection  # type: ignore[attr-defined]

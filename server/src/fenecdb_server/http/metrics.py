@@ -173,6 +173,14 @@ class Metrics:
             ("fenec_held_checks_total", "checks", "Rows a write put checked against a held line's filter."),
         ):
             one(name, "counter", text, getattr(lines, attr) if lines else 0)
+        listed = list(db.schedules.by_name.values())
+        paused = sum(1 for s in listed if s.paused)
+        head("fenec_schedules", "gauge", "Schedules, by state (running or paused).")
+        out.append(f'fenec_schedules{{state="running"}} {len(listed) - paused}')
+        out.append(f'fenec_schedules{{state="paused"}} {paused}')
+        one("fenec_schedules_failing", "gauge", "Schedules whose last fire's put was refused.",
+            sum(1 for s in listed if s.error is not None))
+        one("fenec_schedule_fires_total", "counter", "Fires of schedules made by this process.", db.schedules.fired)
         head("fenec_build_info", "gauge", "Version.")
         out.append(f'fenec_build_info{{version="{self.version}"}} 1')
         head("fenec_start_time_seconds", "gauge", "Start time.")

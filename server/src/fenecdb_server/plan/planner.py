@@ -103,9 +103,9 @@ def plan_access(schema: Schema, where: A.Expr | None, order: tuple[A.OrderKey, .
                 tgt = None
             if tgt is not None:
                 kind = index_kind(schema, tgt)
-                if kind in ("sorted", "ttl", "id") or (kind in ("hash", "unique") and op == "="):
+                if kind in ("sorted", "ttl", "id") or (kind in ("hash", "unique", "unique_pending") and op == "="):
                     fn = compile_expr(other, bctx)
-                    if op == "=" and kind in ("hash", "unique", "id"):
+                    if op == "=" and kind in ("hash", "unique", "unique_pending", "id"):
                         acc.eqs.append(EqTerm(tgt, [fn]))
                     if kind in ("sorted", "ttl", "id"):
                         acc.ranges.setdefault(tgt, []).append(RangeTerm(tgt, op, fn))
@@ -117,7 +117,7 @@ def plan_access(schema: Schema, where: A.Expr | None, order: tuple[A.OrderKey, .
             tgt = _target(term.left)
             if tgt is not None and all(bindable(i) for i in term.items):
                 kind = index_kind(schema, tgt)
-                if kind in ("hash", "unique", "id"):
+                if kind in ("hash", "unique", "unique_pending", "id"):
                     acc.eqs.append(EqTerm(tgt, [compile_expr(i, bctx) for i in term.items]))
         elif isinstance(term, A.Call) and term.name == "within" and len(term.args) == 2:
             tgt = _target(term.args[0])

@@ -89,10 +89,10 @@ class Schema:
 def check_annotation(coll: str, target_text: str, ftype: Any, index: str, on_path: bool) -> None:
     """Refuse an annotation on a type it does not fit (400)."""
     if on_path:
-        if index not in ("hash", "unique", "sorted"):
+        if index not in ("hash", "unique", "unique_pending", "sorted"):
             raise FenecError("query", f"only @hash, @unique and @sorted index a path, not @{index}")
         return
-    if index in ("hash", "unique"):
+    if index in ("hash", "unique", "unique_pending"):
         if ftype not in HASHABLE_TYPES:
             raise FenecError("type", f"field `{target_text}` is not bool, int, float, text, bytes or timestamp, "
                                      f"no @{index} index can be built")

@@ -2,7 +2,7 @@
 
     rule        := collection SP grants [SP "where" SP filter] [SP "for" SP role]
                  | collection SP "append-only"
-    grant       := read | insert | update | update(f, ...) | delete | write | expired
+    grant       := read | insert | update | update(f, ...) | delete | write | expired | schedule
 
 A line is cut into words at the top level (outside quotes and brackets), so
 `update(owner, run_at)` and a filter's `"a b"` stay whole. The filter is FenecQL, parsed by the
@@ -31,7 +31,7 @@ from ..ql import ast as A
 from ..ql.ast import mentions
 from ..ql.parser import parse
 
-GRANTS = ("read", "insert", "update", "delete", "expired")
+GRANTS = ("read", "insert", "update", "delete", "expired", "schedule")
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 FUNCTIONS = frozenset("now coalesce greatest least lower upper len timestamp bucket distance within".split())
 HIDDEN = "_idempotency"  # the server's own keys: no rule reaches it (§4.5)
@@ -200,8 +200,8 @@ def _grants(text: str, col: int) -> tuple[frozenset[str], tuple[str, ...] | None
         elif low == "append-only":
             raise _LineError("append-only stands alone: `<collection> append-only`", gcol)
         else:
-            raise _LineError(f"unknown grant `{g}`: read, insert, update, update(f, ...), delete, write "
-                             "or expired", gcol)
+            raise _LineError(f"unknown grant `{g}`: read, insert, update, update(f, ...), delete, write, "
+                             "expired or schedule", gcol)
     if "update" not in grants or any_field:
         return frozenset(grants), None, frozenset(named)
     return frozenset(grants), tuple(sorted(fields or ())), frozenset(named)

@@ -277,6 +277,44 @@ class Del(Statement):
     verb = "del"
 
 
+# ---------------------------------------------------------------- schedules (issue 45)
+
+
+@dataclass(frozen=True, slots=True)
+class CreateSchedule(Statement):
+    """`create schedule <name> (every <duration> | cron "<expr>" [in "<zone>"]) [missed once|skip]
+    <put>`: the put runs at each due time, `$1` bound to that due time (engine/schedules.py)."""
+
+    name: str
+    every_ms: int | None
+    cron: str | None
+    zone: str | None
+    missed: str  # once | skip
+    put: Put
+    if_not_exists: bool
+    verb = "create"
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleControl(Statement):
+    """`pause schedule <name>`, `resume ...`, `fire ...`, `drop schedule [if exists] <name>`."""
+
+    verb: str  # pause | resume | fire | drop
+    name: str
+    if_exists: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ShowSchedules(Statement):
+    """`show schedules`: a row per schedule."""
+
+    writes = False
+    verb = "show"
+
+
+SCHEDULE_STATEMENTS = (CreateSchedule, ScheduleControl, ShowSchedules)
+
+
 # ---------------------------------------------------------------- walking a tree
 
 Node = Any  # an Expr, a Statement, or a statement's part (Target, Entry, OrderKey, SelectItem, FieldDef)
@@ -328,6 +366,8 @@ def mentions(node: Node | None, pred: Callable[[Node], bool]) -> bool:
 def highest_param(stmt: Statement) -> int:
     """The highest `$n` a statement names (each must be bound before it runs), 0 for none."""
     best = 0
+    if isinstance(stmt, SCHEDULE_STATEMENTS):
+        return 0  # a schedule's put reads `$1` at each due time, bound by the schedule itself
     for n in walk(stmt):
         if isinstance(n, Param):
             best = max(best, n.n)

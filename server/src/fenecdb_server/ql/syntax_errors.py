@@ -28,7 +28,8 @@ _EXPECT_NAMES = {
 }
 # Keywords that start a statement: after a complete statement the parser would take any of them, and
 # listing all ten hides the clause a user meant; they are named once, as "another statement".
-_STATEMENT_WORDS = frozenset({"PUT", "INSERT", "SET", "UPDATE", "DEL", "DELETE", "GET", "_CREATE", "_DROP"})
+_STATEMENT_WORDS = frozenset({"PUT", "INSERT", "SET", "UPDATE", "DEL", "DELETE", "GET", "_CREATE", "_DROP",
+                              "PAUSE", "RESUME", "FIRE", "SHOW"})
 # The order a list of expected words is given in: the clauses first, then values, then the rest.
 _FIRST = ("WHERE", "SELECT", "ORDER", "LIMIT", "OFFSET", "COUNT", "REQUIRE", "RETURNING", "AS", "ASC", "DESC",
           "AND", "OR", "THEN", "WHEN", "ELSE", "END", "CMP_OP", "ADD_OP", "MUL_OP", "IN", "IS", "HAS", "NOT")

@@ -498,8 +498,12 @@ class ToAst(Expressions):
         name = str(c[0]).lower()
         if name not in ANNOTATIONS:
             raise _qerr(f"unknown annotation `@{c[0]}`: expected @hash, @unique, @sorted, @geo or @ttl(...)")
+        if name == "unique" and len(c) > 1:
+            if str(c[1]).lower() != "pending":
+                raise _qerr(f"`@unique` takes `(pending)` or nothing, not `({c[1]})`")
+            return ("unique_pending", None)
         if name == "ttl":
-            if len(c) < 2:
+            if len(c) < 2 or c[1].type != "DURATION":
                 raise _qerr("`@ttl` takes a duration: `@ttl(30m)`")
             s = str(c[1])
             i = 0
@@ -561,6 +565,43 @@ class ToAst(Expressions):
 
     def text(self, c):
         return [x for x in c if isinstance(x, A.Statement)]
+
+    # ---------------------------------------------------------------- schedules
+    def schedule_when(self, c):
+        if c[0].type == "EVERY":
+            s = str(c[1])
+            i = 0
+            while s[i].isdigit():
+                i += 1
+            unit = s[i:]
+            if unit not in DURATION_MS:
+                raise Located(c[1].start_pos, f"`every` takes whole ms, s, m, h or d, not `{s}`: "
+                                               "a calendar period is a cron")
+            return ("every", int(s[:i]) * DURATION_MS[unit], None)
+        zone = _unescape(str(c[3])[1:-1]) if len(c) > 3 else None
+        return ("cron", _unescape(str(c[1])[1:-1]), zone)
+
+    def schedule_missed(self, c):
+        return ("missed", str(c[1]).lower())
+
+    def create_schedule(self, c):
+        name = _name(next(x for x in c if isinstance(x, Token) and x.type == "NAME"), "schedule name")
+        when = next(x for x in c if isinstance(x, tuple) and x[0] in ("every", "cron"))
+        missed = next((x[1] for x in c if isinstance(x, tuple) and x[0] == "missed"), "once")
+        put = next(x for x in c if isinstance(x, A.Put))
+        every = when[1] if when[0] == "every" else None
+        cron = when[1] if when[0] == "cron" else None
+        return A.CreateSchedule(name, every, cron, when[2], missed, put, "ine" in c)
+
+    def schedule_control(self, c):
+        return A.ScheduleControl(str(c[0]).lower(), _name(c[1], "schedule name"))
+
+    def drop_schedule(self, c):
+        names = [x for x in c if isinstance(x, Token) and x.type == "NAME"]
+        return A.ScheduleControl("drop", _name(names[0], "schedule name"), "ie" in c)
+
+    def show_schedules(self, c):
+        return A.ShowSchedules()
 
 
 # `del` is a Python keyword: lark calls the rule's method by name.

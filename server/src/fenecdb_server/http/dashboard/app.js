@@ -460,6 +460,67 @@ function allMatching(verb) {
   return act(`${verb === 'Resend' ? 'resent' : 'deleted'} all matching`, () => query(text, params));
 }
 
+// ------------------------------------------------------------------ schedules
+
+const SCHEDULE_NAME = /^[\p{L}_][\p{L}\p{N}_]*$/u; // a FenecQL name: nothing else is put in a statement
+
+// `show schedules`: a row per schedule this token may see; the panel stays hidden when there are none
+async function loadSchedules() {
+  let rows = [];
+  try {
+    rows = await query('show schedules');
+  } catch (e) {
+    rows = [];
+  }
+  const body = $('schedules').querySelector('tbody');
+  body.replaceChildren();
+  $('schedules-panel').hidden = !rows.length;
+  for (const s of rows) {
+    const tr = document.createElement('tr');
+    tr.dataset.schedule = s.name;
+    const cell = (text, title) => {
+      const td = document.createElement('td');
+      td.textContent = text;
+      if (title) td.title = title;
+      tr.append(td);
+      return td;
+    };
+    cell(s.name);
+    cell(s.spec);
+    cell(s.zone || '');
+    cell(s.collection);
+    cell(s.paused ? '–' : relative(s.next_due), s.next_due);
+    cell(s.last_fired ? relative(s.last_fired) : 'never', s.last_fired || '');
+    cell(String(s.fires)).className = 'n';
+    const state = cell(s.paused ? 'paused' : (s.error ? 'failing' : 'running'), s.error || '');
+    state.className = s.paused ? 'muted' : (s.error ? 'error' : '');
+    const actions = document.createElement('td');
+    const button = (label, verb) => {
+      const b = document.createElement('button');
+      b.type = 'button';
+      b.textContent = label;
+      b.dataset.verb = verb;
+      b.addEventListener('click', () => controlSchedule(verb, s.name));
+      actions.append(b);
+    };
+    button(s.paused ? 'Resume' : 'Pause', s.paused ? 'resume' : 'pause');
+    button('Fire now', 'fire');
+    tr.append(actions);
+    body.append(tr);
+  }
+}
+
+async function controlSchedule(verb, name) {
+  if (!SCHEDULE_NAME.test(name)) return;
+  try {
+    const answer = await query(`${verb} schedule ${name}`);
+    notice(answer && answer.message ? answer.message : `${verb} schedule ${name}`, false);
+  } catch (e) {
+    notice(`${verb} schedule ${name} refused: ${e.message} (${e.status || 'network'})`, true);
+  }
+  await refresh();
+}
+
 // ------------------------------------------------------------------ throughput
 
 // GET /_metrics/recent, read like /_metrics: the whole server's per-second samples (drawn here)
@@ -587,6 +648,7 @@ async function refresh() {
     $('who').textContent = who.full ? 'full access' : `token of ${who.sub || '(no sub)'}: its rules apply`;
     $('who').className = '';
     await loadQueues(await loadRecent());
+    await loadSchedules();
     if (view) await showJobs();
     if (chosen) await showJob();
     $('updated').textContent = `updated ${new Date().toLocaleTimeString([], { hour12: false })}`;
