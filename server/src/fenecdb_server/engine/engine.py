@@ -49,6 +49,7 @@ from .execute import (
     too_many_writes,
 )
 from .holds import ReadyClaim, make_hold
+from .controls import Controls, run_control, show_queues
 from .idempotency import Idem, Keys, Stored
 from .prepare import Prepared, prepare
 from .queues import Tally
@@ -134,6 +135,7 @@ class Engine:
         self.appender: Appender | None = None
         self._last_ticket: object = None  # the appender's ticket of the last record appended
         self.tally = Tally(self.collections)  # jobs enqueued, claimed, acked, failed, dead-lettered per queue
+        self.controls = Controls()  # paused queues, caps and rate limits (controls.py, limits.py)
 
     # ---------------------------------------------------------------- collections
 
@@ -263,7 +265,7 @@ class Engine:
             if early is not None and early[0] == self._version:
                 return early[1]
         if p is None:
-            p = prepare(stmt, {n: c.schema for n, c in self.collections.items()})
+            p = prepare(stmt, {n: c.schema for n, c in self.collections.items()}, controls=self.controls)
             self.remember_plan(key, p)
         return p
 
@@ -280,7 +282,7 @@ class Engine:
                 continue
             version = self._version
             try:
-                p = prepare(stmt, {n: c.schema for n, c in list(self.collections.items())})
+                p = prepare(stmt, {n: c.schema for n, c in list(self.collections.items())}, controls=self.controls)
             except Exception:  # a refusal or a schema read mid-change: the locked path decides
                 continue
             if ready is None:
@@ -504,6 +506,9 @@ class Engine:
                     env.claims = scope.claims
                     answers.append(run_scoped(self, text, stmt, env, None, scope))
                     continue
+                if type(stmt) is A.ShowQueues:
+                    answers.append(show_queues(self))
+                    continue
                 answers.append(run_get(self, self.prepared(text, stmt, ready), env))
             except BaseException as e:
                 raise _answered(e, block, i, text, "reading") from None
@@ -548,6 +553,10 @@ class Engine:
             ans = run_drop(self, stmt, blk)
         elif isinstance(stmt, A.CreateIndex):
             ans = run_create_index(self, stmt, blk)
+        elif isinstance(stmt, A.QueueControl):
+            ans = run_control(self, stmt, blk)
+        elif isinstance(stmt, A.ShowQueues):
+            ans = show_queues(self)
         else:
             raise FenecError("query", f"cannot run {t.__name__}")
         return ans
@@ -570,6 +579,11 @@ class Engine:
             return self.seq
         finally:
             self.lock.release_write()
+
+    def add_observer(self, note: Callable[[int, list], None]) -> None:
+        """`observe` for a caller that already holds a lock of the engine (a claim under the
+        write lock, a look under the read lock: no commit runs meanwhile)."""
+        self._observers.append(note)
 
     def unobserve(self, note: Callable[[int, list], None]) -> None:
         self.lock.acquire_write()

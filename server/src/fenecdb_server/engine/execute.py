@@ -211,6 +211,8 @@ def run_get(eng: Engine, p: Prepared, env: Env) -> Any:
 
 
 def run_set(eng: Engine, p: Prepared, env: Env, blk: Block) -> Any:
+    if p.gate is not None:  # a claim on a queue with controls (engine/limits.py)
+        return p.gate.run(eng, p, env, blk)
     coll = eng.collection(p.coll)
     need = _write_need(p, env, blk)
     picked = pick(coll, p.query, env, need)
@@ -601,6 +603,7 @@ def run_drop(eng: Engine, stmt: A.DropCollection, blk: Block) -> Any:
         raise no_collection(name, eng.collections)  # schema statements are the server token's alone
     eng.remove_collection(name)
     blk.schema_undo.append(lambda: eng.add_collection(coll))
+    blk.schema_undo.append(eng.controls.forget(eng, name))  # its queue controls go with it
     blk.ops.append(("x", name))
     blk.touched.add(name)
     blk.writes += 1

@@ -17,6 +17,8 @@ in the order they were made. Each op is a JSON array, its code first:
     ["i", coll, target, kind, ttl_ms]       create index                     the index built
     ["k", key, hash, at, ttl_ms, answers]   a keyed write (engine.py)        the key kept, with the answers
     ["K", key]                              the sweep of expired keys        the key forgotten
+    ["q", coll, queue, state]               pause, resume, limit, unlimit    the queue's controls set
+                                            (controls.py)                    to `state`
 
 Fields:
 * `coll`: the collection's name. `id`: the row's id, a positive integer.
@@ -27,6 +29,10 @@ Fields:
   "indexes": {path: kind}}` (a `@ttl` field carries `ttl_ms`).
 * `target`: a field name, or a dotted path into a json field (`payload.n`); `kind`: `sorted`,
   `hash`, `unique`, `geo` or `ttl`; `ttl_ms`: the @ttl duration, null for other kinds.
+* `queue`: a queue's name, or null for every job of the collection; `state`: its controls after
+  the statement, `{"paused": bool, "limits": [[kind, n, per_ms, by], ...]}` (kind `leased` or
+  `claimed`; `per_ms` the window of a `claimed` limit, else null; `by` a field or null), or null
+  when none is left (engine/controls.py). An `x` op forgets the collection's controls too.
 * `key`: the Idempotency-Key, already namespaced (http/idempotency.py); `hash`: the request's hash
   in hex; `at`: epoch ms it was stored; `ttl_ms`: how long it is kept; `answers`: the engine's
   answers, one per statement (a list of rows, or an object such as `{"affected": 1}`).
@@ -35,7 +41,8 @@ Fields:
   `surrogateescape`), replayed as they were (`Stored.raw`). The 7-element form is read, never
   written.
 
-Snapshot: `{"s": S, "colls": [coll, ...], "idem": [key, ...], "idem_bytes": n}`, each coll
+Snapshot: `{"s": S, "colls": [coll, ...], "queues": [[coll, queue, state], ...], "idem": [key, ...],
+"idem_bytes": n}` (`queues` absent in snapshots written before queue controls), each coll
 `{"schema": schema, "next": next_id, "rows": [[id, row], ...], "bytes": n}` (rows in id order,
 `bytes` the size of its `rows` array; a row of a collection with no bytes field and no null is
 written as it is stored, so it also holds `"id": id`, which reading skips), each key `[key, hash, at, ttl_ms, answers]` (or, written up
@@ -138,6 +145,10 @@ def replay(eng: Engine, payload: bytes) -> tuple[int, list]:
             eng.add_collection(Collection(Schema.from_json(op[2])))
         elif kind == "x":
             eng.remove_collection(op[1])
+            eng.controls.forget(eng, op[1])
+        elif kind == "q":
+            eng.controls.replay(op[1], op[2], op[3])
+            eng.schema_changed()
         elif kind == "i":
             coll = eng.collections[op[1]]
             target, idx_kind, ttl = op[2], op[3], op[4]
@@ -167,6 +178,7 @@ def snapshot_state(eng: Engine) -> dict:
         "s": eng.seq,
         "colls": [(c.schema.to_json(), c.next_id, dict(c.rows)) for c in eng.collections.values()],
         "idem": list(eng.keys.items()),
+        "queues": eng.controls.to_json(),
     }
 
 
@@ -207,7 +219,7 @@ def snapshot_pieces(state: dict, pause: Callable[[], None] | None = None,
         yield b',"bytes":%d}' % nbytes
     idem_json = dumps([_key_json(k, s) for k, s in state["idem"]])
     idem_bytes = len(idem_json)
-    yield b'],"idem":%b,"idem_bytes":%d}' % (idem_json, idem_bytes)
+    yield b'],"queues":%b,"idem":%b,"idem_bytes":%d}' % (dumps(state.get("queues") or []), idem_json, idem_bytes)
     if sizes is not None:
         sizes["rows"] = rows_sizes
         sizes["keys"] = (idem_bytes, len(state["idem"]))
@@ -266,6 +278,7 @@ def load_snapshot(eng: Engine, payload: bytes) -> tuple[dict[str, tuple[int, int
         if nbytes is None:  # a snapshot written before the sizes were
             nbytes = len(_slow_dumps(c["rows"]).encode("utf-8", "surrogatepass"))
         sizes[coll.name] = (nbytes, len(c["rows"]))
+    eng.controls.load(snap.get("queues") or [])
     for k in snap["idem"]:
         eng.keys.put(k[0], _stored(*k[1:]) if len(k) == 5 else _stored_v1(*k[1:]))
     idem_bytes = snap.get("idem_bytes")

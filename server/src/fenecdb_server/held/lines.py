@@ -223,11 +223,13 @@ class Lines(Generic[A]):
                         written[op[1]] = [op[3]]
                     else:
                         rows.append(op[3])
-                elif kind == "c" or kind == "x" or kind == "i":
+                elif kind == "c" or kind == "x" or kind == "i" or kind == "q":
                     written[op[1]] = []
                     lines = self.by_collection.get(op[1])
                     if lines:
                         affected |= lines  # a schema change: every line on it looks
+                        if kind == "q":
+                            self._controlled(lines)
             for name in collections:
                 lines = self.blind.get(name)
                 if lines:
@@ -361,6 +363,16 @@ class Lines(Generic[A]):
         line.since = now
         self.time.schedule(line)
         return True
+
+    def _controlled(self, lines: set[Line[A]]) -> None:
+        """A queue's controls changed (engine/controls.py, op `q`): its lines are woken by every
+        write from now on, since an ack, which writes no row, can free a cap (rule 2b)."""
+        for line in lines:
+            if line.wakes is not None:
+                self._index(line, False)
+                line.wakes = None
+                line.blind = True
+                self._index(line, True)
 
     def set_blind(self, line: Line[A], blind: bool) -> None:
         if line.blind is blind or (not blind and (line.wakes is None or line.bidding is not None)):

@@ -49,7 +49,8 @@ _EXPECT_NAMES = {
 }
 # Keywords that start a statement: after a complete statement the parser would take any of them, and
 # listing all ten hides the clause a user meant; they are named once, as "another statement".
-_STATEMENT_WORDS = frozenset({"PUT", "INSERT", "SET", "UPDATE", "DEL", "DELETE", "GET", "_CREATE", "_DROP"})
+_STATEMENT_WORDS = frozenset({"PUT", "INSERT", "SET", "UPDATE", "DEL", "DELETE", "GET", "_CREATE", "_DROP",
+                              "PAUSE", "RESUME", "UNLIMIT", "SHOW"})
 # The order a list of expected words is given in: the clauses first, then values, then the rest.
 _FIRST = ("WHERE", "SELECT", "ORDER", "LIMIT", "OFFSET", "COUNT", "REQUIRE", "RETURNING", "AS", "ASC", "DESC",
           "AND", "OR", "THEN", "WHEN", "ELSE", "END", "CMP_OP", "ADD_OP", "MUL_OP", "IN", "IS", "HAS", "NOT")
@@ -92,6 +93,20 @@ def _uint(tok: Any, clause: str) -> int:
     if isinstance(tok, Token) and tok.type == "PARAM":
         raise _qerr(f"`{clause}` takes a number written in the statement, not a parameter")
     raise _qerr(f"`{clause}` takes a non-negative whole number")
+
+
+def _duration_ms(s: str, what: str) -> int:
+    """`30s`, `1m`, ... as ms (whole ms, s, m, h or d, as `@ttl` takes them)."""
+    i = 0
+    while s[i].isdigit():
+        i += 1
+    unit = s[i:]
+    if unit not in DURATION_MS:
+        raise _qerr(f"{what} is whole ms, s, m, h or d, not `{s}`")
+    ms = int(s[:i]) * DURATION_MS[unit]
+    if ms < 1:
+        raise _qerr(f"{what} is at least 1ms")
+    return ms
 
 
 def _split_path(text: str) -> tuple[str, tuple[str, ...]]:
@@ -580,6 +595,45 @@ class _ToAst(Transformer):
             name, keys = _name(toks[1], "field name"), ()
         ann = next(x for x in c if isinstance(x, tuple))
         return A.CreateIndex(coll, A.Target(name, keys), ann[0], ann[1], ine)
+
+    # ---------------------------------------------------------------- queue controls
+    def _queue_target(self, c):
+        coll = _name(_toks(c, "NAME")[0], "collection name")
+        names = _toks(c, "STRING")
+        return coll, (_unescape(str(names[0])[1:-1]) if names else None)
+
+    def pause_queue(self, c):
+        return A.QueueControl("pause", *self._queue_target(c), None, None, None, None)
+
+    def resume_queue(self, c):
+        return A.QueueControl("resume", *self._queue_target(c), None, None, None, None)
+
+    def queue_measure(self, c):
+        kind = str(c[0]).lower()
+        if kind == "leased":
+            return ("measure", kind, None)
+        return ("measure", kind, _duration_ms(str(c[1]), "a rate limit's period"))
+
+    def per_field(self, c):
+        return ("per", _name(c[0], "field name"))
+
+    def limit_queue(self, c):
+        coll, queue = self._queue_target(c)
+        n = _int(_toks(c, "INT")[0])
+        if n < 1:
+            raise _qerr("a limit is at least 1: to stop a queue, pause it")
+        measure = next(x for x in c if isinstance(x, tuple) and x[0] == "measure")
+        by = next((x[1] for x in c if isinstance(x, tuple) and x[0] == "per"), None)
+        return A.QueueControl("limit", coll, queue, measure[1], n, measure[2], by)
+
+    def unlimit_queue(self, c):
+        coll, queue = self._queue_target(c)
+        kinds = _toks(c, "LEASED", "CLAIMED")
+        by = next((x[1] for x in c if isinstance(x, tuple) and x[0] == "per"), None)
+        return A.QueueControl("unlimit", coll, queue, str(kinds[0]).lower() if kinds else None, None, None, by)
+
+    def show_queues(self, c):
+        return A.ShowQueues()
 
     def text(self, c):
         return [x for x in c if isinstance(x, A.Statement)]
