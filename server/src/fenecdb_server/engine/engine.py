@@ -36,6 +36,7 @@ from ..ql.literals import shape
 from ..ql.parser import read
 from . import records
 from .collection import Collection
+from .controls import Controls, run_control, show_queues
 from .execute import (
     Block,
     run_create,
@@ -49,7 +50,6 @@ from .execute import (
     too_many_writes,
 )
 from .holds import ReadyClaim, make_hold
-from .controls import Controls, run_control, show_queues
 from .idempotency import Idem, Keys, Stored
 from .prepare import Prepared, prepare
 from .queues import Tally

@@ -724,10 +724,10 @@ def _expected(tokens: set[str]) -> str:
             name = f"`{word}`" if word else ""
         if name and name not in names:
             names.append(name)
-    if statement and all(n in ("the end of the text", "`;`", "`select`") for n in names):
+    if statement and all(n in ("the end of the text", "`;`", "`select`", "`limit`") for n in names):
         # nothing but a statement may come: name the keywords that start one
         names = [f"`{w}`" for w in ("get", "put", "insert", "set", "update", "del", "delete", "select", "create",
-                                    "drop")]
+                                    "drop", "pause", "resume", "limit", "unlimit", "show")]
         statement = False
     if not names:
         return "another statement" if statement else "something else"
