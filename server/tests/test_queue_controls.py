@@ -198,7 +198,7 @@ def test_a_rate_limit_holds_in_each_of_twelve_windows(db: Database, clock: TestC
         window = db.now() // 1000
         stop = threading.Event()
 
-        def step(name: str) -> bool:
+        def step(name: str, window: int = window, stop: threading.Event = stop) -> bool:
             got = db.query(CLAIM % 3, [f"{name}:{next(counter)}"])
             with lock:
                 for r in got:
