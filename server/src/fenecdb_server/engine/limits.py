@@ -135,16 +135,16 @@ def _choose(coll: Collection, p: Prepared, env: Env, b: Budget) -> tuple[list[di
     """The rows a claim takes, in its order, and their written forms (the module's rules)."""
     plain = p.plain
     schema = coll.schema
+    # a value that reads no row: its error is the statement's, raised before any row is read
     if plain is not None:
-        _rewrite_plain(plain, [], env)  # a value that reads no row: its error is the statement's
-
-        def rewrite(old: dict) -> dict:
-            return _rewrite_plain(plain, [old], env)[0]
+        _rewrite_plain(plain, [], env)
     else:
         _rewrite(schema, p.patch, [], env)
 
-        def rewrite(old: dict) -> dict:
-            return _rewrite(schema, p.patch, [old], env)[0]
+    def rewrite(old: dict) -> dict:
+        if plain is not None:
+            return _rewrite_plain(plain, [old], env)[0]
+        return _rewrite(schema, p.patch, [old], env)[0]
     q = b.query(p.query)
     limit = p.query.limit
     need = limit
@@ -197,12 +197,9 @@ class Budget:
         """`q` with the candidates' test (rules 1 and 2 without this claim's own rows)."""
         base = q.filter
         is_open = self.open
-        if base is None:
-            def filt(row: dict, env: Env) -> bool:
-                return is_open(row)
-        else:
-            def filt(row: dict, env: Env) -> bool:
-                return bool(base(row, env)) and is_open(row)
+
+        def filt(row: dict, env: Env) -> bool:
+            return (base is None or bool(base(row, env))) and is_open(row)
         return Query(filt, q.access, q.order, q.limit, q.offset, filt)
 
     def open(self, row: dict) -> bool:
