@@ -41,6 +41,7 @@ the lease's end, a time wake) or the window turning (`Gate.next_turn`, a time wa
 
 from __future__ import annotations
 
+import heapq
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -66,13 +67,16 @@ class Gate:
     """A claim's controls (prepare.py sets it on the claim's `Prepared`): its collection's
     targets as they were when it was prepared (any change forgets the plans)."""
 
-    __slots__ = ("controls", "coll", "shape", "targets", "limits", "leased")
+    __slots__ = ("controls", "coll", "shape", "targets", "limits", "leased", "stopped", "paused")
 
     def __init__(self, controls: Controls, coll: str, shape: Shape, targets: dict[str | None, Target]) -> None:
         self.controls = controls
         self.coll = coll
         self.shape = shape
         self.targets = targets
+        whole = targets.get(None)
+        self.stopped = whole is not None and whole.paused  # the whole collection paused
+        self.paused = frozenset(q for q, t in targets.items() if q is not None and t.paused)
         # (target queue, limit, its slot): a book's index for `leased`, a rate key for `claimed`
         self.limits: list[tuple[str | None, Limit, Any]] = []
         self.leased: list[tuple[str | None, Limit]] = []
@@ -116,14 +120,17 @@ class Gate:
             schema = coll.schema
             blk.touch(coll)
             undo = blk.undo
-            alive_fn = p.alive
-            alive = (lambda r: alive_fn(r, env)) if alive_fn else (lambda r: True)
-            for old, new in zip(olds, news, strict=True):
-                if coll.required:
+            if coll.required:
+                for new in news:
                     check_required(schema, new)
-                if coll.unique:
+            if coll.unique:  # each row checked against those before it already written (as run_set)
+                alive_fn = p.alive
+                alive = (lambda r: alive_fn(r, env)) if alive_fn else (lambda r: True)
+                for old, new in zip(olds, news, strict=True):
                     coll.unique_check(new, alive, undo)
-                coll.replace(old, new, undo)
+                    coll.replace(old, new, undo)
+            else:
+                coll.replace_all(olds, news, undo)
             name = coll.name
             blk.ops += [("p", name, new["id"], new) for new in news]
             blk.writes += 1
@@ -141,10 +148,10 @@ def _choose(coll: Collection, p: Prepared, env: Env, b: Budget) -> tuple[list[di
     else:
         _rewrite(schema, p.patch, [], env)
 
-    def rewrite(old: dict) -> dict:
+    def rewrite(rows: list[dict]) -> list[dict]:
         if plain is not None:
-            return _rewrite_plain(plain, [old], env)[0]
-        return _rewrite(schema, p.patch, [old], env)[0]
+            return _rewrite_plain(plain, rows, env)
+        return _rewrite(schema, p.patch, rows, env)
     q = b.query(p.query)
     limit = p.query.limit
     need = limit
@@ -153,19 +160,26 @@ def _choose(coll: Collection, p: Prepared, env: Env, b: Budget) -> tuple[list[di
     cands = pick(coll, q, env, need_override=need)
     i = 0
     while True:
-        while i < len(cands) and (limit is None or len(olds) < limit):
-            old = cands[i]
+        rest = cands[i:]
+        try:
+            written = rewrite(rest)  # every candidate at once, as run_set does
+        except Overflow:
+            if limit is None:
+                raise
+            written = []
+            for old in rest:  # one at a time: a row that overflows is passed over (execute._pass_over)
+                try:
+                    written.extend(rewrite([old]))
+                except Overflow:
+                    written.append(None)  # type: ignore[arg-type]
+        for old, new in zip(rest, written, strict=True):
             i += 1
-            try:
-                new = rewrite(old)
-            except Overflow:
-                if limit is None:
-                    raise
-                continue  # passed over, as execute._pass_over does
-            if b.admit(new):
+            if limit is not None and len(olds) >= limit:
+                break
+            if new is not None and b.admit(new):
                 olds.append(old)
                 news.append(new)
-        if need is None or len(olds) >= need or len(cands) < need:
+        if limit is None or need is None or len(olds) >= limit or len(cands) < need:
             return olds, news
         need *= 2
         cands = pick(coll, q, env, need_override=need)
@@ -184,9 +198,8 @@ class Budget:
         self.now = now
         self.blk = blk
         self.shape = gate.shape
-        whole = gate.targets.get(None)
-        self.stopped = whole is not None and whole.paused
-        self.paused = frozenset(q for q, t in gate.targets.items() if q is not None and t.paused)
+        self.stopped = gate.stopped
+        self.paused = gate.paused
         self.limits = gate.limits
         self.book: Book | None = None
         self._used: dict[tuple[int, Any], int] = {}
@@ -302,13 +315,17 @@ class Budget:
 class Book:
     """The leases of one collection, for its `leased` limits (the module doc)."""
 
-    __slots__ = ("seq", "limits", "shape", "ends", "where")
+    __slots__ = ("seq", "limits", "shape", "ends", "heaps", "where")
 
     def __init__(self, seq: int, gate: Gate) -> None:
         self.seq = seq
         self.limits = gate.leased
         self.shape = gate.shape
+        # per limit, per key: the lease end of each job by id, and the same as a heap of (end, id)
+        # (an entry whose id has another end, or none, is stale: skipped when it comes up), so a
+        # count drops the lapsed leases from the heap's top instead of reading every lease
         self.ends: list[dict[Any, dict[int, Any]]] = [{} for _ in self.limits]
+        self.heaps: list[dict[Any, list[tuple[Any, int]]]] = [{} for _ in self.limits]
         self.where: dict[int, list[tuple[int, Any]]] = {}
 
     def add(self, row: dict) -> None:
@@ -326,7 +343,9 @@ class Book:
             d = self.ends[li].get(key)
             if d is None:
                 d = self.ends[li][key] = {}
+                self.heaps[li][key] = []
             d[rid] = end
+            heapq.heappush(self.heaps[li][key], (end, rid))
             self.where.setdefault(rid, []).append((li, key))
 
     def remove(self, rid: int) -> None:
@@ -339,11 +358,13 @@ class Book:
         """Leases of limit `li` and `key` that end after `now`; the lapsed ones are dropped (the
         clock does not go back, and a lease that changes is written, so `note` sees it)."""
         d = self.ends[li].get(key)
-        if not d:
+        if d is None:
             return 0
-        lapsed = [rid for rid, end in d.items() if end <= now]
-        for rid in lapsed:
-            del d[rid]
+        heap = self.heaps[li][key]
+        while heap and heap[0][0] <= now:
+            end, rid = heapq.heappop(heap)
+            if d.get(rid) == end:
+                del d[rid]
         return len(d)
 
 

@@ -398,7 +398,8 @@ def choose(db: Engine, plan: Plan, env: Env, limit: int | None,
                 continue
             olds.append(old)
             news.append(new)
-        if need is None or len(olds) >= need or len(cands) < need:
+        # full at `limit` (`need` has doubled past it once a row was passed over), or read to the end
+        if limit is None or need is None or len(olds) >= limit or len(cands) < need:
             return olds, news
         need *= 2
         cands = pick(coll, q, env, need_override=need)
