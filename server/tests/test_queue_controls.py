@@ -370,3 +370,16 @@ def test_a_worker_token_cannot_pause_and_its_claims_are_capped(db: Database) -> 
     with pytest.raises(FenecError) as e:
         Policy.parse("jobs control where queue = 'x'")
     assert "takes no `where`" in e.value.message
+
+
+def test_a_cap_first_counted_inside_a_block_counts_the_block_once(db: Database) -> None:
+    put_jobs(db, 10)
+    db.query("limit queue jobs to 3 leased")
+    # the book of leases is first built by the second claim, after the first wrote in the same block
+    got = db.batch([(CLAIM % 2, ["w1"]), (CLAIM % 5, ["w2"])])
+    assert [len(g["rows"]) for g in got] == [2, 1]
+    with pytest.raises(FenecError):  # a block that fails leaves no lease counted
+        db.batch([(ACK, [1, "w1"]), (CLAIM % 5, ["w3"]), ("del jobs where id = 99 require 1", [])])
+    assert db.query(CLAIM % 5, ["w4"]) == []
+    db.query(ACK, [1, "w1"])
+    assert len(db.query(CLAIM % 5, ["w4"])) == 1

@@ -265,7 +265,7 @@ class Budget:
             n = entry[1].get(key, 0) if entry is not None and entry[0] == self.now // lim.per_ms else 0
         else:
             if self.book is None:
-                self.book = books(self.gate.controls, self.eng).book(self.coll, self.gate)
+                self.book = books(self.gate.controls, self.eng).book(self.coll, self.gate, self.blk)
             n = self.book.count(slot, key, self.now) + self._block_delta().get((slot, key), 0)
         self._used[(i, key)] = n
         return n
@@ -380,13 +380,25 @@ class Books:
     def forget(self, coll: str) -> None:
         self.by_coll.pop(coll, None)
 
-    def book(self, coll: Collection, gate: Gate) -> Book:
+    def book(self, coll: Collection, gate: Gate, blk: Block | None) -> Book:
+        """The collection's book as of its last commit: one built now (after a change, a
+        restart, a replayed record) reads the rows a block under way changed as they were."""
         b = self.by_coll.get(coll.name)
         if b is not None and b.seq == self.eng.seq and b.limits == gate.leased:
             return b
         b = Book(self.eng.seq, gate)
-        for row in list(coll.rows.values()):
-            b.add(row)
+        rows = coll.rows
+        before: dict[int, dict | None] = {}
+        if blk is not None:
+            for c, rid, old in blk.undo:
+                if c is coll and rid not in before:
+                    before[rid] = old
+        for rid, row in list(rows.items()):
+            if rid not in before:
+                b.add(row)
+        for old in before.values():
+            if old is not None:
+                b.add(old)
         with self._mutex:
             self.by_coll[coll.name] = b
         return b
