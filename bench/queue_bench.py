@@ -7,6 +7,8 @@ Sections (each prints a table of medians over --rounds runs, and the run's sprea
               the same without an index, a queue of --jobs leased or delayed jobs with 3 ready,
               16 threads claiming and acking (jobs/s), and the three-statement variant
               (read the ready page, set where still ready, read back) with how many jobs it lost
+  capped      a claim of 10 on a queue with caps or a rate limit (docs/queues.md, "Caps and rate
+              limits") beside the same queue with none, over --jobs jobs of 100 tenants, in process
   text        statements written with literals beside the same with `$1` (medians of a different
               text each time, so no cache answers): one small put, and a put of 1 000 documents
               (89 KB of text, with the rate it is read at)
@@ -35,7 +37,7 @@ import time
 from pathlib import Path
 
 from compare.machine import machine  # bench/compare/machine.py: the script's folder is on sys.path
-from fenecdb_server import Database, FenecError
+from fenecdb_server import Database, FenecError, gc_policy
 
 SCHEMA = "create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int, error text)"
 SCHEMA_NO_INDEX = "create collection jobs (payload json, run_at timestamp, owner text, attempts int, error text)"
@@ -105,6 +107,40 @@ def bench_mostly_leased(jobs: int) -> dict:
         assert len(got) == 3, got
     lat.sort()
     return {"p50_us": pct(lat, 0.5), "p99_us": pct(lat, 0.99)}
+
+
+SCHEMA_TENANTS = ("create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int, "
+                  "error text, tenant text, queue text)")
+TENANTS = 100
+
+
+def bench_claim_capped(jobs: int, control: str | None) -> dict:
+    """2 000 claims of 10 (20 000 jobs leased by the end) on --jobs ready jobs of TENANTS tenants,
+    under `control` (None: no control, the same schema), its limits never reached, so every claim
+    takes its 10 and pays for each limit's count. The collector runs as the server runs it
+    (gc_policy.py), so a p99 is not a full collection's walk over the stored jobs."""
+    db = Database()
+    db.query(SCHEMA_TENANTS)
+    now = db.now()
+    for start in range(0, jobs, 10_000):
+        docs = [{"payload": {"to": f"user{i}@example.com"}, "run_at": now - 1000, "attempts": 0,
+                 "tenant": f"t{i % TENANTS}"} for i in range(start, min(jobs, start + 10_000))]
+        db.query("put jobs $1", [docs])
+    if control is not None:
+        db.query(control)
+    gc_policy.apply()  # as the server runs: the stored jobs out of the collector's sight
+    out = claims_latency(db, 2000)
+    assert db.query("get jobs where owner != null count")[0]["count"] == 20_000
+    return out
+
+
+CAPPED = {
+    "claim 10, no control (the same queue)": None,
+    "claim 10, to 1 000 000 leased": "limit queue jobs to 1000000 leased",
+    "claim 10, to 10 000 leased per tenant": "limit queue jobs to 10000 leased per tenant",
+    "claim 10, to 1 000 000 claimed per 1h per tenant": "limit queue jobs to 1000000 claimed per 1h per tenant",
+    "claim 10, a paused queue name beside it": 'pause queue jobs "other"',
+}
 
 
 def bench_threads(jobs: int, threads: int = 16) -> dict:
@@ -314,9 +350,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--only", choices=["inproc", "text", "durable", "http", "bidding", "held"], action="append")
+    ap.add_argument("--only", choices=["inproc", "capped", "text", "durable", "http", "bidding", "held"],
+                    action="append")
     args = ap.parse_args()
-    only = set(args.only or ["inproc", "text", "durable", "http", "bidding", "held"])
+    only = set(args.only or ["inproc", "capped", "text", "durable", "http", "bidding", "held"])
     info = machine()
     print(f"queue-bench: {info['cpu']}, {info['cores']} cores, Python {info['python']}; "
           f"{args.jobs:,} jobs, medians of {args.rounds} rounds (min–max in brackets)", flush=True)
@@ -331,6 +368,11 @@ def main() -> int:
         }
         show("in process, no log", rows)
         results["inproc"] = rows
+    if "capped" in only:
+        rows = {name: median_of(bench_claim_capped, args.rounds, args.jobs, control)
+                for name, control in CAPPED.items()}
+        show("caps and rate limits, in process, no log (p50, p99 of single claims)", rows)
+        results["capped"] = rows
     if "text" in only:
         rows = {
             "one small put, literals vs $1": median_of(bench_literal_small, args.rounds),

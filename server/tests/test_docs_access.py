@@ -17,3 +17,5 @@ def test_every_policy_block_loads() -> None:
     rules, append_only = parse_rules(blocks[0])
     assert len(rules) == 10 and len(append_only) == 1
     assert {r.collection for r in rules} == {"jobs", "journal", "*"}
+    # the `ops` rule alone may pause the queue: no worker's rule grants `control`
+    assert [r.role for r in rules if "control" in r.grants] == ["ops"]

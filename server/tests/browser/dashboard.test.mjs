@@ -296,6 +296,27 @@ test('the dashboard: counts, job lists, a job, a resend, the rates, and a read-o
   assert.match(await page.textContent('#rates-chart text.title'), /^time: the last \d+ min, up to \d\d:\d\d:\d\d/);
   await page.screenshot({ path: join(ARTIFACTS, '07-rates.png'), fullPage: true });
 
+  // pause the mail queue: its row says so, the server agrees, and a claim takes none of its jobs
+  const mailControl = '#queues tr[data-queue="mail"] td.control';
+  assert.equal(await page.textContent(`${mailControl} button.switch`), 'Pause');
+  since = await page.evaluate(() => Number(document.body.dataset.loaded));
+  await page.click(`${mailControl} button.switch`);
+  await loaded(page, since);
+  assert.match(await page.textContent('#notice'), /queue jobs "mail" paused/);
+  assert.equal(await page.getAttribute(mailControl, 'data-paused'), 'true');
+  assert.equal(await page.textContent(`${mailControl} button.switch`), 'Resume');
+  assert.ok((await q('show queues')).some((r) => r.collection === 'jobs' && r.queue === 'mail' && r.paused));
+  await q('put jobs {queue: "mail", payload: {}, run_at: now(), attempts: 0}');
+  assert.deepEqual(await q('set jobs {owner: "w3", run_at: now() + 30000, attempts: attempts + 1} ' +
+    'where queue = "mail" and run_at <= now() order run_at limit 5 returning id'), []);
+  assert.equal(await page.getAttribute('#queues tr[data-queue="image"] td.control', 'data-paused'), 'false');
+  await page.screenshot({ path: join(ARTIFACTS, '07b-paused.png'), fullPage: true });
+  since = await page.evaluate(() => Number(document.body.dataset.loaded));
+  await page.click(`${mailControl} button.switch`);
+  await loaded(page, since);
+  assert.match(await page.textContent('#notice'), /queue jobs "mail" resumed/);
+  assert.equal(await page.getAttribute(mailControl, 'data-paused'), 'false');
+
   // a token that may only read: the counts, and a resend refused with the server's answer
   await useToken(page, viewer);
   assert.match(await page.textContent('#who'), /token of ana/);
@@ -313,6 +334,12 @@ test('the dashboard: counts, job lists, a job, a resend, the rates, and a read-o
   const [still] = await q('get jobs where queue = "image" and run_at is null');
   assert.equal(still.attempts, 5);
   assert.equal((await counts(page, 'image')).dead, 1);
+  // nor may it pause a queue: that takes the `control` grant
+  since = await page.evaluate(() => Number(document.body.dataset.loaded));
+  await page.click('#queues tr[data-queue="image"] td.control button.switch');
+  await loaded(page, since);
+  assert.match(await page.textContent('#notice'), /refused: .*control.*\(403\)/);
+  assert.ok(!(await q('show queues')).some((r) => r.paused));
   await page.screenshot({ path: join(ARTIFACTS, '08-read-only-refused.png'), fullPage: true });
 
   // back to the server token: every dead letter of a queue, at once, after a confirmation

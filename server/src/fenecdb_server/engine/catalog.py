@@ -18,6 +18,7 @@ from typing import Any
 from ..errors import FenecError
 from ..ql import ast as A
 from .collection import Collection
+from .controls import Controls
 from .prepare import Prepared, prepare
 from .rwlock import RWLock
 from .schedules import Schedules
@@ -49,6 +50,7 @@ class Catalog:
         self.plan_chars = 0
         self.cache_mutex = threading.Lock()  # the parse and plan caches' writers (a reader takes none)
         self.schedules = Schedules()  # recurring puts (schedules.py)
+        self.controls = Controls()  # paused queues, caps and rate limits (controls.py, limits.py)
 
     def now(self) -> int:
         return int(self.clock())
@@ -107,7 +109,7 @@ class Catalog:
             if early is not None and early[0] == self.version:
                 return early[1]
         if p is None:
-            p = prepare(stmt, {n: c.schema for n, c in self.collections.items()})
+            p = prepare(stmt, {n: c.schema for n, c in self.collections.items()}, controls=self.controls)
             self.remember_plan(key, p)
         return p
 
@@ -124,7 +126,7 @@ class Catalog:
                 continue
             version = self.version
             try:
-                p = prepare(stmt, {n: c.schema for n, c in list(self.collections.items())})
+                p = prepare(stmt, {n: c.schema for n, c in list(self.collections.items())}, controls=self.controls)
             except Exception:  # a refusal or a schema read mid-change: the locked path decides
                 continue
             if ready is None:

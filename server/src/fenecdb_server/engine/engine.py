@@ -102,6 +102,8 @@ class Engine:
         self._last_ticket: object = None  # the appender's ticket of the last record appended
         self.tally = Tally(self.collections)  # jobs enqueued, claimed, acked, failed, dead-lettered per queue
         self.schedules = catalog.schedules  # recurring puts (engine/schedules.py)
+        self.controls = catalog.controls  # paused queues, caps and rate limits (controls.py, limits.py)
+        catalog.controls.feed = self  # a cap's books follow the committed writes (limits.py)
 
     # ---------------------------------------------------------------- collections
 
@@ -367,6 +369,11 @@ class Engine:
             return self.seq
         finally:
             self.lock.release_write()
+
+    def add_observer(self, note: Callable[[int, list], None]) -> None:
+        """`observe` for a caller that already holds a lock of the engine (a claim under the
+        write lock, a look under the read lock: no commit runs meanwhile)."""
+        self._observers.append(note)
 
     def unobserve(self, note: Callable[[int, list], None]) -> None:
         self.lock.acquire_write()

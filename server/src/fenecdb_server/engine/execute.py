@@ -211,6 +211,8 @@ def run_get(eng: Catalog, p: Prepared, env: Env) -> Any:
 
 
 def run_set(eng: Catalog, p: Prepared, env: Env, blk: Block) -> Any:
+    if p.gate is not None:  # a claim on a queue with controls (engine/limits.py)
+        return p.gate.run(eng, p, env, blk)
     coll = eng.collection(p.coll)
     need = _write_need(p, env, blk)
     picked = pick(coll, p.query, env, need)

@@ -159,7 +159,12 @@ class ReadyClaim:
                     return True
                 continue
             p = db.prepared(text, stmt)
-            if pick(coll, p.query, Env(params, now), need_override=1):
+            q = p.query
+            if p.gate is not None:  # a claim on a queue with controls reads what they let it take
+                q = p.gate.look_query(db, coll, q, int(now))
+                if q is None:
+                    continue
+            if pick(coll, q, Env(params, now), need_override=1):
                 return True
         return False
 
@@ -190,13 +195,22 @@ class ReadyClaim:
             m = _next_for(coll, ttl.name, ">", -ttl.ttl_ms, now)
             if m is not None and (best is None or m < best):
                 best = m
+        for text, stmt, _params in self._writes:
+            if db.controls.on(stmt.collection) and stmt.collection in db.collections:
+                p = db.prepared(text, stmt) if self.scope is None else scoped_plan_for(db, text, stmt, self.scope).p
+                m = p.gate.next_turn(now) if p.gate is not None else None  # a rate window turns
+                if m is not None and (best is None or m < best):
+                    best = m
         return best
 
-    def wakes(self) -> list[tuple[str, tuple[str, ...], tuple[Any, ...]]]:
+    def wakes(self) -> list[tuple[str, tuple[str, ...], tuple[Any, ...]]] | None:
         """Per set/del: (collection, fields, values) of the equality terms of its filter that
-        every row it could take carries, in field order; both empty when it has none."""
+        every row it could take carries, in field order; both empty when it has none. None when
+        a collection it writes has queue controls (controls.py): then every write wakes it."""
         out: list[tuple[str, tuple[str, ...], tuple[Any, ...]]] = []
         for _text, stmt, params in self._writes:
+            if self.db.controls.on(stmt.collection):
+                return None  # an ack, which writes no row, can free a cap: every write wakes it
             coll = self.db.collections.get(stmt.collection)
             terms = _eq_terms(stmt.where, coll.schema, params) if coll is not None else {}
             fields = tuple(sorted(terms))

@@ -80,7 +80,7 @@ def render(cols: list[Column] | AllColumns, rows: list[dict], env: Any) -> list[
 
 class Prepared:
     __slots__ = ("stmt", "kind", "coll", "query", "cols", "patch", "docs", "else_patch", "nparams",
-                 "uses_claims", "require", "count", "verb", "alive", "schema", "plain")
+                 "uses_claims", "require", "count", "verb", "alive", "schema", "plain", "gate")
 
     def __init__(self, stmt: A.Statement) -> None:
         self.stmt = stmt
@@ -106,6 +106,8 @@ class Prepared:
         # A patch of whole fields only, split into the values that read no row (worked out
         # once per run) and those that read it: (fixed, per_row), each [(field, fn, convert)].
         self.plain: tuple[list, list] | None = None
+        # A claim on a queue with controls: engine/limits.py's Gate, which runs it (None: none)
+        self.gate: Any = None
 
 
 def make_alive(schema: Schema) -> Callable[[dict, Any], bool] | None:
@@ -179,7 +181,10 @@ def _target_type(schema: Schema, t: A.Target, coll: str) -> Any:
     return f.type
 
 
-def prepare(stmt: A.Statement, schemas: dict[str, Schema], allow_claims: bool = False) -> Prepared:
+def prepare(stmt: A.Statement, schemas: dict[str, Schema], allow_claims: bool = False,
+            controls: Any = None) -> Prepared:
+    """`controls`: the engine's queue controls (engine/controls.py), which give a claim on a
+    queue with any its gate, here once rather than per run or per row."""
     p = Prepared(stmt)
     ctx = Ctx(None, claims=allow_claims)
     if isinstance(stmt, (A.CreateCollection, A.DropCollection, A.CreateIndex)):
@@ -201,6 +206,8 @@ def prepare(stmt: A.Statement, schemas: dict[str, Schema], allow_claims: bool = 
         if isinstance(stmt, A.Set):
             p.patch = _patch(schema, stmt.patch, coll, Ctx(schema, claims=allow_claims))
             p.plain = _plain(schema, stmt.patch, p.patch)
+            if controls is not None and controls.on(coll):
+                p.gate = controls.gate(coll, stmt, schema)
     elif isinstance(stmt, A.Put):
         vctx = Ctx(schema, row=False)
         if stmt.documents is not None:

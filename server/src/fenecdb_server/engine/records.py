@@ -20,6 +20,8 @@ in the order they were made. Each op is a JSON array, its code first:
     ["h", name, state]                      a schedule created, paused,      the schedule set to
                                             resumed, fired or dropped        `state`, or dropped
                                             (engine/schedules.py)            (state null)
+    ["q", coll, queue, state]               pause, resume, limit, unlimit    the queue's controls set
+                                            (controls.py)                    to `state`
 
 Fields:
 * `coll`: the collection's name. `id`: the row's id, a positive integer.
@@ -34,6 +36,10 @@ Fields:
   not fired (epoch ms), "fired": the due time of the last fire or null, "fired_at": when it ran,
   "fires": how many, "error": the last fire's refusal or null}`. A fire is the put's `p` ops and
   this op in one record, so a record says both "rows put" and "fired for due time T", or neither.
+* `queue`: a queue's name, or null for every job of the collection; `state`: its controls after
+  the statement, `{"paused": bool, "limits": [[kind, n, per_ms, by], ...]}` (kind `leased` or
+  `claimed`; `per_ms` the window of a `claimed` limit, else null; `by` a field or null), or null
+  when none is left (engine/controls.py). An `x` op forgets the collection's controls too.
 * `key`: the Idempotency-Key, already namespaced (http/idempotency.py); `hash`: the request's hash
   in hex; `at`: epoch ms it was stored; `ttl_ms`: how long it is kept; `answers`: the engine's
   answers, one per statement (a list of rows, or an object such as `{"affected": 1}`).
@@ -42,8 +48,9 @@ Fields:
   `surrogateescape`), replayed as they were (`Stored.raw`). The 7-element form is read, never
   written.
 
-Snapshot: `{"s": S, "colls": [coll, ...], "idem": [key, ...], "idem_bytes": n, "schedules": [[name,
-state], ...]}` (`schedules` left out when there are none), each coll
+Snapshot: `{"s": S, "colls": [coll, ...], "queues": [[coll, queue, state], ...], "idem": [key, ...],
+"idem_bytes": n, "schedules": [[name, state], ...]}` (`queues` absent in snapshots written before
+queue controls; `schedules` left out when there are none), each coll
 `{"schema": schema, "next": next_id, "rows": [[id, row], ...], "bytes": n}` (rows in id order,
 `bytes` the size of its `rows` array; a row of a collection with no bytes field and no null is
 written as it is stored, so it also holds `"id": id`, which reading skips), each key `[key, hash, at, ttl_ms, answers]` (or, written up
@@ -156,6 +163,10 @@ def replay(eng: State, payload: bytes) -> tuple[int, list]:
             eng.catalog.add_collection(Collection(Schema.from_json(op[2])))
         elif kind == "x":
             eng.catalog.remove_collection(op[1])
+            eng.catalog.controls.forget(eng.catalog, op[1])
+        elif kind == "q":
+            eng.catalog.controls.replay(op[1], op[2], op[3])
+            eng.catalog.schema_changed()
         elif kind == "i":
             coll = eng.catalog.collections[op[1]]
             target, idx_kind, ttl = op[2], op[3], op[4]
@@ -188,6 +199,7 @@ def snapshot_state(eng: State) -> dict:
         "colls": [(c.schema.to_json(), c.next_id, dict(c.rows)) for c in eng.catalog.collections.values()],
         "idem": list(eng.keys.items()),
         "schedules": schedules.snapshot(eng.catalog),
+        "queues": eng.catalog.controls.to_json(),
     }
 
 
@@ -228,7 +240,7 @@ def snapshot_pieces(state: dict, pause: Callable[[], None] | None = None,
         yield b',"bytes":%d}' % nbytes
     idem_json = dumps([_key_json(k, s) for k, s in state["idem"]])
     idem_bytes = len(idem_json)
-    yield b'],"idem":%b,"idem_bytes":%d' % (idem_json, idem_bytes)
+    yield b'],"queues":%b,"idem":%b,"idem_bytes":%d' % (dumps(state.get("queues") or []), idem_json, idem_bytes)
     scheduled = state.get("schedules")
     yield b',"schedules":%b}' % dumps(scheduled) if scheduled else b"}"
     if sizes is not None:
@@ -289,6 +301,7 @@ def load_snapshot(eng: State, payload: bytes) -> tuple[dict[str, tuple[int, int]
         if nbytes is None:  # a snapshot written before the sizes were
             nbytes = len(_slow_dumps(c["rows"]).encode("utf-8", "surrogatepass"))
         sizes[coll.name] = (nbytes, len(c["rows"]))
+    eng.catalog.controls.load(snap.get("queues") or [])
     for k in snap["idem"]:
         eng.keys.put(k[0], _stored(*k[1:]) if len(k) == 5 else _stored_v1(*k[1:]))
     for name, sched in snap.get("schedules", ()):

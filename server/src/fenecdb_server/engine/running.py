@@ -17,6 +17,7 @@ from ..plan.compile import Env
 from ..policy import Scope
 from ..ql import ast as A
 from .catalog import Catalog
+from .controls import run_control, show_queues
 from .execute import Block, run_del, run_get, run_set, too_many_rows, too_many_writes
 from .parse_cache import Parsed
 from .puts import run_put
@@ -40,6 +41,9 @@ def run_reads(catalog: Catalog, parsed: list[Parsed], block: bool, scope: Scope 
             if scope is not None:
                 env.claims = scope.claims
                 answers.append(run_scoped(catalog, text, stmt, env, None, scope))
+                continue
+            if type(stmt) is A.ShowQueues:
+                answers.append(show_queues(catalog))
                 continue
             answers.append(run_get(catalog, catalog.prepared(text, stmt, ready), env))
         except BaseException as e:
@@ -89,6 +93,10 @@ def run_one(catalog: Catalog, text: str, stmt: A.Statement, params: list, blk: B
         ans = run_create_index(catalog, stmt, blk)
     elif isinstance(stmt, A.SCHEDULE_STATEMENTS):
         ans = run_schedule(catalog, text, stmt, blk, None)
+    elif isinstance(stmt, A.QueueControl):
+        ans = run_control(catalog, stmt, blk)
+    elif isinstance(stmt, A.ShowQueues):
+        ans = show_queues(catalog)
     else:
         raise FenecError("query", f"cannot run {t.__name__}")
     return ans

@@ -59,6 +59,7 @@ def run_drop(eng: Catalog, stmt: A.DropCollection, blk: Block) -> Any:
         raise no_collection(name, eng.collections)  # schema statements are the server token's alone
     eng.remove_collection(name)
     blk.schema_undo.append(lambda: eng.add_collection(coll))
+    blk.schema_undo.append(eng.controls.forget(eng, name))  # its queue controls go with it
     blk.ops.append(("x", name))
     blk.touched.add(name)
     blk.writes += 1

@@ -44,6 +44,7 @@ from ..ql import ast as A
 from ..ql.ast import mentions
 from .access import pick
 from .collection import Collection
+from .controls import run_control, show_queues
 from .execute import Block, answer_of, apply_entries, check_required, run_del, run_get
 from .prepare import Prepared, prepare
 from .puts import PutRules, run_put
@@ -74,6 +75,8 @@ def _names_claim(node: Any) -> bool:
 
 def authorize(stmt: A.Statement, scope: Scope) -> None:
     """The refusals a statement's text and the token's grants decide alone."""
+    if isinstance(stmt, A.ShowQueues):
+        return  # answers only the collections the token sees
     if isinstance(stmt, SCHEMA_STATEMENTS):
         raise denied("a scoped token reads and writes documents; it changes no schema")
     if isinstance(stmt, A.SCHEDULE_STATEMENTS):
@@ -84,7 +87,10 @@ def authorize(stmt: A.Statement, scope: Scope) -> None:
     g = scope.grants(coll)
     if not g.visible:  # a hint names only collections the token's own rules name (its whoami shows them)
         raise no_collection(coll, {r.collection for r in scope.rules if r.collection != "*"})
-    if isinstance(stmt, A.Get):
+    if isinstance(stmt, A.QueueControl):
+        if not g.has("control"):
+            raise denied(f"this token may not {stmt.verb} queues of `{coll}`: that takes the `control` grant")
+    elif isinstance(stmt, A.Get):
         if not g.has("read"):
             raise denied(f"this token may not read `{coll}`")
     elif isinstance(stmt, (A.Set, A.Del)):
@@ -224,7 +230,7 @@ def plan_for(db: Catalog, text: str, stmt: A.Statement, scope: Scope) -> Plan:
         plan = Plan(prepare(stmt2, schemas, allow_claims=True))
     elif isinstance(stmt, A.Set):
         stmt2 = dataclasses.replace(stmt, where=_and(_union(g.rules("update"), "using"), extra, stmt.where))
-        plan = Plan(prepare(stmt2, schemas, allow_claims=True))
+        plan = Plan(prepare(stmt2, schemas, allow_claims=True, controls=db.controls))
         _judges(plan, g, schemas[stmt.collection])
     else:
         plan = Plan(prepare(stmt, schemas))
@@ -295,8 +301,13 @@ def _unique_check(coll: Any, row: dict, alive: Callable, undo: list) -> None:
 
 def run(db: Catalog, text: str, stmt: A.Statement, env: Env, blk: Block | None, scope: Scope) -> Any:
     """One authorized statement under the token's rules (`env.claims` set to its claims)."""
-    plan = plan_for(db, text, stmt, scope)
     t = type(stmt)
+    if t is A.ShowQueues:
+        return show_queues(db, scope.visible)
+    if t is A.QueueControl:
+        assert blk is not None and isinstance(stmt, A.QueueControl)
+        return run_control(db, stmt, blk)
+    plan = plan_for(db, text, stmt, scope)
     try:
         if t is A.Get:
             return run_get(db, plan.p, env)
@@ -334,12 +345,22 @@ def withheld(e: FenecError, stmt: A.Statement) -> FenecError:
                               "the reason is withheld, since it would show the row")
 
 
-def choose(db: Catalog, plan: Plan, env: Env, limit: int | None) -> tuple[list[dict], list[dict]]:
+def choose(db: Catalog, plan: Plan, env: Env, limit: int | None,
+           blk: Block | None = None) -> tuple[list[dict], list[dict]]:
     """The rows a scoped set writes, in its order, and their written forms (§4.4): each
     candidate is judged (403 for the whole statement), then, with `returning`, passed over when
-    the token could not read it as written. Candidates are read in pages that double."""
+    the token could not read it as written; a claim on a queue with controls passes over what
+    they stop (engine/limits.py; `blk` None: a look, which counts nothing). Candidates are read
+    in pages that double."""
     p = plan.p
     coll = db.collection(p.coll)
+    q = p.query
+    budget = None
+    if p.gate is not None:
+        budget = p.gate.budget(db, coll, int(env.now), blk)
+        if budget.stopped:
+            return [], []
+        q = budget.query(q)
     schema = coll.schema
     patch = p.patch
     fixed = [None if per_row else fn(None, env) for _, fn, _, per_row in patch]
@@ -348,7 +369,7 @@ def choose(db: Catalog, plan: Plan, env: Env, limit: int | None) -> tuple[list[d
     olds: list[dict] = []
     news: list[dict] = []
     need = limit
-    cands = pick(coll, p.query, env, need_override=need)
+    cands = pick(coll, q, env, need_override=need)
     i = 0
     while True:
         while i < len(cands) and (limit is None or len(olds) < limit):
@@ -368,18 +389,21 @@ def choose(db: Catalog, plan: Plan, env: Env, limit: int | None) -> tuple[list[d
             judge_update(plan, coll.name, old, new, env)
             if readable is not None and not readable(new, env):
                 continue
+            if budget is not None and not budget.admit(new):
+                continue
             olds.append(old)
             news.append(new)
-        if need is None or len(olds) >= need or len(cands) < need:
+        # full at `limit` (`need` has doubled past it once a row was passed over), or read to the end
+        if limit is None or need is None or len(olds) >= limit or len(cands) < need:
             return olds, news
         need *= 2
-        cands = pick(coll, p.query, env, need_override=need)
+        cands = pick(coll, q, env, need_override=need)
 
 
 def _run_set(db: Catalog, plan: Plan, env: Env, blk: Block) -> Any:
     p = plan.p
     coll = db.collection(p.coll)
-    olds, news = choose(db, plan, env, p.query.limit)
+    olds, news = choose(db, plan, env, p.query.limit, blk)
     if olds:
         schema = coll.schema
         blk.touch(coll)

@@ -126,6 +126,16 @@ class RowChecks(Generic[A]):
         self.lines.time.schedule(line)
         return True
 
+    def controlled(self, lines: set[Line[A]]) -> None:
+        """A queue's controls changed (engine/controls.py, op `q`): its lines are woken by every
+        write from now on, since an ack, which writes no row, can free a cap (rule 2b)."""
+        for line in lines:
+            if line.wakes is not None:
+                self.index(line, False)
+                line.wakes = None
+                line.blind = True
+                self.index(line, True)
+
     def set_blind(self, line: Line[A], blind: bool) -> None:
         if line.blind is blind or (not blind and (line.wakes is None or line.bidding is not None)):
             return

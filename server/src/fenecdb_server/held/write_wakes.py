@@ -65,11 +65,13 @@ class WriteWakes(Generic[A]):
                         written[op[1]] = [op[3]]
                     else:
                         rows.append(op[3])
-                elif kind == "c" or kind == "x" or kind == "i":
+                elif kind == "c" or kind == "x" or kind == "i" or kind == "q":
                     written[op[1]] = []
                     lines = self.lines.by_collection.get(op[1])
                     if lines:
                         affected |= lines  # a schema change: every line on it looks
+                        if kind == "q":
+                            self.lines.rows.controlled(lines)
             for name in collections:
                 lines = self.lines.rows.blind.get(name)
                 if lines:

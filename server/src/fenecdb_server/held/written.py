@@ -52,7 +52,7 @@ class Written:
                 if type(ids) is set:
                     ids.add(op[2])
                     n += 1
-            elif kind in ("c", "x", "i"):
+            elif kind in ("c", "x", "i", "q"):  # q: a queue's controls (a resume gives rows none wrote)
                 per[op[1]] = SCHEMA
         if not per:
             return

@@ -205,6 +205,19 @@ class Metrics:
             for name in queues:
                 for value, c in sorted(collections[name]["queues"].items()):
                     out.append(f"{metric}{{{labels(name, value)}}} {c[key]}")
+        head("fenec_queue_paused", "gauge", "1 while claims of the queue take nothing: it or its collection is paused.")
+        controls = getattr(db, "controls", None)
+        targets = dict(controls.targets) if controls is not None else {}
+        for name in queues:
+            per = dict(targets.get(name, {}))
+            whole = per.get(None)
+            values = set(collections[name]["queues"])
+            if collections[name].get("queue_field") is not None:
+                values.update(q for q in per if q is not None)
+            for value in sorted(values):
+                own = per.get(value) if collections[name].get("queue_field") is not None else None
+                paused = (whole is not None and whole.paused) or (own is not None and own.paused)
+                out.append(f"fenec_queue_paused{{{labels(name, value)}}} {int(paused)}")
         head("fenec_queue_oldest_ready_seconds", "gauge", "Age of the oldest ready job (0 when none is ready).")
         for name in queues:
             for value, c in sorted(collections[name]["queues"].items()):

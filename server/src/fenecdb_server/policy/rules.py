@@ -2,7 +2,10 @@
 
     rule        := collection SP grants [SP "where" SP filter] [SP "for" SP role]
                  | collection SP "append-only"
-    grant       := read | insert | update | update(f, ...) | delete | write | expired | schedule
+    grant       := read | insert | update | update(f, ...) | delete | write | expired | schedule | control
+
+`control` (pause, resume, limit and unlimit the collection's queues: docs/queues.md) is granted by
+name only, never by `write`, and on a collection, never on rows: a rule granting it takes no filter.
 
 A line is cut into words at the top level (outside quotes and brackets), so
 `update(owner, run_at)` and a filter's `"a b"` stay whole. The filter is FenecQL, parsed by the
@@ -31,7 +34,7 @@ from ..ql import ast as A
 from ..ql.ast import mentions
 from ..ql.parser import parse
 
-GRANTS = ("read", "insert", "update", "delete", "expired", "schedule")
+GRANTS = ("read", "insert", "update", "delete", "expired", "schedule", "control")
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 FUNCTIONS = frozenset("now coalesce greatest least lower upper len timestamp bucket distance within".split())
 HIDDEN = "_idempotency"  # the server's own keys: no rule reaches it (§4.5)
@@ -201,7 +204,7 @@ def _grants(text: str, col: int) -> tuple[frozenset[str], tuple[str, ...] | None
             raise _LineError("append-only stands alone: `<collection> append-only`", gcol)
         else:
             raise _LineError(f"unknown grant `{g}`: read, insert, update, update(f, ...), delete, write, "
-                             "expired or schedule", gcol)
+                             "expired, schedule or control", gcol)
     if "update" not in grants or any_field:
         return frozenset(grants), None, frozenset(named)
     return frozenset(grants), tuple(sorted(fields or ())), frozenset(named)
@@ -336,6 +339,9 @@ def parse_line(line: str, number: int) -> Rule | AppendOnly | None:
     gtext = text[gwords[0][1]:gwords[-1][1] + len(gwords[-1][0])]
     grants, fields, named = _grants(gtext, gwords[0][1] + 1)
     filt = None
+    if ftext and "control" in grants:
+        raise _LineError("`control` is granted on a collection's queues, not on rows: a rule granting it "
+                         "takes no `where`", fstart + 1)
     if ftext:
         filt = _filter(ftext, fstart + 1)
         _check_filter(filt, fstart + 1)

@@ -312,6 +312,30 @@ class ShowSchedules(Statement):
     verb = "show"
 
 
+# ---------------------------------------------------------------- queue controls (docs/queues.md)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueControl(Statement):
+    """`pause`, `resume`, `limit` or `unlimit queue <collection> ["<name>"] ...` (fenecql.md §15)."""
+
+    verb: str  # pause | resume | limit | unlimit
+    collection: str
+    queue: str | None  # None: every job of the collection
+    kind: str | None  # leased | claimed (limit; unlimit: None for every limit)
+    n: int | None  # limit: at most this many
+    per_ms: int | None  # claimed: the window's length
+    by: str | None  # per <field>: counted apart for each value of that field
+
+
+@dataclass(frozen=True, slots=True)
+class ShowQueues(Statement):
+    """`show queues`: a row per queue collection, and per queue with controls of its own."""
+
+    writes = False
+    verb = "show"
+
+
 SCHEDULE_STATEMENTS = (CreateSchedule, ScheduleControl, ShowSchedules)
 
 

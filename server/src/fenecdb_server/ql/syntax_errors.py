@@ -29,7 +29,7 @@ _EXPECT_NAMES = {
 # Keywords that start a statement: after a complete statement the parser would take any of them, and
 # listing all ten hides the clause a user meant; they are named once, as "another statement".
 _STATEMENT_WORDS = frozenset({"PUT", "INSERT", "SET", "UPDATE", "DEL", "DELETE", "GET", "_CREATE", "_DROP",
-                              "PAUSE", "RESUME", "FIRE", "SHOW"})
+                              "PAUSE", "RESUME", "FIRE", "UNLIMIT", "SHOW"})
 # The order a list of expected words is given in: the clauses first, then values, then the rest.
 _FIRST = ("WHERE", "SELECT", "ORDER", "LIMIT", "OFFSET", "COUNT", "REQUIRE", "RETURNING", "AS", "ASC", "DESC",
           "AND", "OR", "THEN", "WHEN", "ELSE", "END", "CMP_OP", "ADD_OP", "MUL_OP", "IN", "IS", "HAS", "NOT")
@@ -77,10 +77,10 @@ def _expected(tokens: set[str]) -> str:
             name = f"`{word}`" if word else ""
         if name and name not in names:
             names.append(name)
-    if statement and all(n in ("the end of the text", "`;`", "`select`") for n in names):
+    if statement and all(n in ("the end of the text", "`;`", "`select`", "`limit`") for n in names):
         # nothing but a statement may come: name the keywords that start one
         names = [f"`{w}`" for w in ("get", "put", "insert", "set", "update", "del", "delete", "select", "create",
-                                    "drop")]
+                                    "drop", "pause", "resume", "limit", "unlimit", "show")]
         statement = False
     if not names:
         return "another statement" if statement else "something else"

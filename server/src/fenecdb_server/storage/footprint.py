@@ -39,7 +39,7 @@ from collections.abc import Callable
 from .format import FILE_HEADER_SIZE, RECORD_HEADER_SIZE
 
 _RECORD_ENVELOPE = len('{"s":,"o":[]}')  # plus the digits of the seq, and a comma between ops
-_SNAPSHOT_FIXED = FILE_HEADER_SIZE + RECORD_HEADER_SIZE + len('{"s":,"colls":[],"idem":[]}') + 12
+_SNAPSHOT_FIXED = FILE_HEADER_SIZE + RECORD_HEADER_SIZE + len('{"s":,"colls":[],"queues":[],"idem":[]}') + 12
 _COLL_FIXED = len('{"schema":,"next":,"bytes":,"rows":},') + 12
 _KEY_OP_FIXED = 64 + 40  # the request hash in hex, status, time, ttl, quotes and commas
 _P_OP_EXTRA = len('"p","",')  # a version in a record, beyond its snapshot form, plus the name

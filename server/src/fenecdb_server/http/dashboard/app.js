@@ -179,9 +179,38 @@ function ratesOf(recent, q, value) {
   return sum;
 }
 
+// ------------------------------------------------------------------ pausing a queue (docs/queues.md)
+
+const controlKey = (name, target) => `${name}\u0000${target === null ? '' : `"${target}`}`;
+
+// the queue a row's Pause switches: null for the whole collection (its `all` row, or a collection
+// with no `queue` field), "" for the jobs with no queue value, else the value
+function targetOf(q, value) {
+  if (!q.queue || value === undefined) return null;
+  return value === null ? '' : value;
+}
+
+// `show queues`, by collection and queue: {paused, limits}
+async function loadControls() {
+  const out = new Map();
+  try {
+    for (const r of await query('show queues')) out.set(controlKey(r.collection, r.queue), r);
+  } catch {
+    // an older server, or a refusal: the column stays empty
+  }
+  return out;
+}
+
+function switchQueue(q, target, pause) {
+  const named = target === null ? '' : ` ${JSON.stringify(target)}`;
+  const verb = pause ? 'pause' : 'resume';
+  return act(`${verb}d queue ${q.name}${named}`, () => query(`${verb} queue ${q.name}${named}`));
+}
+
 async function loadQueues(recent) {
   const collections = await call('GET', '/collections');
   queues = collections.map(queueOf).filter(Boolean);
+  const controls = await loadControls();
   const rows = [];
   for (const q of queues) {
     const values = await queueValues(q);
@@ -191,11 +220,18 @@ async function loadQueues(recent) {
         if (v !== OTHER && !values.includes(value) && RATES.some((k) => r[k] > 0)) values.push(value);
       }
     }
+    const whole = controls.get(controlKey(q.name, null));
+    const control = (value) => {
+      const own = controls.get(controlKey(q.name, targetOf(q, value)));
+      return { target: targetOf(q, value), own, whole };
+    };
     if (q.queue && values.length > 1) {
-      rows.push({ q, value: undefined, total: true, ...(await countsOf(q, undefined)), rate: ratesOf(recent, q) });
+      rows.push({ q, value: undefined, total: true, ...(await countsOf(q, undefined)), rate: ratesOf(recent, q),
+        control: control(undefined) });
     }
     for (const value of values) {
-      rows.push({ q, value, total: false, ...(await countsOf(q, value)), rate: ratesOf(recent, q, value) });
+      rows.push({ q, value, total: false, ...(await countsOf(q, value)), rate: ratesOf(recent, q, value),
+        control: control(value) });
     }
   }
   renderQueues(rows, recent);
@@ -227,7 +263,7 @@ function renderQueues(rows, recent) {
   $('no-queues').hidden = rows.length > 0;
   $('queues-note').hidden = rows.length === 0;
   $('rates-group').textContent = recent ? 'per second, last minute' : 'per second: the server token only';
-  for (const { q, value, total, counts, oldest, rate } of rows) {
+  for (const { q, value, total, counts, oldest, rate, control } of rows) {
     const tr = body.insertRow();
     tr.dataset.collection = q.name;
     if (total) {
@@ -240,6 +276,7 @@ function renderQueues(rows, recent) {
     const name = tr.insertCell();
     name.textContent = total ? 'all' : label(value);
     if (total) name.title = `every queue of ${q.name}, added up`;
+    renderControl(tr.insertCell(), q, control);
     for (const s of STATES) {
       const td = tr.insertCell();
       td.className = s === 'retrying' ? 'n part' : 'n';
@@ -265,6 +302,35 @@ function renderQueues(rows, recent) {
         : 'the rates need the server token';
     }
   }
+}
+
+// a row's controls: paused or running (paused with its whole collection), its limits, and the switch
+function renderControl(td, q, control) {
+  td.className = 'control';
+  if (!control) return;
+  const { target, own, whole } = control;
+  const paused = Boolean(own && own.paused);
+  const byCollection = target !== null && Boolean(whole && whole.paused);
+  td.dataset.paused = String(paused || byCollection);
+  const state = document.createElement('span');
+  state.className = paused || byCollection ? 'paused' : 'running';
+  state.textContent = paused ? 'paused' : byCollection ? 'paused (collection)' : 'running';
+  td.append(state);
+  const limits = own ? own.limits : [];
+  if (limits.length) {
+    const l = document.createElement('small');
+    l.className = 'limits';
+    l.textContent = ` · ${limits.join(' · ')}`;
+    td.append(l);
+  }
+  const b = document.createElement('button');
+  b.type = 'button';
+  b.className = 'switch';
+  b.dataset.action = paused ? 'resume' : 'pause';
+  b.textContent = paused ? 'Resume' : 'Pause';
+  b.title = paused ? 'let claims take its jobs again' : 'claims take none of its jobs until resumed; puts still land';
+  b.addEventListener('click', () => switchQueue(q, target, !paused));
+  td.append(' ', b);
 }
 
 // ------------------------------------------------------------------ the job list and a job
@@ -430,7 +496,8 @@ function resendPatch(q) {
 async function act(what, run) {
   try {
     const answer = await run();
-    notice(`${what}: ${answer && answer.affected !== undefined ? answer.affected : 0} job(s)`, false);
+    notice(answer && answer.message !== undefined ? answer.message
+      : `${what}: ${answer && answer.affected !== undefined ? answer.affected : 0} job(s)`, false);
   } catch (e) {
     notice(`${what} refused: ${e.message} (${e.status || 'network'})`, true);
   }
