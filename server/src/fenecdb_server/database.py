@@ -32,6 +32,7 @@ from typing import IO, Any
 
 from .engine import records
 from .engine.collection import Collection
+from .engine.controls import Controls
 from .engine.engine import Engine, Listener, Reading, Result
 from .engine.holds import ReadyClaim
 from .engine.idempotency import Idem, Keys
@@ -148,8 +149,8 @@ class Database:
             self.engine.appender = _LogAppender(self._log, self._footprint, self._documents)
         if schedule_timer and clock is None:
             self._timer = Timer(self.engine)
-            self.engine.schedules.changed = self._timer.poke
-            if self.engine.schedules.by_name:
+            self.engine.catalog.schedules.changed = self._timer.poke
+            if self.engine.catalog.schedules.by_name:
                 self._timer.poke()
 
     def fire_due(self) -> int:
@@ -160,7 +161,12 @@ class Database:
     @property
     def schedules(self) -> Schedules:
         """The schedules and their firing switch (engine/schedules.py)."""
-        return self.engine.schedules
+        return self.engine.catalog.schedules
+
+    @property
+    def controls(self) -> Controls:
+        """The queues' pauses, caps and rate limits (engine/controls.py)."""
+        return self.engine.catalog.controls
 
     def query(self, text: Any, params: Any = None, *, wait: Any = 0) -> Any:  # checked, not only typed: 400s
         """Run one statement and answer what `POST /query` answers.
@@ -223,41 +229,11 @@ class Database:
         `pace`: called between chunks of the encoding (a server's `Pace`; `_hand_over` if None)."""
         if self._log is None:
             return {}
-        lock = self.engine.lock
-        lock.acquire_write()
-        try:
-            locked = time.perf_counter()
-            mark = self._log.compaction_start()
-            state = records.snapshot_state(self.engine)
-            write_lock_us = int((time.perf_counter() - locked) * 1e6)
-        finally:
-            lock.release_write()
-        try:
-            began = time.perf_counter()
-            parts, sizes = records.encode_snapshot(state, pace or _hand_over)
-            del state
-            encoded = time.perf_counter()
-            done = self._log.compaction_finish(parts, mark)
-            done["encode_ms"] = int((encoded - began) * 1000)
-            done["write_ms"] = int((time.perf_counter() - encoded) * 1000)
-            done["write_lock_us"] = write_lock_us  # the copy of the row maps (writes wait for it)
-            if isinstance(pace, Pace):
-                done["rests"] = pace.rests
-            self.last_compaction = done
-            lock.acquire_write()
-            try:
-                self._footprint.calibrate(sizes["rows"], sizes["keys"])
-            finally:
-                lock.release_write()
-            if auto:
-                self.auto_compactions += 1
-            return done
-        except BaseException:
-            try:
-                self._log.compaction_cancel()
-            except Exception:
-                pass
-            raise
+        done = _compact(self.engine, self._log, self._footprint, pace)
+        self.last_compaction = done
+        if auto:
+            self.auto_compactions += 1
+        return done
 
     def backup(self, *, pace: Callable[[], None] | None = None) -> tuple[int, bytes]:
         """A consistent copy of the whole database as the bytes of a data file that
@@ -467,3 +443,40 @@ def wrap(answer: Any) -> dict:
     if isinstance(answer, list):
         return {"rows": answer}
     return answer
+
+
+def _compact(engine: Engine, log_: Log, footprint: Footprint, pace: Callable[[], None] | None) -> dict:
+    """`Database.compact`'s snapshot: the row maps copied under the write lock, encoded and
+    written outside it, swapped in by the log; the dead-bytes estimate calibrated after."""
+    lock = engine.lock
+    lock.acquire_write()
+    try:
+        locked = time.perf_counter()
+        mark = log_.compaction_start()
+        state = records.snapshot_state(engine)
+        write_lock_us = int((time.perf_counter() - locked) * 1e6)
+    finally:
+        lock.release_write()
+    try:
+        began = time.perf_counter()
+        parts, sizes = records.encode_snapshot(state, pace or _hand_over)
+        del state
+        encoded = time.perf_counter()
+        done = log_.compaction_finish(parts, mark)
+        done["encode_ms"] = int((encoded - began) * 1000)
+        done["write_ms"] = int((time.perf_counter() - encoded) * 1000)
+        done["write_lock_us"] = write_lock_us  # the copy of the row maps (writes wait for it)
+        if isinstance(pace, Pace):
+            done["rests"] = pace.rests
+        lock.acquire_write()
+        try:
+            footprint.calibrate(sizes["rows"], sizes["keys"])
+        finally:
+            lock.release_write()
+        return done
+    except BaseException:
+        try:
+            log_.compaction_cancel()
+        except Exception:
+            pass
+        raise

@@ -20,6 +20,8 @@ FACE = {
     "seq", "closed", "read_only", "set_read_only", "now", "until", "look", "reading", "listen",
     "unlisten", "observe", "unobserve", "prepare_hold", "sweep", "collections", "collection",
     "keys", "schemas", "cached", "tally",
+    # the queues' controls and the schedules (the metrics; the server's schedule timer)
+    "controls", "schedules", "fire_due",
     # the engine itself, for tests and tools that read its caches
     "engine",
 }

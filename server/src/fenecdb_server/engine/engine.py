@@ -101,11 +101,7 @@ class Engine:
         self.appender: Appender | None = None
         self._last_ticket: object = None  # the appender's ticket of the last record appended
         self.tally = Tally(self.collections)  # jobs enqueued, claimed, acked, failed, dead-lettered per queue
-        self.schedules = catalog.schedules  # recurring puts (engine/schedules.py)
-        self.controls = catalog.controls  # paused queues, caps and rate limits (controls.py, limits.py)
         catalog.controls.feed = self  # a cap's books follow the committed writes (limits.py)
-
-    # ---------------------------------------------------------------- collections
 
     def schemas(self, scope: Scope | None = None) -> list[dict]:
         """Every collection's schema; under a token only those its rules let it see."""
@@ -324,33 +320,6 @@ class Engine:
         self._last_ticket = ticket
         return ticket
 
-    def run_write(self, fn: Callable[[Block], Any]) -> Any:
-        """Run `fn(blk)` as one write of its own under the write lock: the block committed as one
-        record when it holds any op, put back whole when `fn` raises; answer what `fn` answers
-        (engine/schedules.py fires through this)."""
-        if self.read_only:
-            raise FenecError("denied", "the server is in read-only mode")
-        if self.closed:
-            raise FenecError("unavailable", "the database is closed")
-        if self._failed is not None:
-            raise FenecError("io", f"writes are refused since the disk failed: {self._failed}")
-        ticket = None
-        self.lock.acquire_write()
-        try:
-            blk = Block()
-            try:
-                out = fn(blk)
-            except BaseException:
-                blk.rollback()
-                raise
-            if blk.ops:
-                ticket = self._commit(blk)
-        finally:
-            self.lock.release_write()
-        if ticket is not None:
-            self._durable(ticket)
-        return out
-
     # ---------------------------------------------------------------- held claims
 
     def prepare_hold(self, statements: list[tuple[str, Any]], scope: Scope | None = None) -> ReadyClaim:
@@ -408,3 +377,31 @@ class Engine:
         if ticket is not None:
             self._durable(ticket)
         return n
+
+
+def run_write(eng: Engine, fn: Callable[[Block], Any]) -> Any:
+    """Run `fn(blk)` as one write of its own under the write lock: the block committed as one
+    record when it holds any op, put back whole when `fn` raises; answer what `fn` answers
+    (engine/schedules.py fires through this)."""
+    if eng.read_only:
+        raise FenecError("denied", "the server is in read-only mode")
+    if eng.closed:
+        raise FenecError("unavailable", "the database is closed")
+    if eng.failed is not None:
+        raise FenecError("io", f"writes are refused since the disk failed: {eng.failed}")
+    ticket = None
+    eng.lock.acquire_write()
+    try:
+        blk = Block()
+        try:
+            out = fn(blk)
+        except BaseException:
+            blk.rollback()
+            raise
+        if blk.ops:
+            ticket = eng._commit(blk)
+    finally:
+        eng.lock.release_write()
+    if ticket is not None:
+        eng._durable(ticket)
+    return out

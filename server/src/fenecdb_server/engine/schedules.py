@@ -341,14 +341,16 @@ def _fire(eng: Catalog, s: Schedule, blk: Block, due: int, next_due: int, now: i
 def fire_due(eng: Engine) -> int:
     """Fire every due time that has come (module doc), each fire its own record; answer how many
     fired. Nothing while `firing` is off, nor on a read-only, failed or closed database."""
-    sch = eng.schedules
+    from .engine import run_write  # the engine imports this module: its writer is looked up when used
+
+    sch = eng.catalog.schedules
     if not sch.firing or not sch.by_name or eng.read_only or eng.failed is not None or eng.closed:
         return 0  # a read-only server writes nothing, a failed disk takes no write: no fire is lost, only late
     now = eng.now()
     n = 0
     for name in [s.name for s in list(sch.by_name.values()) if not s.paused and s.due <= now]:
         while sch.firing:
-            got = eng.run_write(partial(_fire_next, eng.catalog, name, now))
+            got = run_write(eng, partial(_fire_next, eng.catalog, name, now))
             if got is None:
                 break
             n += got
@@ -456,7 +458,7 @@ class Timer:
 
         eng = self._eng
         while not self._stop:
-            nxt = eng.schedules.next_due()
+            nxt = eng.catalog.schedules.next_due()
             wait = self.RECHECK_S if nxt is None else max(0.0, min(self.RECHECK_S, eng.until(nxt)))
             self._wake.wait(wait)
             self._wake.clear()

@@ -206,8 +206,7 @@ class Metrics:
                 for value, c in sorted(collections[name]["queues"].items()):
                     out.append(f"{metric}{{{labels(name, value)}}} {c[key]}")
         head("fenec_queue_paused", "gauge", "1 while claims of the queue take nothing: it or its collection is paused.")
-        controls = getattr(db, "controls", None)
-        targets = dict(controls.targets) if controls is not None else {}
+        targets = dict(db.controls.targets)
         for name in queues:
             per = dict(targets.get(name, {}))
             whole = per.get(None)

@@ -21,13 +21,14 @@ from lark.lark import PostLex
 from ..errors import FenecError
 from . import ast as A
 from .ast import MAX_DEPTH
+from .control_statements import ControlStatements
 from .grammar_cache import build as build_parser
 from .literals import read_put
 from .syntax_errors import caret, syntax_error
-from .to_ast import Located, ToAst
+from .to_ast import Located
 
 _GRAMMAR = importlib.resources.files(__package__).joinpath("grammar.lark").read_text(encoding="utf-8")
-_TRANSFORMER = ToAst()
+_TRANSFORMER = ControlStatements()
 
 
 def _qerr(msg: str) -> FenecError:

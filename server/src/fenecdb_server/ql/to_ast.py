@@ -67,20 +67,6 @@ def _uint(tok: Any, clause: str) -> int:
     raise _qerr(f"`{clause}` takes a non-negative whole number")
 
 
-def _duration_ms(s: str, what: str) -> int:
-    """`30s`, `1m`, ... as ms (whole ms, s, m, h or d, as `@ttl` takes them)."""
-    i = 0
-    while s[i].isdigit():
-        i += 1
-    unit = s[i:]
-    if unit not in DURATION_MS:
-        raise _qerr(f"{what} is whole ms, s, m, h or d, not `{s}`")
-    ms = int(s[:i]) * DURATION_MS[unit]
-    if ms < 1:
-        raise _qerr(f"{what} is at least 1ms")
-    return ms
-
-
 def _split_path(text: str) -> tuple[str, tuple[str, ...]]:
     parts = text.split(".")
     for p in parts:
@@ -577,84 +563,8 @@ class ToAst(Expressions):
         ann = next(x for x in c if isinstance(x, tuple))
         return A.CreateIndex(coll, A.Target(name, keys), ann[0], ann[1], ine)
 
-    # ---------------------------------------------------------------- queue controls
-    def _queue_target(self, c):
-        coll = _name(_toks(c, "NAME")[0], "collection name")
-        names = _toks(c, "STRING")
-        return coll, (_unescape(str(names[0])[1:-1]) if names else None)
-
-    def pause_queue(self, c):
-        return A.QueueControl("pause", *self._queue_target(c), None, None, None, None)
-
-    def resume_queue(self, c):
-        return A.QueueControl("resume", *self._queue_target(c), None, None, None, None)
-
-    def queue_measure(self, c):
-        kind = str(c[0]).lower()
-        if kind == "leased":
-            return ("measure", kind, None)
-        return ("measure", kind, _duration_ms(str(c[1]), "a rate limit's period"))
-
-    def per_field(self, c):
-        return ("per", _name(c[0], "field name"))
-
-    def limit_queue(self, c):
-        coll, queue = self._queue_target(c)
-        n = _int(_toks(c, "INT")[0])
-        if n < 1:
-            raise _qerr("a limit is at least 1: to stop a queue, pause it")
-        measure = next(x for x in c if isinstance(x, tuple) and x[0] == "measure")
-        by = next((x[1] for x in c if isinstance(x, tuple) and x[0] == "per"), None)
-        return A.QueueControl("limit", coll, queue, measure[1], n, measure[2], by)
-
-    def unlimit_queue(self, c):
-        coll, queue = self._queue_target(c)
-        kinds = _toks(c, "LEASED", "CLAIMED")
-        by = next((x[1] for x in c if isinstance(x, tuple) and x[0] == "per"), None)
-        return A.QueueControl("unlimit", coll, queue, str(kinds[0]).lower() if kinds else None, None, None, by)
-
-    def show_queues(self, c):
-        return A.ShowQueues()
-
     def text(self, c):
         return [x for x in c if isinstance(x, A.Statement)]
-
-    # ---------------------------------------------------------------- schedules
-    def schedule_when(self, c):
-        if c[0].type == "EVERY":
-            s = str(c[1])
-            i = 0
-            while s[i].isdigit():
-                i += 1
-            unit = s[i:]
-            if unit not in DURATION_MS:
-                raise Located(c[1].start_pos, f"`every` takes whole ms, s, m, h or d, not `{s}`: "
-                                               "a calendar period is a cron")
-            return ("every", int(s[:i]) * DURATION_MS[unit], None)
-        zone = _unescape(str(c[3])[1:-1]) if len(c) > 3 else None
-        return ("cron", _unescape(str(c[1])[1:-1]), zone)
-
-    def schedule_missed(self, c):
-        return ("missed", str(c[1]).lower())
-
-    def create_schedule(self, c):
-        name = _name(next(x for x in c if isinstance(x, Token) and x.type == "NAME"), "schedule name")
-        when = next(x for x in c if isinstance(x, tuple) and x[0] in ("every", "cron"))
-        missed = next((x[1] for x in c if isinstance(x, tuple) and x[0] == "missed"), "once")
-        put = next(x for x in c if isinstance(x, A.Put))
-        every = when[1] if when[0] == "every" else None
-        cron = when[1] if when[0] == "cron" else None
-        return A.CreateSchedule(name, every, cron, when[2], missed, put, "ine" in c)
-
-    def schedule_control(self, c):
-        return A.ScheduleControl(str(c[0]).lower(), _name(c[1], "schedule name"))
-
-    def drop_schedule(self, c):
-        names = [x for x in c if isinstance(x, Token) and x.type == "NAME"]
-        return A.ScheduleControl("drop", _name(names[0], "schedule name"), "ie" in c)
-
-    def show_schedules(self, c):
-        return A.ShowSchedules()
 
 
 # `del` is a Python keyword: lark calls the rule's method by name.
