@@ -18,6 +18,6 @@ with a fake clock. The engine answers what a claim would take (`engine/holds.py`
 nothing here reads rows.
 """
 
-from .lines import MAX_WAIT_MS, Line, Lines, Outcome, Waiter
+from .lines import MAX_WAIT_MS, HeldClaim, HeldClaims, Line, Outcome
 
-__all__ = ["MAX_WAIT_MS", "Line", "Lines", "Outcome", "Waiter"]
+__all__ = ["MAX_WAIT_MS", "HeldClaim", "HeldClaims", "Line", "Outcome"]

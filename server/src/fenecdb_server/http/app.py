@@ -36,7 +36,7 @@ from .. import gc_policy
 from ..engine.engine import Result
 from ..engine.rwlock import Busy
 from ..errors import FenecError
-from ..held import Lines, Outcome, Waiter
+from ..held import HeldClaim, HeldClaims, Outcome
 from ..held.on_asyncio import SETTLE_TURNS, AsyncioDriver, park
 from ..held.port import Claim
 from ..storage.log import Deferred
@@ -290,7 +290,7 @@ class App:
         self._sampler: asyncio.Task[None] | None = None
         self.auth = self.config.auth
         self.delay = AuthDelay(self.config.auth_delay_ms)
-        self.waits: Lines[Answer] | None = None  # held claims (held/), once the loop runs
+        self.waits: HeldClaims[Answer] | None = None  # held claims (held/), once the loop runs
         self.driver: AsyncioDriver[Answer] | None = None  # their clock and runs, on that loop
         self.turns: TurnSync | None = None  # --sync always: set at start, on the loop
         # large requests (OFF_LOOP_*): two threads, as the GIL lets only one of them run at a time
@@ -340,7 +340,7 @@ class App:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    def start(self) -> Lines[Answer]:
+    def start(self) -> HeldClaims[Answer]:
         if self.waits is None:
             log_ = self.db.log
             if self.config.sync_always and log_ is not None:
@@ -349,7 +349,7 @@ class App:
                     self.busy.paused = self.turns.syncing  # the kernel's sync needs this CPU
             driver = self.driver = AsyncioDriver(asyncio.get_running_loop(), self._run_held, FAULT,
                                                  settle_turns=1 if self.config.closes_told else SETTLE_TURNS)
-            self.waits = Lines(self.db, driver)
+            self.waits = HeldClaims(self.db, driver)
             self._sampler = asyncio.get_running_loop().create_task(self._sample())
         return self.waits
 
@@ -637,7 +637,7 @@ class App:
             work.idem = replace(work.idem, keep_empty=False)
         return claim
 
-    def park(self, parked: Parked, then: Callable[[Answer], None]) -> Waiter[Answer]:
+    def park(self, parked: Parked, then: Callable[[Answer], None]) -> HeldClaim[Answer]:
         """Hold a short-way claim; `then(answer)` when a run takes something or at its deadline
         (never once `forget` dropped it: its client left)."""
         waits = self.waits
@@ -652,11 +652,11 @@ class App:
             else:
                 then(answer)
 
-        waiter = Waiter(parked.work, parked.last, answered)
+        waiter = HeldClaim(parked.work, parked.last, answered)
         waits.hold(parked.claim, waiter, parked.work.wait, parked.seen)
         return waiter
 
-    def forget(self, waiter: Waiter[Answer]) -> None:
+    def forget(self, waiter: HeldClaim[Answer]) -> None:
         """A parked claim's client left (http.md §8.10)."""
         if self.waits is not None:
             self.waits.forget(waiter)
@@ -816,7 +816,7 @@ class App:
             await self.send_answer(send, answer, req)
             self.account(started, "write", answer.status >= 400, req, raw)
 
-    async def await_held(self, waiter: Waiter[Answer], future: asyncio.Future[Answer], receive: Receive,
+    async def await_held(self, waiter: HeldClaim[Answer], future: asyncio.Future[Answer], receive: Receive,
                          leaving: list[Callable[[], None]] | None) -> Answer | None:
         """Wait for the held request's answer, watching the connection (§8.10): told by the
         protocol in the turn the client's close is read, before a run for a row it found could
@@ -846,7 +846,7 @@ class App:
             self.waits.forget(waiter)
         return None
 
-    def _run_held(self, waiter: Waiter[Answer]) -> Outcome[Answer] | Awaitable[Outcome[Answer]]:
+    def _run_held(self, waiter: HeldClaim[Answer]) -> Outcome[Answer] | Awaitable[Outcome[Answer]]:
         """Run a held request again: on the loop at once when it can (no task for the run), else
         in a worker thread."""
         work = waiter.payload
