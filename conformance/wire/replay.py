@@ -45,6 +45,10 @@ held longer or shorter, and a held claim its client gave up may be answered befo
 an exchange counts as the same and is counted apart as raced. Everything else about it (status
 otherwise, body, headers, framing, the connection) is compared as anywhere.
 
+A corpus named `<sdk>-token` was recorded against a server started with `--http-token
+wire-corpus-token` (the SDK's run given it as FENEC_TOKEN): with `--server-cmd` its server is started
+so; with `--url` it is left out, saying why (the replay cannot know the server's token).
+
 It prints, per SDK, `<sdk>: N replayed, M same, K differ, S skipped` and the first differences, and
 exits 1 when any differ (2 when it could not run).
 """
@@ -72,6 +76,10 @@ from urllib.parse import urlsplit
 
 HERE = Path(__file__).resolve().parent
 SDKS = ("python", "js", "go", "kotlin")
+CORPUS_TOKEN = "wire-corpus-token"
+# corpora recorded against a server started with more than the plain command: name -> its arguments
+STARTED_WITH = {f"{sdk}-token": f"--http-token {CORPUS_TOKEN}" for sdk in SDKS}
+CORPORA = SDKS + tuple(STARTED_WITH)
 SLACK = 10.0  # s: how much later than recorded an answer may come before it counts as missing
 LEAD = 0.3  # s: the replay's clock starts this long before the first recorded connection opens
 BURST = 0.0003  # s: events recorded closer than this to the one before are written back to back
@@ -766,13 +774,13 @@ def main() -> int:
     where.add_argument("--server-cmd", help="a server command, started fresh per SDK ({port}, {file} filled in)")
     where.add_argument("--url", help="a running server that has seen none of this corpus")
     p.add_argument("--corpus", default=str(HERE), help="the folder of <sdk>.jsonl [this script's]")
-    p.add_argument("--sdk", action="append", choices=SDKS, help="only this SDK (repeatable) [all present]")
+    p.add_argument("--sdk", action="append", choices=CORPORA, help="only this SDK's corpus (repeatable) [all present]")
     p.add_argument("--show", type=int, default=10, help="differences printed per SDK [10]")
     p.add_argument("--strict", action="store_true",
                    help="no race tolerance: where workers raced for jobs, the other side of the race differs too")
     args = p.parse_args()
     corpus = Path(args.corpus)
-    sdks = args.sdk or [s for s in SDKS if (corpus / f"{s}.jsonl").exists()]
+    sdks = args.sdk or [s for s in CORPORA if (corpus / f"{s}.jsonl").exists()]
     if not sdks:
         print(f"replay: no <sdk>.jsonl in {corpus}", file=sys.stderr)
         return 2
@@ -784,9 +792,12 @@ def main() -> int:
             return 2
         lines = load(path)
         server = None
+        if args.url and sdk in STARTED_WITH:
+            print(f"{sdk}: left out: recorded against a server started with {STARTED_WITH[sdk]}", flush=True)
+            continue
         try:
             if args.server_cmd:
-                server = Server(args.server_cmd)
+                server = Server(f"{args.server_cmd} {STARTED_WITH[sdk]}" if sdk in STARTED_WITH else args.server_cmd)
                 url = server.url or ""
             else:
                 url = args.url

@@ -34,7 +34,7 @@ from .engine import records
 from .engine.collection import Collection
 from .engine.controls import Controls
 from .engine.engine import Engine, Listener, Reading, Result
-from .engine.holds import ReadyClaim
+from .engine.holds import HeldStatements
 from .engine.idempotency import Idem, Keys
 from .engine.queues import Tally
 from .engine.queues import stats as queue_stats
@@ -335,7 +335,7 @@ class Database:
         return self.engine.execute(statements, block=block, idempotency=idempotency, scope=scope,
                                    max_rows=max_rows, max_writes=max_writes, nowait=nowait)
 
-    def prepare_hold(self, statements: list[tuple[str, Any]], scope: Scope | None = None) -> ReadyClaim:
+    def prepare_hold(self, statements: list[tuple[str, Any]], scope: Scope | None = None) -> HeldStatements:
         """The statements made ready to be held (engine/holds.py)."""
         return self.engine.prepare_hold(statements, scope)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pytest
 from conftest import TestClock
 from fenecdb_server import Database, FenecError
-from fenecdb_server.held import Lines, Outcome, Waiter
+from fenecdb_server.held import HeldClaim, HeldClaims, Outcome
 from fenecdb_server.held.port import Timer
 
 JOBS = "create collection jobs (run_at timestamp @sorted, owner text, n int)"
@@ -63,7 +63,7 @@ class FakeDriver:
         self.order = itertools.count()
         self.ready: deque[Callable[[], None]] = deque()
         self.hold_runs = False
-        self.in_flight: list[tuple[Waiter[Said], Callable[[Outcome[Said]], None]]] = []
+        self.in_flight: list[tuple[HeldClaim[Said], Callable[[Outcome[Said]], None]]] = []
 
     def time(self) -> float:
         return self.clock() / 1000
@@ -79,13 +79,13 @@ class FakeDriver:
     def settle(self, fn: Callable[[], None]) -> None:
         self.ready.append(fn)
 
-    def run(self, waiter: Waiter[Said], done: Callable[[Outcome[Said]], None]) -> None:
+    def run(self, waiter: HeldClaim[Said], done: Callable[[Outcome[Said]], None]) -> None:
         if self.hold_runs:
             self.in_flight.append((waiter, done))
         else:
             done(self.runner(waiter))
 
-    def runner(self, waiter: Waiter[Said]) -> Outcome[Said]:
+    def runner(self, waiter: HeldClaim[Said]) -> Outcome[Said]:
         c = waiter.payload
         assert isinstance(c, Claim)
         return run(self.db, c)
@@ -137,18 +137,18 @@ class World:
         self.db.query(JOBS)
         self.db.query(RIDES)
         self.driver = FakeDriver(self.clock, self.db)
-        self.lines: Lines[Said] = Lines(self.db, self.driver)
+        self.lines: HeldClaims[Said] = HeldClaims(self.db, self.driver)
         self.answers: dict[str, Said] = {}
-        self.waiters: dict[str, Waiter[Said]] = {}
+        self.waiters: dict[str, HeldClaim[Said]] = {}
 
     def hold(self, name: str, text: str = CLAIM, params: list[object] | None = None, wait_ms: int = 30_000,
-             expires: int | None = None) -> Waiter[Said]:
+             expires: int | None = None) -> HeldClaim[Said]:
         """Run the claim once; if it took nothing, hold it (as http/app.py and in_process.py do)."""
         c = Claim(text, params if params is not None else [name], expires)
         seen = self.db.seq
         first = run(self.db, c)
         assert not first.final, "the first run took something"
-        waiter = Waiter(c, first.answer, lambda a: self.answers.__setitem__(name, a))
+        waiter = HeldClaim(c, first.answer, lambda a: self.answers.__setitem__(name, a))
         self.waiters[name] = waiter
         self.lines.hold(self.db.prepare_hold([(text, c.params)]), waiter, wait_ms, seen)
         self.driver.drain()
@@ -418,7 +418,7 @@ def test_a_write_between_the_first_run_and_the_hold_makes_the_line_look_at_once(
     seen = w.db.seq
     first = run(w.db, c)
     w.db.query("put jobs {run_at: now()}")  # lands before the claim is held: no wake for it
-    waiter = Waiter(c, first.answer, lambda a: w.answers.__setitem__("w0", a))
+    waiter = HeldClaim(c, first.answer, lambda a: w.answers.__setitem__("w0", a))
     w.lines.hold(w.db.prepare_hold([(CLAIM, ["w0"])]), waiter, 30_000, seen)
     w.driver.drain()
     assert w.owner_of("w0") == "w0"

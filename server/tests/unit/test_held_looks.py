@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from conftest import TestClock
 from fenecdb_server import Database
-from fenecdb_server.held import Lines, Waiter
+from fenecdb_server.held import HeldClaim, HeldClaims
 
 from unit.test_held import Claim, FakeDriver, Said, run
 
@@ -30,7 +30,7 @@ class World:
             n = min(1000, ready - start)
             self.db.query("put jobs [" + ", ".join(["{queue: 'a', run_at: now(), attempts: 0}"] * n) + "]")
         self.driver = FakeDriver(self.clock, self.db)
-        self.lines: Lines[Said] = Lines(self.db, self.driver)
+        self.lines: HeldClaims[Said] = HeldClaims(self.db, self.driver)
         self.answers: dict[str, Said] = {}
 
     def hold(self, name: str, text: str, params: list[object]) -> None:
@@ -38,7 +38,7 @@ class World:
         seen = self.db.seq
         first = run(self.db, c)
         assert not first.final, "the first run took something"
-        waiter = Waiter(c, first.answer, lambda a: self.answers.__setitem__(name, a))
+        waiter = HeldClaim(c, first.answer, lambda a: self.answers.__setitem__(name, a))
         self.lines.hold(self.db.prepare_hold([(text, params)]), waiter, 30_000, seen)
         self.driver.drain()
 
@@ -124,7 +124,7 @@ def test_a_claim_beside_a_read_looks_once_then_is_checked(ready: int) -> None:
     batch = [("get jobs where queue = 'z'", []), (KEYED, ["w", "c", 5])]
     seen = w.db.seq
     c = Claim(KEYED, ["w", "c", 5])
-    waiter = Waiter(c, Said([]), lambda a: w.answers.__setitem__("w", a))
+    waiter = HeldClaim(c, Said([]), lambda a: w.answers.__setitem__("w", a))
     w.lines.hold(w.db.prepare_hold(batch), waiter, 30_000, seen)
     w.driver.drain()
     looks = w.lines.looks

@@ -38,7 +38,7 @@ from .access import pick
 
 if TYPE_CHECKING:
     from .catalog import Catalog
-    from .holds import ReadyClaim
+    from .holds import HeldStatements
 
 
 @total_ordering
@@ -91,8 +91,8 @@ class Profile:
         self.filter_id: int | None = None
 
 
-def profile(hold: ReadyClaim) -> Profile | None:
-    """The bidding profile of a `ReadyClaim` (holds.py), or None for one this module cannot read."""
+def profile(hold: HeldStatements) -> Profile | None:
+    """The bidding profile of a `HeldStatements` (holds.py), or None for one this module cannot read."""
     writes = getattr(hold, "_writes", None)
     if not writes:
         return None

@@ -33,7 +33,7 @@ from ..policy import Scope
 from . import records
 from .catalog import PREPARE_OUTSIDE, Catalog, Reading, wall_ms
 from .execute import Block
-from .holds import ReadyClaim, make_hold
+from .holds import HeldStatements, make_hold
 from .idempotency import Idem, Keys, Stored
 from .parse_cache import ONE_AT_A_TIME, ParseCache, Parsed
 from .queues import Tally
@@ -322,7 +322,7 @@ class Engine:
 
     # ---------------------------------------------------------------- held claims
 
-    def prepare_hold(self, statements: list[tuple[str, Any]], scope: Scope | None = None) -> ReadyClaim:
+    def prepare_hold(self, statements: list[tuple[str, Any]], scope: Scope | None = None) -> HeldStatements:
         parsed = self.texts.statements(statements, block=len(statements) > 1)
         if scope is not None:
             self._authorize(parsed, len(statements) > 1, scope)

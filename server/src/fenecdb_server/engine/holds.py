@@ -1,6 +1,6 @@
 """What a held claim needs from the engine (http.md §8.2, §8.4–§8.6): whether a request may
 be held, which line it waits in, a cheap look, and the next moment the clock can change it. A
-`ReadyClaim` answers them; held/ (the lines, their fairness, their timers) asks, under the read
+`HeldStatements` answers them; held/ (the lines, their fairness, their timers) asks, under the read
 lock it takes through `Database.look`.
 
 * May be held: `set`/`del`, alone or in a batch beside `get`s. A put, insert or schema statement
@@ -125,7 +125,7 @@ def _bind(e: Any, params: list) -> Any:
     return e
 
 
-class ReadyClaim:
+class HeldStatements:
     """A claim's statements ready to wait (`Database.prepare_hold`): whether it may be held, its
     line, and the engine's two answers about it, each read under the read lock its caller holds."""
 
@@ -440,8 +440,8 @@ def _as_ms(v: Any) -> int | float | None:
     return None
 
 
-def make_hold(db: Catalog, parsed: list[tuple[str, A.Statement, list]], scope: Any = None) -> ReadyClaim:
-    h = ReadyClaim(db)
+def make_hold(db: Catalog, parsed: list[tuple[str, A.Statement, list]], scope: Any = None) -> HeldStatements:
+    h = HeldStatements(db)
     h.scope = scope
     keys: list[tuple[Any, ...]] = []  # with a scope, each also holds the token's line key
     colls: set[str] = set()

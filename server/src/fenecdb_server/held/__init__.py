@@ -9,7 +9,7 @@ the engine and the HTTP app.
     bidding.py     who gets the job when claims rank it each their own way
     written.py     the ids each write put, kept while claims bid (fed by the engine's write observer)
     port.py        what the package needs from the engine, a ready claim and a driver (Protocols)
-    on_asyncio.py  the driver on an event loop (http/app.py parks requests on it)
+    on_asyncio.py  the driver on an event loop (http/app.py holds requests on it)
     on_threads.py  the driver on a thread of its own
     in_process.py  `Database.query(..., wait=ms)`: a caller's thread blocked on its answer
 
@@ -18,6 +18,6 @@ with a fake clock. The engine answers what a claim would take (`engine/holds.py`
 nothing here reads rows.
 """
 
-from .lines import MAX_WAIT_MS, Line, Lines, Outcome, Waiter
+from .lines import MAX_WAIT_MS, HeldClaim, HeldClaims, Line, Outcome
 
-__all__ = ["MAX_WAIT_MS", "Line", "Lines", "Outcome", "Waiter"]
+__all__ = ["MAX_WAIT_MS", "HeldClaim", "HeldClaims", "Line", "Outcome"]

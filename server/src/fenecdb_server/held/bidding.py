@@ -33,7 +33,7 @@ from .port import Timer
 from .written import Written
 
 if TYPE_CHECKING:
-    from .lines import Line, Lines
+    from .lines import HeldClaims, Line
 
 A = TypeVar("A")
 
@@ -60,7 +60,7 @@ class Bidding(Generic[A]):
 class Auctions(Generic[A]):
     """The biddings of one set of lines, by collection."""
 
-    def __init__(self, lines: Lines[A]) -> None:
+    def __init__(self, lines: HeldClaims[A]) -> None:
         self.lines = lines
         self.biddings: dict[str, Bidding[A]] = {}
         self._filters: dict[Hashable, int] = {}  # a bidding line's filter -> its id (B.Profile.filter_id)

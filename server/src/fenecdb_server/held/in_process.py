@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from ..errors import FenecError
-from .lines import MAX_WAIT_MS, Lines, Outcome, Waiter
+from .lines import MAX_WAIT_MS, HeldClaim, HeldClaims, Outcome
 from .on_threads import ThreadDriver
 from .port import Queries
 
@@ -53,7 +53,7 @@ class InProcess:
     def __init__(self, engine: Queries) -> None:
         self.engine = engine
         self.driver: ThreadDriver[Answer] = ThreadDriver(self._run, FAULT)
-        self.lines: Lines[Answer] = Lines(engine, self.driver)
+        self.lines: HeldClaims[Answer] = HeldClaims(engine, self.driver)
 
     def query(self, text: str, params: object, wait_ms: int) -> object:
         if type(wait_ms) is not int or wait_ms < 0:
@@ -74,7 +74,7 @@ class InProcess:
             answered.set()
 
         run: Callable[[], Outcome[Answer]] = lambda: self.once(statements)  # noqa: E731
-        waiter = Waiter(run, first.answer, on_answer)
+        waiter = HeldClaim(run, first.answer, on_answer)
         self.driver.soon(lambda: self.lines.hold(claim, waiter, wait_ms, seen))
         try:
             if not answered.wait(min(wait_ms, MAX_WAIT_MS) / 1000 + SLACK_S):
@@ -92,7 +92,7 @@ class InProcess:
             return Outcome(e.kind != "unmet", Answer(error=e))
         return Outcome(result.taken > 0, Answer(result.answers[0]))
 
-    def _run(self, waiter: Waiter[Answer]) -> Outcome[Answer]:
+    def _run(self, waiter: HeldClaim[Answer]) -> Outcome[Answer]:
         return cast(Callable[[], Outcome[Answer]], waiter.payload)()
 
     def close(self) -> None:

@@ -106,7 +106,7 @@ class Outcome(Generic[A]):
 _arrivals = itertools.count()
 
 
-class Waiter(Generic[A]):
+class HeldClaim(Generic[A]):
     """One held claim: what its runner needs (`payload`), its last answer, and who is told."""
 
     __slots__ = ("payload", "last", "on_answer", "arrival", "line", "gone", "running", "done", "timer")
@@ -133,7 +133,7 @@ class Line(Generic[A]):
     def __init__(self, key: Hashable, claim: Claim) -> None:
         self.key = key
         self.claim = claim
-        self.queue: deque[Waiter[A]] = deque()
+        self.queue: deque[HeldClaim[A]] = deque()
         self.collections: frozenset[str] = claim.collections
         self.pumping = False  # looking or running: a wake meanwhile only sets `pending`
         self.pending = False  # a write came while the line was busy or throttled
@@ -159,7 +159,7 @@ class Line(Generic[A]):
         return self.queue[0].arrival
 
 
-class Lines(Generic[A]):
+class HeldClaims(Generic[A]):
     """The held claims of one engine, driven by one `Driver`."""
 
     def __init__(self, engine: EnginePort, driver: Driver[A]) -> None:
@@ -188,7 +188,7 @@ class Lines(Generic[A]):
 
     # -- holding --
 
-    def hold(self, claim: Claim, waiter: Waiter[A], wait_ms: int, seen_seq: int) -> None:
+    def hold(self, claim: Claim, waiter: HeldClaim[A], wait_ms: int, seen_seq: int) -> None:
         """Hold a claim whose first run (at change `seen_seq`) took nothing and answered
         `waiter.last`. The waiter is told its answer by a run that took something, or at its
         deadline (at once when shutting down)."""
@@ -225,14 +225,14 @@ class Lines(Generic[A]):
         elif fresh:
             self.time.schedule(line)
 
-    def forget(self, waiter: Waiter[A]) -> None:
+    def forget(self, waiter: HeldClaim[A]) -> None:
         """The client went away (fairness rule 8): drop the claim unless it is running."""
         waiter.gone = True
         if not waiter.running and not waiter.done:
             self._remove(waiter)
             waiter.done = True
 
-    def _deadline(self, waiter: Waiter[A]) -> None:
+    def _deadline(self, waiter: HeldClaim[A]) -> None:
         waiter.timer = None
         if waiter.done:
             return
@@ -240,7 +240,7 @@ class Lines(Generic[A]):
             return
         self.finish(waiter, waiter.last)
 
-    def finish(self, waiter: Waiter[A], answer: A) -> None:
+    def finish(self, waiter: HeldClaim[A], answer: A) -> None:
         if waiter.done:
             return
         waiter.done = True
@@ -250,7 +250,7 @@ class Lines(Generic[A]):
             waiter.timer = None
         waiter.on_answer(answer)
 
-    def _remove(self, waiter: Waiter[A]) -> None:
+    def _remove(self, waiter: HeldClaim[A]) -> None:
         line = waiter.line
         if line is None:
             return
@@ -362,7 +362,7 @@ class Lines(Generic[A]):
         self.runs += 1
         self.driver.run(head, lambda outcome: then(line, self._ran(head, outcome)))
 
-    def _ran(self, head: Waiter[A], outcome: Outcome[A]) -> bool:
+    def _ran(self, head: HeldClaim[A], outcome: Outcome[A]) -> bool:
         head.running = False
         if outcome.final:
             self.taken += 1

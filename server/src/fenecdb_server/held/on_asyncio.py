@@ -20,8 +20,8 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
-from .lines import Lines, Outcome, Waiter
-from .port import Claim, Timer
+from .lines import HeldClaim, Outcome
+from .port import Timer
 
 A = TypeVar("A")
 
@@ -32,7 +32,7 @@ SETTLE_TURNS = 3
 
 class AsyncioDriver(Generic[A]):
     def __init__(self, loop: asyncio.AbstractEventLoop,
-                 runner: Callable[[Waiter[A]], Outcome[A] | Awaitable[Outcome[A]]], fault: A,
+                 runner: Callable[[HeldClaim[A]], Outcome[A] | Awaitable[Outcome[A]]], fault: A,
                  settle_turns: int = SETTLE_TURNS) -> None:
         self.loop = loop
         self.settle_turns = settle_turns
@@ -67,7 +67,7 @@ class AsyncioDriver(Generic[A]):
         else:
             fn()
 
-    def run(self, waiter: Waiter[A], done: Callable[[Outcome[A]], None]) -> None:
+    def run(self, waiter: HeldClaim[A], done: Callable[[Outcome[A]], None]) -> None:
         """A runner that answers at once (the claim ran on the loop) is handed on at once: the
         wake of a waiting claim costs no task. One that answers an awaitable (a worker thread)
         gets a task. No reference to it is kept: a done-callback to drop one would cost a turn,
@@ -90,18 +90,3 @@ class AsyncioDriver(Generic[A]):
             log.exception("internal fault running a held claim")
             outcome = Outcome(True, self.fault)
         done(outcome)
-
-
-def park(lines: Lines[A], claim: Claim, payload: object, last: A, wait_ms: int,
-         seen_seq: int) -> tuple[Waiter[A], asyncio.Future[A]]:
-    """Hold a claim whose first run took nothing (see `Lines.hold`); the future is its answer.
-    On the loop only."""
-    future: asyncio.Future[A] = asyncio.get_running_loop().create_future()
-
-    def answer(a: A) -> None:
-        if not future.done():
-            future.set_result(a)
-
-    waiter = Waiter(payload, last, answer)
-    lines.hold(claim, waiter, wait_ms, seen_seq)
-    return waiter, future

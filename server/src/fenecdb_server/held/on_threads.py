@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from .lines import Outcome, Waiter
+from .lines import HeldClaim, Outcome
 from .port import Timer
 
 A = TypeVar("A")
@@ -37,7 +37,7 @@ class _Timer:
 
 
 class ThreadDriver(Generic[A]):
-    def __init__(self, runner: Callable[[Waiter[A]], Outcome[A]], fault: A,
+    def __init__(self, runner: Callable[[HeldClaim[A]], Outcome[A]], fault: A,
                  clock: Callable[[], float] = time.monotonic, name: str = "fenec-held") -> None:
         self.runner = runner
         self.fault = fault
@@ -77,7 +77,7 @@ class ThreadDriver(Generic[A]):
     def settle(self, fn: Callable[[], None]) -> None:
         self.soon(fn)  # in process nothing is on its way: a caller that leaves says so at once
 
-    def run(self, waiter: Waiter[A], done: Callable[[Outcome[A]], None]) -> None:
+    def run(self, waiter: HeldClaim[A], done: Callable[[Outcome[A]], None]) -> None:
         try:
             outcome = self.runner(waiter)
         except Exception:

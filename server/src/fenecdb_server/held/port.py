@@ -6,7 +6,7 @@ The held package never holds the database: it talks to three small interfaces, t
   announcements, and a write observer (each committed write's ops) while claims bid. `Database` (and the
   engine behind it) answers these; a unit test answers them with a dict and a fake clock.
 * `Claim`: a claim's statements made ready by the engine (`prepare_hold`: `engine/holds.py`'s
-  `ReadyClaim`): its line, the collections whose writes concern it, and two reads made under the
+  `HeldStatements`): its line, the collections whose writes concern it, and two reads made under the
   read lock the caller holds (`would_take`, `next_moment`), plus what it bids with, and what a
   written row is checked with (`wakes`, `takes`, `moment_of`: lines.py rule 2). A claim whose
   `wakes()` is None is woken by every write to its collections, as a line that must look.
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from ..engine.bids import Profile
-    from .lines import Outcome, Waiter
+    from .lines import HeldClaim, Outcome
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -118,7 +118,7 @@ class Claim(Protocol):
         ...
 
 
-class ReadyClaim(Claim, Protocol):
+class HeldStatements(Claim, Protocol):
     @property
     def held(self) -> bool:
         """Whether the claim may wait at all (it holds a `set` or `del`)."""
@@ -142,7 +142,7 @@ class Queries(EnginePort, Protocol):
     def execute(self, statements: list[tuple[str, object]], *, block: bool = False) -> Result:
         ...
 
-    def prepare_hold(self, statements: list[tuple[str, object]]) -> ReadyClaim:
+    def prepare_hold(self, statements: list[tuple[str, object]]) -> HeldStatements:
         """The claim made ready to wait; raises the error a held claim of it is refused with."""
         ...
 
@@ -168,6 +168,6 @@ class Driver(Protocol[A]):
         """Let what is already on its way land (a client's close), then run `fn`."""
         ...
 
-    def run(self, waiter: Waiter[A], done: Callable[[Outcome[A]], None]) -> None:
+    def run(self, waiter: HeldClaim[A], done: Callable[[Outcome[A]], None]) -> None:
         """Run the waiter's claim once; `done(outcome)` in the driver's thread of control."""
         ...

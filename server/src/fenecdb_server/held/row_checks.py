@@ -15,7 +15,7 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 if TYPE_CHECKING:
-    from .lines import Line, Lines
+    from .lines import HeldClaims, Line
 
 A = TypeVar("A")
 
@@ -23,7 +23,7 @@ A = TypeVar("A")
 class RowChecks(Generic[A]):
     """The lines of one `Lines` indexed for rule 2b, and the rows checked (`checks`)."""
 
-    def __init__(self, lines: Lines[A]) -> None:
+    def __init__(self, lines: HeldClaims[A]) -> None:
         self.lines = lines
         # lines by collection, the fields of their filter's equality terms and the values those
         # bind; lines with no such term by collection; the blind lines by collection

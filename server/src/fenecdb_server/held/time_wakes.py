@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 if TYPE_CHECKING:
-    from .lines import Line, Lines
+    from .lines import HeldClaims, Line
 
 A = TypeVar("A")
 
@@ -25,7 +25,7 @@ EARLY_RETRY_S = 0.0005  # a timer that fired early sleeps at least this long bef
 
 
 class TimeWakes(Generic[A]):
-    def __init__(self, lines: Lines[A]) -> None:
+    def __init__(self, lines: HeldClaims[A]) -> None:
         self.lines = lines
 
     def schedule(self, line: Line[A], moments: dict[int, int | None] | None = None) -> None:

@@ -19,13 +19,13 @@ from .port import Timer
 
 if TYPE_CHECKING:
     from .bidding import Bidding
-    from .lines import Line, Lines
+    from .lines import HeldClaims, Line
 
 A = TypeVar("A")
 
 
 class WriteWakes(Generic[A]):
-    def __init__(self, lines: Lines[A]) -> None:
+    def __init__(self, lines: HeldClaims[A]) -> None:
         self.lines = lines
         self.noted_seq = -1  # the last write's ops, noted for its announcement (writer's thread)
         self.noted_ops: list | None = None

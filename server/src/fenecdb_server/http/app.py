@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FenecError
-from ..held import Lines, Waiter
+from ..held import HeldClaim, HeldClaims
 from ..held.on_asyncio import SETTLE_TURNS, AsyncioDriver
 from . import errors as E
 from .asgi import AsgiDoor, Receive, Scope, Send
@@ -58,7 +58,7 @@ class App(Service):
         self._sampler: asyncio.Task[None] | None = None
         self.auth = self.config.auth
         self.delay = AuthDelay(self.config.auth_delay_ms)
-        self.lines: Lines[Answer] | None = None  # the held claims (held/), once the loop runs
+        self.lines: HeldClaims[Answer] | None = None  # the held claims (held/), once the loop runs
         self.driver: AsyncioDriver[Answer] | None = None  # their clock and runs, on that loop
         self.intake = Intake(self.config, db.cached)
         self.runner = Runner(db, self.config, self.auth)
@@ -86,7 +86,7 @@ class App(Service):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.asgi(scope, receive, send)
 
-    def start(self) -> Lines[Answer]:
+    def start(self) -> HeldClaims[Answer]:
         if self.lines is None:
             log_ = self.db.log
             if self.config.sync_always and log_ is not None:
@@ -95,7 +95,7 @@ class App(Service):
                     self.busy.paused = turns.syncing  # the kernel's sync needs this CPU
             driver = self.driver = AsyncioDriver(asyncio.get_running_loop(), self.runner.run_held, FAULT,
                                                  settle_turns=1 if self.config.closes_told else SETTLE_TURNS)
-            self.lines = Lines(self.db, driver)
+            self.lines = HeldClaims(self.db, driver)
             self._sampler = asyncio.get_running_loop().create_task(self._sample())
         return self.lines
 
@@ -185,7 +185,7 @@ class App(Service):
             else:
                 then(answer)
 
-        waiter = Waiter(held.work, held.last, answered)
+        waiter = HeldClaim(held.work, held.last, answered)
         lines_.hold(held.claim, waiter, held.work.wait, held.seen)
         return lambda: lines_.forget(waiter)
 

@@ -98,7 +98,7 @@ class Connection(HttpToolsProtocol):
         self._mid = False  # httptools is inside a request (its head or body read in part)
         self._target = 0  # bytes of the request target read so far
         self._refusal: tuple[int, bytes] | None = None  # decided in a parser callback, written after it
-        # told the moment the client's close is read (a held claim's `Lines.forget`, http.md §8.10):
+        # told the moment the client's close is read (a held claim's `HeldClaims.forget`, http.md §8.10):
         # uvicorn's own path to the app (connection_lost, the receive() watcher) takes more loop turns
         self._leaving: list[Callable[[], None]] = []
         self._idle_timer: Any = None  # the direct path's keep-alive timer (`_answered`)

@@ -22,7 +22,7 @@ from .. import gc_policy
 from ..engine.engine import Result
 from ..engine.rwlock import Busy
 from ..errors import FenecError
-from ..held import Outcome, Waiter
+from ..held import HeldClaim, Outcome
 from ..held.port import Claim
 from ..storage.log import Deferred
 from . import errors as E
@@ -68,7 +68,7 @@ class Runner:
         work.held_again()
         return claim
 
-    def run_held(self, waiter: Waiter[Answer]) -> Outcome[Answer] | Awaitable[Outcome[Answer]]:
+    def run_held(self, waiter: HeldClaim[Answer]) -> Outcome[Answer] | Awaitable[Outcome[Answer]]:
         """Run a held request again: on the loop at once when it can (no task for the run), else
         in a worker thread."""
         work = waiter.payload
