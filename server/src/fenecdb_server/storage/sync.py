@@ -20,7 +20,7 @@ all of them at once. N concurrent writers thus share one fdatasync instead of qu
 
 One fdatasync a loop turn (the HTTP server, `http/durable.py`): its writes run on the event
 loop inside `Log.deferred()`, where `wait_durable` notes the ticket instead of waiting; the
-answer is parked, and once the turn's requests have run, one `Log.sync_upto` (the same leader
+answer is kept pending, and once the turn's requests have run, one `Log.sync_upto` (the same leader
 step) covers every record appended in the turn before any of their answers goes out. The scope
 defers on the loop's thread alone: a write that runs in a thread meanwhile (a large request,
 the sweeper) takes the leader step itself, even inside it; either covers the other's records.
