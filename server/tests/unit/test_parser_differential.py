@@ -14,6 +14,7 @@ of literals only, their tokens ASCII, each followed by a space.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.resources
 import re
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 from fenecdb_server.errors import FenecError
 from fenecdb_server.ql import ast as A
 from fenecdb_server.ql import parser as P
-from fenecdb_server.ql.literals import read_put, shape
+from fenecdb_server.ql.literals import _BY_SLOTS, read_put, shape
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.lark import from_lark
@@ -207,3 +208,11 @@ def test_the_generators_reach_the_short_way() -> None:
     assert taken >= seen // 10, (taken, seen)
 
 
+
+
+def test_the_nodes_built_by_their_slots_are_whole() -> None:
+    """The short way fills the slots of the nodes it builds most rather than run their `__init__`:
+    it fills every field each of those classes has, and none of them does more at construction."""
+    for cls, names in _BY_SLOTS.items():
+        assert tuple(f.name for f in dataclasses.fields(cls)) == names, cls
+        assert not hasattr(cls, "__post_init__"), cls

@@ -8,7 +8,7 @@ documents as closures that convert each value to its field's type on the way in.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, final
+from typing import Any, Final, final
 
 from .. import convert as C
 from .. import values as V
@@ -94,7 +94,7 @@ class Prepared:
         self.cols: list[Column] | AllColumns | None = None
         # (target, value closure, field type, reads the row?) per entry: see _patch
         self.patch: list[tuple[A.Target, Callable, Any, bool]] = None  # type: ignore[assignment]
-        self.docs: list | None = None
+        self.docs: list[Doc] | None = None
         self.else_patch: list[tuple[A.Target, Callable, Any, bool]] = None  # type: ignore[assignment]
         self.nparams = 0
         self.uses_claims = False
@@ -212,7 +212,9 @@ def prepare(stmt: A.Statement, schemas: dict[str, Schema], allow_claims: bool = 
         vctx = Ctx(schema, row=False)
         if stmt.documents is not None:
             types: dict[int, Any] = {}
-            p.docs = [_doc(schema, d, coll, vctx, types) for d in stmt.documents]
+            converters: dict[Any, Callable] = {}
+            calls: dict[tuple[str, Any], tuple[Callable, Callable]] = {}
+            p.docs = [_doc(schema, d, coll, vctx, types, converters, calls) for d in stmt.documents]
         if stmt.else_patch is not None:
             p.else_patch = _patch(schema, stmt.else_patch, coll, Ctx(schema, new=True))
         ctx.nparams = max(ctx.nparams, vctx.nparams, stmt.param or 0)
@@ -248,19 +250,123 @@ def _plain(schema: Schema, entries: tuple[A.Entry, ...], patch: list) -> tuple[l
     return fixed, per_row
 
 
-def _doc(schema: Schema, entries: tuple[A.Entry, ...], coll: str, ctx: Ctx, types: dict[int, Any]) -> list:
-    """(target, value closure, conversion) per entry: the conversion picked once, as `_plain` picks
-    a patch's (a put's `now()` and `0` need none, a json field's `$1` its short way). `types`: each
-    target's field type, by the target node (the documents of a put read by ql/literals.py share
-    one node per key), kept while the statement is prepared."""
-    out = []
+class Doc:
+    """A put's document prepared. `fixed`: each value the text alone decides (a literal, or an
+    object or a list of literals) converted to its field's type once, here; `copied`: the fields
+    of `fixed` holding an object or a list, each with whether it holds none (a shallow copy
+    will do), copied for each row so that no two rows share one (a prepared statement may run
+    again); `worked`: (target, value closure, conversion) for each
+    other value (a call, a parameter), worked out and converted at each run, in the order written.
+    A row is `fixed`'s copy with `worked` written over it: the same row the closures of every value
+    would build, without a closure or a conversion per literal at each run."""
+
+    __slots__ = ("fixed", "copied", "worked")
+
+    def __init__(self, fixed: dict[str, Any], copied: list[tuple[str, bool]], worked: list) -> None:
+        self.fixed = fixed
+        self.copied = copied
+        self.worked = worked
+
+
+_VARIES: Final[Any] = object()  # what `_constant` answers for a value that only a run can work out
+_CONSTANT_DEPTH: Final = 64  # objects and lists nested deeper go through the compiler (its depth check)
+_LIT: Final = A.Lit
+_OBJECT: Final = A.ObjectExpr
+_LIST: Final = A.ListExpr
+_CALL: Final = A.Call
+
+
+def _constant(e: A.Expr, depth: int) -> Any:
+    """The value a literal, or an object or a list of literals, works out to, as its closure
+    (plan/compile.py) would build it, but for the order of an object's keys, which is left to
+    the conversion (a json field's sorts them; every other type refuses an object); `_VARIES`
+    for anything else."""
+    t = type(e)
+    if t is _LIT:
+        return e.value  # type: ignore[attr-defined]
+    if depth >= _CONSTANT_DEPTH:
+        return _VARIES
+    if t is _OBJECT:
+        out: dict[str, Any] = {}
+        for k, item in e.items:  # type: ignore[attr-defined]
+            v = _constant(item, depth + 1)
+            if v is _VARIES:
+                return _VARIES
+            out[k] = v
+        return out
+    if t is _LIST:
+        items: list[Any] = []
+        for item in e.items:  # type: ignore[attr-defined]
+            v = _constant(item, depth + 1)
+            if v is _VARIES:
+                return _VARIES
+            items.append(v)
+        return items
+    return _VARIES
+
+
+def _flat(v: Any) -> bool:
+    """Whether an object or a list holds no object or list: a shallow copy of it is a whole one."""
+    for x in (v.values() if type(v) is dict else v):
+        if type(x) is dict or type(x) is list:
+            return False
+    return True
+
+
+def _doc(schema: Schema, entries: tuple[A.Entry, ...], coll: str, ctx: Ctx, types: dict[int, Any],
+         converters: dict[Any, Callable], calls: dict[tuple[str, Any], tuple[Callable, Callable]]) -> Doc:
+    """The document prepared (`Doc`), each value's conversion picked once as `_plain` picks a
+    patch's (a put's `now()` and `0` need none). `types`: each target's field type, by the target
+    node (the documents of a put read by ql/literals.py share one node per key), `converters`
+    each field type's conversion, and `calls` each call without arguments compiled, by its name
+    and field type: kept while the statement is prepared. A document writing a path
+    (`payload.to`) has every value worked at each run, in the order written."""
+    plain = True
     for e in entries:
-        ftype = types.get(id(e.target))
+        if e.target.keys:
+            plain = False  # a path writes into the value its field holds so far: all in order
+    fixed: dict[str, Any] = {}
+    copied: list[tuple[str, bool]] = []
+    worked: list = []
+    worked_names: list[str] = []  # a value fixed after one worked for the same field would come first
+    for e in entries:
+        t = e.target
+        ftype = types.get(id(t))
         if ftype is None:
-            ftype = types[id(e.target)] = _target_type(schema, e.target, coll)
-        convert = C.same if static_type(e.value, schema) == ftype else C.coercer(ftype)
-        out.append((e.target, compile_expr(e.value, ctx), convert))
-    return out
+            ftype = types[id(t)] = _target_type(schema, t, coll)
+        value = e.value
+        if plain and t.name not in worked_names:
+            v = _constant(value, 0)
+            if v is not _VARIES:
+                if t.name == "id":
+                    fixed["id"] = v  # as written: the put checks it (execute._doc_id)
+                    continue
+                convert = converters.get(ftype)
+                if convert is None:
+                    convert = converters[ftype] = C.coercer(ftype)
+                try:
+                    stored = convert(v)
+                except FenecError:
+                    pass  # refused at the run, in its turn among the document's values, as it always was
+                else:
+                    fixed[t.name] = stored
+                    if type(stored) is dict or type(stored) is list:
+                        copied.append((t.name, _flat(stored)))
+                    continue
+        if type(value) is _CALL and not value.args:
+            # `now()` in each of a thousand documents: compiled once (a call without arguments
+            # works out the same wherever it is written), converted as its field's type asks
+            key = (value.name, ftype)
+            done = calls.get(key)
+            if done is None:
+                convert = C.same if static_type(value, schema) == ftype else C.coercer(ftype)
+                done = calls[key] = (compile_expr(value, ctx), convert)
+            worked.append((t, done[0], done[1]))
+        else:
+            convert = C.same if static_type(value, schema) == ftype else C.coercer(ftype)
+            worked.append((t, compile_expr(value, ctx), convert))
+        worked_names.append(t.name)
+    return Doc(fixed, copied, worked)
 
 
-__all__ = ["prepare", "Prepared", "render", "columns", "field_reader", "make_alive"]
+__all__ = ["prepare", "Prepared", "Doc", "render", "columns", "field_reader", "make_alive"]

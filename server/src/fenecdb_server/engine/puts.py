@@ -19,7 +19,7 @@ from ..ql import ast as A
 from . import unique as U
 from .collection import Collection
 from .execute import Block, apply_entries, check_required, in_field, set_path, too_many_writes, unmet
-from .prepare import Prepared
+from .prepare import Doc, Prepared
 
 if TYPE_CHECKING:
     from .catalog import Catalog
@@ -30,7 +30,7 @@ def _documents(p: Prepared, env: Env) -> list[dict]:
     schema = p.schema
     assert schema is not None
     if p.docs is not None:
-        return [_doc_values(schema, entries, env) for entries in p.docs]
+        return [_doc_values(doc, env) for doc in p.docs]
     stmt = p.stmt
     assert isinstance(stmt, A.Put) and stmt.param is not None
     src = env.params[stmt.param - 1]
@@ -92,9 +92,14 @@ def _bulk_documents(schema: Schema, src: list[dict]) -> list[dict]:
     return out
 
 
-def _doc_values(schema: Schema, entries: list, env: Env) -> dict:
-    row: dict[str, Any] = {}
-    for target, fn, convert in entries:  # prepare._doc's
+def _doc_values(doc: Doc, env: Env) -> dict:
+    """A document's row (prepare.Doc): its fixed values, fresh copies of their objects and
+    lists, and then each value worked out now, in the order written."""
+    row = doc.fixed.copy()
+    for name, flat in doc.copied:
+        v = row[name]
+        row[name] = v.copy() if flat else _fresh(v)
+    for target, fn, convert in doc.worked:
         v = fn(None, env)
         if target.name == "id" and not target.keys:
             row["id"] = v
@@ -106,6 +111,17 @@ def _doc_values(schema: Schema, entries: list, env: Env) -> dict:
             except FenecError as e:
                 raise in_field(e, target.name) from None
     return row
+
+
+def _fresh(v: Any) -> Any:
+    """A copy of a stored object or list, down to its last object or list (json nests at most
+    JSON_DEPTH levels): what a row holds is its own."""
+    t = type(v)
+    if t is dict:
+        return {k: _fresh(x) if type(x) is dict or type(x) is list else x for k, x in v.items()}
+    if t is list:
+        return [_fresh(x) if type(x) is dict or type(x) is list else x for x in v]
+    return v
 
 
 def _doc_id(v: Any) -> int:

@@ -27,11 +27,16 @@ number of times, and nothing recurses deeper than `_DEEPEST`, so time and memory
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Final
 
 from . import ast as A
 from .ast import MAX_NAME, MAX_PATH_KEYS, RESERVED
 
+# The module's constants are `Final`: compiled, any other module-level name is a dictionary lookup
+# each time it is read.
+_RESERVED: Final = RESERVED
+_MAX_NAME: Final = MAX_NAME
+_MAX_PATH_KEYS: Final = MAX_PATH_KEYS
 _ESCAPE = re.compile(r"\\(.)", re.S)
 _ESCAPED = {"n": "\n", "t": "\t", "r": "\r", "0": "\0"}
 _PIECES = 4096  # pieces joined into one chunk: the list of one-character pieces never grows past this
@@ -63,21 +68,84 @@ def unescape(body: str) -> str:
 _DOUBLE = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+"', re.S)
 _SINGLE = re.compile(r"'[^'\\]*+(?:\\.[^'\\]*+)*+'", re.S)
 
-_DEEPEST = 64  # objects and lists nested deeper are left to lark (which allows MAX_DEPTH)
-_INT_MAX = 2**63 - 1
-_DIGITS_MAX = 40  # a longer number is left to lark (int() refuses thousands of digits)
+_DEEPEST: Final = 64  # objects and lists nested deeper are left to lark (which allows MAX_DEPTH)
+_INT_MAX: Final = 2**63 - 1
+_DIGITS_MAX: Final = 40  # a longer number is left to lark (int() refuses thousands of digits)
 
-# Character classes by code point, ASCII only: any other character makes the reader decline.
-_SPACE = 1
-_WORD = 2  # a letter or `_`: starts a name
-_DIGIT = 4
-_CLASS = [0] * 128
-for _c in " \t\n\r":
-    _CLASS[ord(_c)] = _SPACE
-for _c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_":
-    _CLASS[ord(_c)] = _WORD
-for _c in "0123456789":
-    _CLASS[ord(_c)] = _DIGIT
+
+# Character classes by code point, ASCII only: any other character makes the reader decline. The
+# end of the text reads as -1, in no class. (Compared rather than looked up in a table: compiled,
+# comparing machine integers costs less than reading a list's item.)
+def _space(c: int) -> bool:
+    return c == 32 or c == 10 or c == 9 or c == 13
+
+
+def _letter(c: int) -> bool:
+    """A letter or `_`: what starts a name."""
+    return 97 <= c <= 122 or 65 <= c <= 90 or c == 95
+
+
+def _digit(c: int) -> bool:
+    return 48 <= c <= 57
+
+
+def _word_char(c: int) -> bool:
+    return 97 <= c <= 122 or 65 <= c <= 90 or 48 <= c <= 57 or c == 95
+
+
+# The nodes the reader builds most, made without their dataclass `__init__` (a frame of Python
+# and a `__setattr__` call per field): a fresh object with its slots filled, the very object
+# `__init__` makes (equal, hashing alike), in a third of the time. The differential test holds
+# `_BY_SLOTS` to the classes' fields, and the nodes to lark's.
+_NEW: Final = object.__new__
+_LIT: Final = A.Lit
+_ENTRY: Final = A.Entry
+_CALL: Final = A.Call
+_OBJECT: Final = A.ObjectExpr
+_LIST: Final = A.ListExpr
+_SET_LIT_VALUE: Final = A.Lit.__dict__["value"].__set__
+_SET_ENTRY_TARGET: Final = A.Entry.__dict__["target"].__set__
+_SET_ENTRY_VALUE: Final = A.Entry.__dict__["value"].__set__
+_SET_CALL_NAME: Final = A.Call.__dict__["name"].__set__
+_SET_CALL_ARGS: Final = A.Call.__dict__["args"].__set__
+_SET_CALL_POS: Final = A.Call.__dict__["pos"].__set__
+_SET_OBJECT_ITEMS: Final = A.ObjectExpr.__dict__["items"].__set__
+_SET_LIST_ITEMS: Final = A.ListExpr.__dict__["items"].__set__
+_BY_SLOTS: Final = {A.Lit: ("value",), A.Entry: ("target", "value"), A.Call: ("name", "args", "pos"),
+                     A.ObjectExpr: ("items",), A.ListExpr: ("items",)}
+
+
+def _lit(v: Any) -> A.Lit:
+    node = _NEW(_LIT)
+    _SET_LIT_VALUE(node, v)
+    return node
+
+
+def _entry(target: A.Target, value: A.Expr) -> A.Entry:
+    node = _NEW(_ENTRY)
+    _SET_ENTRY_TARGET(node, target)
+    _SET_ENTRY_VALUE(node, value)
+    return node
+
+
+def _call(name: str, args: tuple[A.Expr, ...], pos: int) -> A.Call:
+    node = _NEW(_CALL)
+    _SET_CALL_NAME(node, name)
+    _SET_CALL_ARGS(node, args)
+    _SET_CALL_POS(node, pos)
+    return node
+
+
+def _object(items: tuple[tuple[str, A.Expr], ...]) -> A.ObjectExpr:
+    node = _NEW(_OBJECT)
+    _SET_OBJECT_ITEMS(node, items)
+    return node
+
+
+def _list(items: tuple[A.Expr, ...]) -> A.ListExpr:
+    node = _NEW(_LIST)
+    _SET_LIST_ITEMS(node, items)
+    return node
 
 
 class _Decline(Exception):
@@ -123,12 +191,13 @@ def shape(text: str) -> tuple[str, list[Any]] | None:
     return "".join(pieces), r.values
 
 
-_PARAMS = [f"${n}" for n in range(1, 257)]  # the first parameters' names, made once
-_NOTHING = A.Lit(None)  # what a value reads as while shaping: only its span and value are kept
+_PARAMS: Final = [f"${n}" for n in range(1, 257)]  # the first parameters' names, made once
+_NOTHING: Final = A.Lit(None)  # what a value reads as while shaping: only its span and value are kept
 
 
 class _Reader:
-    __slots__ = ("text", "n", "at", "depth", "top", "shaping", "spans", "values", "targets", "lits")
+    __slots__ = ("text", "n", "at", "depth", "top", "shaping", "spans", "values", "targets", "texts",
+                 "ints", "words", "entries", "checked")
 
     def __init__(self, text: str, shaping: bool) -> None:
         self.text = text
@@ -143,7 +212,12 @@ class _Reader:
         # statement's documents (nodes are immutable): a thousand documents of three fields hold
         # three targets. A float is not shared: -0.0 and 0.0 are equal and not the same value.
         self.targets: dict[str, A.Target] = {}
-        self.lits: dict[tuple[type, Any], A.Lit] = {}
+        self.texts: dict[str, A.Lit] = {}
+        self.ints: dict[int, A.Lit] = {}
+        self.words: dict[str, A.Lit] = {}  # true, false and null, by the word lower-cased
+        # ... and one entry for each key with each shared literal (`attempts: 0`), by the literal's id
+        self.entries: dict[tuple[str, int], A.Entry] = {}
+        self.checked: set[str] = set()  # the names and paths written unquoted that passed their checks
 
     # ---------------------------------------------------------------- characters
 
@@ -166,7 +240,7 @@ class _Reader:
             c = ord(text[i])
             if c >= 128:
                 raise _Decline()
-            if _CLASS[c] != _SPACE:
+            if not _space(c):
                 self.at = i
                 if c == 35:  # '#'
                     raise _Decline()
@@ -186,7 +260,7 @@ class _Reader:
             c = ord(text[i])
             if c >= 128:
                 raise _Decline()
-            if _CLASS[c] & (_WORD | _DIGIT) == 0:
+            if not _word_char(c):
                 break
             i += 1
         self.at = i
@@ -205,18 +279,18 @@ class _Reader:
         while c == 59:  # leading `;`
             self.at += 1
             c = self._skip()
-        if c < 0 or _CLASS[c] != _WORD:
+        if not _letter(c):
             raise _Decline()
         verb = self._word().lower()
         if verb != "put" and verb != "insert":
             raise _Decline()
         c = self._skip()
-        if c < 0 or _CLASS[c] != _WORD:
+        if not _letter(c):
             raise _Decline()
         coll = self._word()
         if verb == "insert" and coll.lower() == "into":  # `into` is the keyword where it may be
             c = self._skip()
-            if c < 0 or _CLASS[c] != _WORD:
+            if not _letter(c):
                 raise _Decline()
             coll = self._word()
         _check_name(coll)
@@ -245,11 +319,11 @@ class _Reader:
             raise _Decline()
         require: int | None = None
         c = self._skip()
-        if c >= 0 and _CLASS[c] == _WORD:
+        if _letter(c):
             if self._word().lower() != "require":
                 raise _Decline()
             c = self._skip()
-            if c < 0 or _CLASS[c] != _DIGIT:
+            if not _digit(c):
                 raise _Decline()
             written: Any = self.number(False)  # Any: compiled, a float here would fail the int check
             if type(written) is not int:
@@ -286,7 +360,14 @@ class _Reader:
                 target = self.targets.get(key)
                 if target is None:
                     target = self.targets[key] = _target(key)
-                entries.append(A.Entry(target, value))
+                if type(value) is _LIT and type(value.value) is not float:  # a shared literal
+                    both = (key, id(value))
+                    entry = self.entries.get(both)
+                    if entry is None:
+                        entry = self.entries[both] = _entry(target, value)
+                else:
+                    entry = _entry(target, value)
+                entries.append(entry)
             c = self._skip()
             if c == 44:
                 self.at += 1
@@ -300,27 +381,29 @@ class _Reader:
 
     def target(self, c: int) -> str:
         """A document's key as its `Target.text`: a name (not a keyword), a path, or a text (a
-        path when it holds a dot)."""
+        path when it holds a dot). A name or a path is checked where it is first written."""
         if c == 34 or c == 39:
             name = self.text_literal(c)
             if "." in name:
                 _check_path(name)
             return name
-        if c < 0 or _CLASS[c] != _WORD:
+        if not _letter(c):
             raise _Decline()
         start = self.at
         self._word()
         while self._code(self.at) == 46:  # a path: `.` and a name, again and again
             self.at += 1
             c = self._code(self.at)
-            if c < 0 or _CLASS[c] != _WORD:
+            if not _letter(c):
                 raise _Decline()
             self._word()
         written = self.text[start:self.at]
-        if "." in written:
-            _check_path(written)
-        else:
-            _check_name(written)
+        if written not in self.checked:
+            if "." in written:
+                _check_path(written)
+            else:
+                _check_name(written)
+            self.checked.add(written)
         return written
 
     # ---------------------------------------------------------------- values
@@ -328,44 +411,48 @@ class _Reader:
     def value(self) -> A.Expr:
         c = self._skip()
         start = self.at
-        v: Any
         if c == 34 or c == 39:  # " '
-            v = self.text_literal(c)
-        elif c >= 0 and _CLASS[c] == _DIGIT:
-            v = self.number(False)
-        elif c == 45:  # - before a digit
-            self.at += 1
-            c = self._code(self.at)
-            if c < 0 or _CLASS[c] != _DIGIT:
+            text = self.text_literal(c)
+            if self.shaping:
+                return self._shaped(start, text)
+            lit = self.texts.get(text)
+            if lit is None:
+                lit = self.texts[text] = _lit(text)
+            return lit
+        if _digit(c) or c == 45:  # a digit, or - before one
+            if c == 45:
+                self.at += 1
+                if not _digit(self._code(self.at)):
+                    raise _Decline()
+            n = self.number(c == 45)
+            if self.shaping:
+                return self._shaped(start, n)
+            if type(n) is float:
+                return _lit(n)
+            lit = self.ints.get(n)
+            if lit is None:
+                lit = self.ints[n] = _lit(n)
+            return lit
+        if _letter(c):
+            low = self._word().lower()
+            if low == "true" or low == "false" or low == "null":
+                if self.shaping:
+                    return self._shaped(start, True if low == "true" else False if low == "false" else None)
+                lit = self.words.get(low)
+                if lit is None:
+                    lit = self.words[low] = _lit(True if low == "true" else False if low == "false" else None)
+                return lit
+            if low in _RESERVED or self._skip() != 40:  # only a call: a name alone reads a row
                 raise _Decline()
-            v = self.number(True)
-        elif c >= 0 and _CLASS[c] == _WORD:
-            word = self._word()
-            low = word.lower()
-            if low == "true":
-                v = True
-            elif low == "false":
-                v = False
-            elif low == "null":
-                v = None
-            elif low in RESERVED or self._skip() != 40:  # only a call: a name alone reads a row
-                raise _Decline()
-            else:
-                return self.call(low, start)
-        else:
-            return self.composite(c)
-        if self.shaping:
-            self.spans.append(start)
-            self.spans.append(self.at)
-            self.values.append(v)
-            return _NOTHING
-        if type(v) is float:
-            return A.Lit(v)
-        shared = (type(v), v)
-        lit = self.lits.get(shared)
-        if lit is None:
-            lit = self.lits[shared] = A.Lit(v)
-        return lit
+            return self.call(low, start)
+        return self.composite(c)
+
+    def _shaped(self, start: int, v: Any) -> A.Expr:
+        """While shaping: a literal value's span and value kept, no node built."""
+        self.spans.append(start)
+        self.spans.append(self.at)
+        self.values.append(v)
+        return _NOTHING
 
     def composite(self, c: int) -> A.Expr:
         if c == 123:  # {
@@ -407,12 +494,12 @@ class _Reader:
         if self.shaping:  # a call's arguments stay as written: only `now()` is shaped
             if self._skip() != 41:
                 raise _Decline()
-        return A.Call(name, tuple(self._items(41)), pos=pos)  # )
+        return _call(name, tuple(self._items(41)), pos)  # )
 
     def list_(self) -> A.Expr:
         self._open()
         items = self._items(93)  # ]
-        return _NOTHING if self.shaping else A.ListExpr(tuple(items))
+        return _NOTHING if self.shaping else _list(tuple(items))
 
     def obj(self) -> A.Expr:
         self._open()
@@ -422,11 +509,11 @@ class _Reader:
         if c == 125:
             self.at += 1
             self.depth -= 1
-            return A.ObjectExpr(())
+            return _object(())
         while True:
             if c == 34 or c == 39:
                 key = self.text_literal(c)
-            elif c >= 0 and _CLASS[c] == _WORD:
+            elif _letter(c):
                 key = self._word()  # an object's key may be any name, a keyword too
             else:
                 raise _Decline()
@@ -445,7 +532,7 @@ class _Reader:
             if c == 125:
                 self.at += 1
                 self.depth -= 1
-                return _NOTHING if self.shaping else A.ObjectExpr(tuple(items))
+                return _NOTHING if self.shaping else _object(tuple(items))
             raise _Decline()
 
     def text_literal(self, quote: int) -> str:
@@ -472,7 +559,7 @@ class _Reader:
         i = self._digits(start)
         fraction = False
         c = self._code(i)
-        if c == 46 and _CLASS[max(self._code(i + 1), 0)] == _DIGIT:  # .digit
+        if c == 46 and _digit(self._code(i + 1)):  # .digit
             i = self._digits(i + 1)
             fraction = True
             c = self._code(i)
@@ -480,14 +567,14 @@ class _Reader:
             j = i + 1
             if self._code(j) in (43, 45):
                 j += 1
-            if _CLASS[max(self._code(j), 0)] != _DIGIT:
+            if not _digit(self._code(j)):
                 raise _Decline()
-            while _CLASS[max(self._code(j), 0)] == _DIGIT:
+            while _digit(self._code(j)):
                 j += 1
             i = j
             fraction = True
             c = self._code(i)
-        if c == 46 or (c >= 0 and _CLASS[c] != 0 and _CLASS[c] != _SPACE):
+        if c == 46 or _word_char(c):
             raise _Decline()
         self.at = i
         written = text[start:i]
@@ -514,21 +601,21 @@ class _Reader:
         while True:
             i += 1
             c = self._code(i)
-            if c == 95 and _CLASS[max(self._code(i + 1), 0)] == _DIGIT:  # _digit
+            if c == 95 and _digit(self._code(i + 1)):  # _digit
                 i += 1
-            elif c < 0 or _CLASS[c] != _DIGIT:
+            elif not _digit(c):
                 return i
 
     def param(self) -> int:
         """`$n` at `at`, n from 1."""
         i = self.at + 1
         c = self._code(i)
-        if c < 0 or _CLASS[c] != _DIGIT:
+        if not _digit(c):
             raise _Decline()
-        while c >= 0 and _CLASS[c] == _DIGIT:
+        while _digit(c):
             i += 1
             c = self._code(i)
-        if c == 46 or (c >= 0 and _CLASS[c] != 0 and _CLASS[c] != _SPACE):
+        if c == 46 or _word_char(c):
             raise _Decline()
         written = self.text[self.at + 1:i]
         if len(written) > _DIGITS_MAX:
@@ -543,7 +630,7 @@ class _Reader:
 
 
 def _check_name(name: str) -> None:
-    if name.lower() in RESERVED or len(name) > MAX_NAME:
+    if len(name) > _MAX_NAME or name.lower() in _RESERVED:
         raise _Decline()
 
 
@@ -551,10 +638,10 @@ def _check_path(written: str) -> None:
     """The parser's checks of a path: its name not a keyword, each part at most MAX_NAME, at
     most MAX_PATH_KEYS keys."""
     parts = written.split(".")
-    if parts[0].lower() in RESERVED or len(parts) - 1 > MAX_PATH_KEYS:
+    if parts[0].lower() in _RESERVED or len(parts) - 1 > _MAX_PATH_KEYS:
         raise _Decline()
     for p in parts:
-        if len(p) > MAX_NAME:
+        if len(p) > _MAX_NAME:
             raise _Decline()
 
 
