@@ -43,7 +43,8 @@ from __future__ import annotations
 
 import heapq
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import values as V
 from ..errors import Overflow
@@ -56,18 +57,16 @@ from .prepare import Prepared
 from .queues import OWNER, Shape, value_of
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-    from typing import Protocol
-
     from .catalog import Catalog
 
-    class Feed(Protocol):
-        """What the books need of the engine: its change number, and a write observer added
-        while a lock of it is held (engine.py `add_observer`)."""
 
-        seq: int
+class Feed(Protocol):
+    """What the books need of the engine: its change number, and a write observer added while a
+    lock of it is held (engine.py `add_observer`)."""
 
-        def add_observer(self, note: Callable[[int, list], None]) -> None: ...
+    seq: int
+
+    def add_observer(self, note: Callable[[int, list], None]) -> None: ...
 
 
 def _key(row: dict, by: str | None) -> Any:
