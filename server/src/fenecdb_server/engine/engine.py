@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from .. import values as V
 from ..errors import FenecError
+from ..pacing import PACE_ROWS, hand_over
 from ..plan.compile import Env
 from ..policy import Scope
 from ..ql import ast as A
@@ -296,6 +297,8 @@ class Engine:
             return [self._statement(*statements[0])]
         out = []
         for i, (text, params) in enumerate(statements):
+            if i % PACE_ROWS == 0 and i:
+                hand_over()  # a /batch of many lines, in a worker thread (pacing.py)
             try:
                 out.append(self._statement(text, params))
             except FenecError as e:
@@ -338,7 +341,7 @@ class Engine:
 
     def execute(self, statements: list[tuple[Any, Any]], *, block: bool = False,
                 idempotency: Idem | None = None, scope: Scope | None = None, max_rows: int = 0,
-                max_writes: int = 0, nowait: bool = False) -> Result:
+                max_writes: int = 0, nowait: bool = False, pieces: int = 0) -> Result:
         """Run one statement, or with `block` several as one block: each a (text, params) pair, the
         text checked here (400 for anything but text). `scope` None runs as the
         server token; a `policy.Scope` runs under that token's rules (scoped.py), every
@@ -348,7 +351,8 @@ class Engine:
         `max_rows` and `max_writes` (0: none) bound what one statement may answer and the whole may
         write: past either it is refused (`toolarge`, 413) and nothing is written; a get, set or
         del stops picking one row past the bound, and a put is refused before it writes.
-        `nowait` raises `Busy` rather than wait for the lock."""
+        `nowait` raises `Busy` rather than wait for the lock. With `pieces`, a lone get that
+        answers more rows than that answers them as `prepare.Rows`, rendered when they are asked for."""
         ready = None
         if block:
             parsed = self._statements(statements, True)
@@ -378,7 +382,7 @@ class Engine:
             elif not lock.try_read():
                 raise Busy()
             try:
-                answers = self._run_reads(parsed, block, scope, ready, max_rows)
+                answers = self._run_reads(parsed, block, scope, ready, max_rows, 0 if block else pieces)
             finally:
                 lock.release_read()
             if max_rows and scope is not None:
@@ -494,7 +498,7 @@ class Engine:
         return ticket
 
     def _run_reads(self, parsed: list[Parsed], block: bool, scope: Scope | None, ready: dict | None,
-                   rows: int = 0) -> list:
+                   rows: int = 0, pieces: int = 0) -> list:
         answers = []
         for i, (text, stmt, params) in enumerate(parsed):
             env = Env(params, V.Ts(self.now()))
@@ -504,7 +508,7 @@ class Engine:
                     env.claims = scope.claims
                     answers.append(run_scoped(self, text, stmt, env, None, scope))
                     continue
-                answers.append(run_get(self, self.prepared(text, stmt, ready), env))
+                answers.append(run_get(self, self.prepared(text, stmt, ready), env, pieces))
             except BaseException as e:
                 raise _answered(e, block, i, text, "reading") from None
         return answers
@@ -513,6 +517,8 @@ class Engine:
                    rows: int = 0, writes: int = 0) -> list:
         answers = []
         for i, (text, stmt, params) in enumerate(parsed):
+            if i % PACE_ROWS == 0 and i:
+                hand_over()
             try:
                 answers.append(self._run_one(text, stmt, params, blk, scope, ready, rows, writes))
             except BaseException as e:

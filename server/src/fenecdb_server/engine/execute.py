@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Any
 from .. import convert as C
 from .. import values as V
 from ..errors import FenecError, Overflow
+from ..pacing import PACE_ROWS, hand_over
 from ..plan.compile import Env
 from ..plan.schema import FieldInfo, Schema, check_annotation, no_collection
 from ..ql import ast as A
 from .access import pick
 from .collection import Collection
-from .prepare import Prepared, render
+from .prepare import Prepared, Rows, render
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -193,7 +194,8 @@ def _reach(q: Any, cap: int) -> int | None:
     return None
 
 
-def run_get(eng: Engine, p: Prepared, env: Env) -> Any:
+def run_get(eng: Engine, p: Prepared, env: Env, pieces: int = 0) -> Any:
+    """A get's answer; past `pieces` rows (0: never) the rows unrendered, as `Rows`."""
     coll = eng.collection(p.coll)
     q = p.query
     if p.count:
@@ -207,6 +209,8 @@ def run_get(eng: Engine, p: Prepared, env: Env) -> Any:
         raise too_many_rows(cap)
     if p.require is not None and len(rows) != p.require:
         raise unmet("get", p.coll, len(rows), p.require, read=True)
+    if pieces and len(rows) > pieces:
+        return Rows(p.cols, rows, env)  # type: ignore[arg-type]  # as below
     return render(p.cols, rows, env)  # type: ignore[arg-type]  # not a count: prepare() set the columns
 
 
@@ -216,6 +220,8 @@ def run_set(eng: Engine, p: Prepared, env: Env, blk: Block) -> Any:
     picked = pick(coll, p.query, env, need)
     if need is not None:
         _within(p, env, blk, len(picked))
+    if len(picked) > PACE_ROWS:  # only in a worker thread: the event loop's statements stop there
+        return _set_many(coll, p, env, blk, picked)
     if picked:
         # Work every value out over the rows as they were, before writing any (§6.3); a value
         # that reads no row is worked out, and converted to its field's type, once.
@@ -252,6 +258,57 @@ def run_set(eng: Engine, p: Prepared, env: Env, blk: Block) -> Any:
     if p.cols is not None:
         return render(p.cols, news if picked else [], env)
     return {"affected": len(picked)}
+
+
+def _set_many(coll: Collection, p: Prepared, env: Env, blk: Block, picked: list[dict]) -> Any:
+    """`run_set` of more than PACE_ROWS picked rows: its steps in the same order, each worked
+    PACE_ROWS rows at a time with the GIL handed over between two (pacing.py). Every value is
+    still worked out over the rows as they were before any is written; a value that reads no row
+    is worked out again for each chunk, to the same value (the statement's time is fixed)."""
+    news: list[dict] = []
+    try:
+        for at in range(0, len(picked), PACE_ROWS):
+            if at:
+                hand_over()
+            part = picked[at:at + PACE_ROWS]
+            news += _rewrite_plain(p.plain, part, env) if p.plain is not None else \
+                _rewrite(coll.schema, p.patch, part, env)
+    except Overflow:
+        if p.query.limit is None:
+            raise
+        picked, news = _pass_over(coll, p, env)
+    if picked:
+        schema = coll.schema
+        blk.touch(coll)
+        undo = blk.undo
+        alive = p.alive
+        name = coll.name
+        for at in range(0, len(picked), PACE_ROWS):
+            hand_over()
+            olds, part = picked[at:at + PACE_ROWS], news[at:at + PACE_ROWS]
+            if coll.unique:
+                for old, new in zip(olds, part, strict=False):
+                    if coll.required:
+                        check_required(schema, new)
+                    coll.unique_check(new, (lambda r: alive(r, env)) if alive else (lambda r: True), undo)
+                    coll.replace(old, new, undo)
+            else:
+                if coll.required:
+                    for new in part:
+                        check_required(schema, new)
+                coll.replace_all(olds, part, undo)
+            blk.ops += [("p", name, new["id"], new) for new in part]
+        blk.writes += 1
+        blk.taken += len(picked)
+    if p.require is not None and len(picked) != p.require:
+        raise unmet("set", p.coll, len(picked), p.require)
+    if p.cols is None:
+        return {"affected": len(picked)}
+    out: list[dict] = []
+    for at in range(0, len(news), PACE_ROWS):
+        hand_over()
+        out += render(p.cols, news[at:at + PACE_ROWS], env)
+    return out
 
 
 def _pass_over(coll: Collection, p: Prepared, env: Env) -> tuple[list[dict], list[dict]]:
@@ -374,6 +431,12 @@ def _documents(p: Prepared, env: Env) -> list[dict]:
         src = [src]
     if type(src) is not list or not all(type(d) is dict for d in src):
         raise FenecError("type", f"`{stmt.verb} {p.coll} ${stmt.param}` takes an object or a list of objects")
+    if len(src) > PACE_ROWS:
+        out: list[dict] = []
+        for at in range(0, len(src), PACE_ROWS):
+            hand_over()
+            out += _bulk_documents(schema, src[at:at + PACE_ROWS])
+        return out
     if len(src) >= BULK_DOCS:
         return _bulk_documents(schema, src)
     return [_document(schema, d) for d in src]
@@ -497,44 +560,47 @@ def run_put(eng: Engine, p: Prepared, env: Env, blk: Block, rules: PutRules = SE
     uniques = [t for t, (k, _, _) in coll.indexes.items() if k == "unique"]
     written = 0
     name = coll.name
-    for doc in docs:
-        explicit = "id" in doc
-        if explicit:
-            rid = _doc_id(doc["id"])
-            doc["id"] = rid
-        holder = _holder(coll, doc, uniques, alive) if stmt.if_absent else None
-        if holder is not None:
-            if stmt.else_patch is None:
+    for at in range(0, len(docs), PACE_ROWS):
+        if at:
+            hand_over()
+        for doc in docs[at:at + PACE_ROWS]:
+            explicit = "id" in doc
+            if explicit:
+                rid = _doc_id(doc["id"])
+                doc["id"] = rid
+            holder = _holder(coll, doc, uniques, alive) if stmt.if_absent else None
+            if holder is not None:
+                if stmt.else_patch is None:
+                    continue
+                # upsert: the holder is updated with the patch, `new.` reading the incoming doc
+                upd_env = Env(env.params, env.now, env.claims, doc)
+                patch = p.else_patch
+                try:
+                    new = apply_entries(schema, holder, patch, [fn(holder, upd_env) for _, fn, _, _ in patch])
+                except FenecError as e:
+                    e.row = holder  # the row that holds the value: maybe one a token may not read
+                    raise
+                rules.judge_update(coll, holder, new, env)
+                check_required(schema, new)
+                if uniques:
+                    rules.unique_check(coll, new, alive, blk.undo)
+                coll.replace(holder, new, blk.undo)
+                blk.ops.append(("p", name, new["id"], new))
+                written += 1
                 continue
-            # upsert: the holder is updated with the patch, `new.` reading the incoming doc
-            upd_env = Env(env.params, env.now, env.claims, doc)
-            patch = p.else_patch
-            try:
-                new = apply_entries(schema, holder, patch, [fn(holder, upd_env) for _, fn, _, _ in patch])
-            except FenecError as e:
-                e.row = holder  # the row that holds the value: maybe one a token may not read
-                raise
-            rules.judge_update(coll, holder, new, env)
-            check_required(schema, new)
-            if uniques:
-                rules.unique_check(coll, new, alive, blk.undo)
-            coll.replace(holder, new, blk.undo)
-            blk.ops.append(("p", name, new["id"], new))
+            cur = coll.rows.get(doc["id"]) if explicit else None
+            if cur is not None and stmt.verb == "insert" and alive(cur):
+                raise FenecError("exists", f"`{name}` already holds a document with id {doc['id']}")
+            row = rules.admit(coll, doc, doc["id"] if explicit else coll.next_id, env)
+            check_required(schema, row)
+            if uniques:  # no @unique field: nothing another row could hold
+                rules.unique_check(coll, row, alive, blk.undo)
+            if cur is not None:
+                coll.replace(cur, row, blk.undo)
+            else:
+                coll.insert(row, blk.undo)
+            blk.ops.append(("p", name, row["id"], row))
             written += 1
-            continue
-        cur = coll.rows.get(doc["id"]) if explicit else None
-        if cur is not None and stmt.verb == "insert" and alive(cur):
-            raise FenecError("exists", f"`{name}` already holds a document with id {doc['id']}")
-        row = rules.admit(coll, doc, doc["id"] if explicit else coll.next_id, env)
-        check_required(schema, row)
-        if uniques:  # no @unique field: nothing another row could hold
-            rules.unique_check(coll, row, alive, blk.undo)
-        if cur is not None:
-            coll.replace(cur, row, blk.undo)
-        else:
-            coll.insert(row, blk.undo)
-        blk.ops.append(("p", name, row["id"], row))
-        written += 1
     if written:
         blk.writes += 1
     if stmt.require is not None and written != stmt.require:

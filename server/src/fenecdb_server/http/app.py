@@ -34,11 +34,13 @@ from typing import TYPE_CHECKING, Any
 
 from .. import gc_policy
 from ..engine.engine import Result
+from ..engine.prepare import Rows
 from ..engine.rwlock import Busy
 from ..errors import FenecError
 from ..held import Lines, Outcome, Waiter
 from ..held.on_asyncio import SETTLE_TURNS, AsyncioDriver, park
 from ..held.port import Claim
+from ..pacing import PACE_ROWS, hand_over
 from ..storage.log import Deferred
 from . import errors as E
 from . import numbers
@@ -710,6 +712,8 @@ class App:
         # is read again the general way, which words its refusal
         fast = numbers.plain(raw)
         for k, line in enumerate(raw.split(b"\n"), start=1):
+            if k % PACE_ROWS == 0:
+                hand_over()  # a body over OFF_LOOP_BODY, read in a worker thread (pacing.py)
             if not line.strip():
                 continue
             if fast:
@@ -931,7 +935,7 @@ class App:
             writes = LOOP_ROWS if not writes or writes > LOOP_ROWS else writes
         if not work.bulk:
             return self.db.execute(work.statements, block=work.block, idempotency=work.idem, scope=scope,
-                                   max_rows=rows, max_writes=writes, nowait=loop)
+                                   max_rows=rows, max_writes=writes, nowait=loop, pieces=PIECE_ROWS)
         result = gc_policy.held_off(partial(self.db.execute, work.statements, block=work.block,
                                              idempotency=work.idem, scope=scope, max_rows=rows,
                                              max_writes=writes, nowait=loop))
@@ -951,7 +955,7 @@ class App:
             headers.append((b"fenec-seq", str(result.seq).encode()))
         took = result.taken > 0
         answers = result.answers
-        if not work.block and type(answers[0]) is list and len(answers[0]) > PIECE_ROWS:
+        if not work.block and (type(answers[0]) is Rows or type(answers[0]) is list and len(answers[0]) > PIECE_ROWS):
             answer = Answer(200, b"", headers)
             answer.parts = pieces(answers[0])
             return Outcome(took or not held, answer), kind
@@ -987,12 +991,13 @@ class App:
                         req.target.decode("latin-1"), _without_params(raw))
 
 
-def pieces(rows: list[Any]) -> Iterator[bytes]:
-    """The JSON array of `rows`, PIECE_ROWS rows a piece, each rendered when it is asked for (the
-    rows themselves are the engine's answer, kept whole: an Idempotency-Key may hold them too)."""
+def pieces(rows: list[Any] | Rows) -> Iterator[bytes]:
+    """The JSON array of `rows`, PIECE_ROWS rows a piece, each rendered when it is asked for. A
+    get's rows (`Rows`) are the rows it picked, each piece's made into its answer then; a write's
+    are its answer, kept whole (an Idempotency-Key may hold them too)."""
     n = len(rows)
     for at in range(0, n, PIECE_ROWS):
-        piece = dumps(rows[at:at + PIECE_ROWS])
+        piece = dumps(rows.slice(at, at + PIECE_ROWS) if type(rows) is Rows else rows[at:at + PIECE_ROWS])
         yield (b"[" if at == 0 else b",") + piece[1:-1] + (b"]" if at + PIECE_ROWS >= n else b"")
 
 
