@@ -27,6 +27,7 @@ RANK = {
     "convert": 0,  # conversion on write, beside values so that it is compiled: imports errors and values
     "gc_policy": 0,  # how the process runs Python's cycle collector: imports nothing of ours
     "compiled": 0,  # which modules run compiled, the switch to the sources: imports nothing of ours
+    "pacing": 0,  # how a statement in a worker thread hands the GIL over: imports nothing of ours
     "ql": 1,
     "plan": 2,
     "policy": 2.5,  # access rules: parsed with ql, split with plan's helpers, enforced by engine/scoped

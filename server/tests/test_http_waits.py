@@ -105,8 +105,8 @@ class FakeDB:
 
     def execute(self, statements: list[tuple[str, Any]], *, block: bool = False, idempotency: Any = None,
                 render: Any = None, scope: Any = None, max_rows: int = 0, max_writes: int = 0,
-                nowait: bool = False) -> Result:
-        # the ceilings and `nowait` (the engine's) never bind here: the fake's answers are a few rows
+                nowait: bool = False, pieces: int = 0) -> Result:
+        # the ceilings, `nowait` and `pieces` (the engine's) never bind here: the fake's answers are a few rows
         answers: list[Any] = []
         wrote = False
         taken = 0

@@ -330,10 +330,10 @@ class Database:
 
     def execute(self, statements: list[tuple[Any, Any]], *, block: bool = False,
                 idempotency: Idem | None = None, scope: Scope | None = None, max_rows: int = 0,
-                max_writes: int = 0, nowait: bool = False) -> Result:
+                max_writes: int = 0, nowait: bool = False, pieces: int = 0) -> Result:
         """Run statements as `Engine.execute` does (its docstring says how)."""
         return self.engine.execute(statements, block=block, idempotency=idempotency, scope=scope,
-                                   max_rows=max_rows, max_writes=max_writes, nowait=nowait)
+                                   max_rows=max_rows, max_writes=max_writes, nowait=nowait, pieces=pieces)
 
     def prepare_hold(self, statements: list[tuple[str, Any]], scope: Scope | None = None) -> HeldStatements:
         """The statements made ready to be held (engine/holds.py)."""

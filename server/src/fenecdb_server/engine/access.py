@@ -28,6 +28,7 @@ from typing import Any
 from .. import convert as C
 from .. import values as V
 from ..errors import FenecError
+from ..pacing import PACE_ROWS, hand_over
 from ..plan.compile import Env
 from ..plan.planner import Access, RangeTerm
 from .collection import Collection
@@ -318,17 +319,24 @@ def _finish(coll: Collection, q: Query, env: Env, rows: Iterable[dict], need: in
     filt = q.filter
     if not q.order:
         out = []
+        read = 0
         if filt is None:
             for r in rows:
                 out.append(r)
                 if need is not None and len(out) >= need:
                     break
+                read += 1
+                if read % PACE_ROWS == 0:
+                    hand_over()  # a scan of many rows: in a worker thread (pacing.py)
         else:
             for r in rows:
                 if filt(r, env):
                     out.append(r)
                     if need is not None and len(out) >= need:
                         break
+                read += 1
+                if read % PACE_ROWS == 0:
+                    hand_over()
         return out[q.offset:]
     matched = [r for r in rows if filt is None or filt(r, env)]
     return sort_rows(matched, q.order, env)[q.offset:need]

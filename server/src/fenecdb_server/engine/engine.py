@@ -165,7 +165,7 @@ class Engine:
 
     def execute(self, statements: list[tuple[Any, Any]], *, block: bool = False,
                 idempotency: Idem | None = None, scope: Scope | None = None, max_rows: int = 0,
-                max_writes: int = 0, nowait: bool = False) -> Result:
+                max_writes: int = 0, nowait: bool = False, pieces: int = 0) -> Result:
         """Run one statement, or with `block` several as one block: each a (text, params) pair, the
         text checked here (400 for anything but text). `scope` None runs as the
         server token; a `policy.Scope` runs under that token's rules (scoped.py), every
@@ -175,7 +175,8 @@ class Engine:
         `max_rows` and `max_writes` (0: none) bound what one statement may answer and the whole may
         write: past either it is refused (`toolarge`, 413) and nothing is written; a get, set or
         del stops picking one row past the bound, and a put is refused before it writes.
-        `nowait` raises `Busy` rather than wait for the lock."""
+        `nowait` raises `Busy` rather than wait for the lock. With `pieces`, a lone get that
+        answers more rows than that answers them as `prepare.Rows`, rendered when they are asked for."""
         ready = None
         if block:
             parsed = self.texts.statements(statements, True)
@@ -205,7 +206,7 @@ class Engine:
             elif not lock.try_read():
                 raise Busy()
             try:
-                answers = run_reads(self.catalog, parsed, block, scope, ready, max_rows)
+                answers = run_reads(self.catalog, parsed, block, scope, ready, max_rows, 0 if block else pieces)
             finally:
                 lock.release_read()
             if max_rows and scope is not None:

@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Any
 from .. import convert as C
 from .. import values as V
 from ..errors import FenecError, Overflow
+from ..pacing import PACE_ROWS, hand_over
 from ..plan.compile import Env
 from ..plan.schema import Schema
 from . import unique as U
 from .access import pick
 from .collection import Collection
-from .prepare import Prepared, render
+from .prepare import Prepared, Rows, render
 
 if TYPE_CHECKING:
     from .catalog import Catalog
@@ -193,7 +194,8 @@ def _reach(q: Any, cap: int) -> int | None:
     return None
 
 
-def run_get(eng: Catalog, p: Prepared, env: Env) -> Any:
+def run_get(eng: Catalog, p: Prepared, env: Env, pieces: int = 0) -> Any:
+    """A get's answer; past `pieces` rows (0: never) the rows unrendered, as `Rows`."""
     coll = eng.collection(p.coll)
     q = p.query
     if p.count:
@@ -207,6 +209,8 @@ def run_get(eng: Catalog, p: Prepared, env: Env) -> Any:
         raise too_many_rows(cap)
     if p.require is not None and len(rows) != p.require:
         raise unmet("get", p.coll, len(rows), p.require, read=True)
+    if pieces and len(rows) > pieces:
+        return Rows(p.cols, rows, env)  # type: ignore[arg-type]  # as below
     return render(p.cols, rows, env)  # type: ignore[arg-type]  # not a count: prepare() set the columns
 
 
@@ -218,6 +222,8 @@ def run_set(eng: Catalog, p: Prepared, env: Env, blk: Block) -> Any:
     picked = pick(coll, p.query, env, need)
     if need is not None:
         _within(p, env, blk, len(picked))
+    if len(picked) > PACE_ROWS:  # only in a worker thread: the event loop's statements stop there
+        return _set_many(coll, p, env, blk, picked)
     if picked:
         # Work every value out over the rows as they were, before writing any (§6.3); a value
         # that reads no row is worked out, and converted to its field's type, once.
@@ -254,6 +260,57 @@ def run_set(eng: Catalog, p: Prepared, env: Env, blk: Block) -> Any:
     if p.cols is not None:
         return render(p.cols, news if picked else [], env)
     return {"affected": len(picked)}
+
+
+def _set_many(coll: Collection, p: Prepared, env: Env, blk: Block, picked: list[dict]) -> Any:
+    """`run_set` of more than PACE_ROWS picked rows: its steps in the same order, each worked
+    PACE_ROWS rows at a time with the GIL handed over between two (pacing.py). Every value is
+    still worked out over the rows as they were before any is written; a value that reads no row
+    is worked out again for each chunk, to the same value (the statement's time is fixed)."""
+    news: list[dict] = []
+    try:
+        for at in range(0, len(picked), PACE_ROWS):
+            if at:
+                hand_over()
+            part = picked[at:at + PACE_ROWS]
+            news += _rewrite_plain(p.plain, part, env) if p.plain is not None else \
+                _rewrite(coll.schema, p.patch, part, env)
+    except Overflow:
+        if p.query.limit is None:
+            raise
+        picked, news = _pass_over(coll, p, env)
+    if picked:
+        schema = coll.schema
+        blk.touch(coll)
+        undo = blk.undo
+        alive = p.alive
+        name = coll.name
+        for at in range(0, len(picked), PACE_ROWS):
+            hand_over()
+            olds, part = picked[at:at + PACE_ROWS], news[at:at + PACE_ROWS]
+            if coll.unique:
+                for old, new in zip(olds, part, strict=False):
+                    if coll.required:
+                        check_required(schema, new)
+                    coll.unique_check(new, (lambda r: alive(r, env)) if alive else (lambda r: True), undo)
+                    coll.replace(old, new, undo)
+            else:
+                if coll.required:
+                    for new in part:
+                        check_required(schema, new)
+                coll.replace_all(olds, part, undo)
+            blk.ops += [("p", name, new["id"], new) for new in part]
+        blk.writes += 1
+        blk.taken += len(picked)
+    if p.require is not None and len(picked) != p.require:
+        raise unmet("set", p.coll, len(picked), p.require)
+    if p.cols is None:
+        return {"affected": len(picked)}
+    out: list[dict] = []
+    for at in range(0, len(news), PACE_ROWS):
+        hand_over()
+        out += render(p.cols, news[at:at + PACE_ROWS], env)
+    return out
 
 
 def _pass_over(coll: Collection, p: Prepared, env: Env) -> tuple[list[dict], list[dict]]:

@@ -14,6 +14,7 @@ from collections import OrderedDict
 from typing import Any
 
 from ..errors import FenecError
+from ..pacing import PACE_ROWS, hand_over
 from ..ql import ast as A
 from ..ql.literals import shape
 from ..ql.parser import read
@@ -67,6 +68,8 @@ class ParseCache:
             return [self.statement(*statements[0])]
         out = []
         for i, (text, params) in enumerate(statements):
+            if i % PACE_ROWS == 0 and i:
+                hand_over()  # a /batch of many lines, in a worker thread (pacing.py)
             try:
                 out.append(self.statement(text, params))
             except FenecError as e:

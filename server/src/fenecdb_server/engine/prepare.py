@@ -78,6 +78,29 @@ def render(cols: list[Column] | AllColumns, rows: list[dict], env: Any) -> list[
     return out
 
 
+@final  # lets mypy narrow `type(rows) is Rows` both ways (http/app.py)
+class Rows:
+    """A `get`'s answer of many rows, kept as the rows it picked and rendered a slice at a time
+    when asked (`slice`), so an answer nobody reads holds no rendered row: the engine's answer of
+    such a get where its caller asked for it (`Engine.execute`'s `pieces`). The answer is still
+    what the statement saw under its lock: a row is never changed in place (collection.py), so
+    the dicts picked stay as they were when picked, whatever is written after."""
+
+    __slots__ = ("cols", "rows", "env")
+
+    def __init__(self, cols: list[Column] | AllColumns, rows: list[dict], env: Any) -> None:
+        self.cols = cols
+        self.rows = rows
+        self.env = env
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def slice(self, start: int, stop: int) -> list[dict]:
+        """The answer's rows from `start` to `stop`, rendered now."""
+        return render(self.cols, self.rows[start:stop], self.env)
+
+
 class Prepared:
     __slots__ = ("stmt", "kind", "coll", "query", "cols", "patch", "docs", "else_patch", "nparams",
                  "uses_claims", "require", "count", "verb", "alive", "schema", "plain", "gate")
@@ -369,4 +392,4 @@ def _doc(schema: Schema, entries: tuple[A.Entry, ...], coll: str, ctx: Ctx, type
     return Doc(fixed, copied, worked)
 
 
-__all__ = ["prepare", "Prepared", "Doc", "render", "columns", "field_reader", "make_alive"]
+__all__ = ["prepare", "Prepared", "Doc", "Rows", "render", "columns", "field_reader", "make_alive"]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .. import convert as C
 from .. import values as V
 from ..errors import FenecError
+from ..pacing import PACE_ROWS, hand_over
 from ..plan.compile import Env
 from ..plan.schema import Schema
 from ..ql import ast as A
@@ -38,6 +39,12 @@ def _documents(p: Prepared, env: Env) -> list[dict]:
         src = [src]
     if type(src) is not list or not all(type(d) is dict for d in src):
         raise FenecError("type", f"`{stmt.verb} {p.coll} ${stmt.param}` takes an object or a list of objects")
+    if len(src) > PACE_ROWS:
+        out: list[dict] = []
+        for at in range(0, len(src), PACE_ROWS):
+            hand_over()
+            out += _bulk_documents(schema, src[at:at + PACE_ROWS])
+        return out
     if len(src) >= BULK_DOCS:
         return _bulk_documents(schema, src)
     return [_document(schema, d) for d in src]
@@ -177,44 +184,47 @@ def run_put(eng: Catalog, p: Prepared, env: Env, blk: Block, rules: PutRules = S
     uniques = [t for t, (k, _, _) in coll.indexes.items() if k == "unique" or k == U.KIND]
     written = 0
     name = coll.name
-    for doc in docs:
-        explicit = "id" in doc
-        if explicit:
-            rid = _doc_id(doc["id"])
-            doc["id"] = rid
-        holder = _holder(coll, doc, uniques, alive) if stmt.if_absent else None
-        if holder is not None:
-            if stmt.else_patch is None:
+    for at in range(0, len(docs), PACE_ROWS):
+        if at:
+            hand_over()
+        for doc in docs[at:at + PACE_ROWS]:
+            explicit = "id" in doc
+            if explicit:
+                rid = _doc_id(doc["id"])
+                doc["id"] = rid
+            holder = _holder(coll, doc, uniques, alive) if stmt.if_absent else None
+            if holder is not None:
+                if stmt.else_patch is None:
+                    continue
+                # upsert: the holder is updated with the patch, `new.` reading the incoming doc
+                upd_env = Env(env.params, env.now, env.claims, doc)
+                patch = p.else_patch
+                try:
+                    new = apply_entries(schema, holder, patch, [fn(holder, upd_env) for _, fn, _, _ in patch])
+                except FenecError as e:
+                    e.row = holder  # the row that holds the value: maybe one a token may not read
+                    raise
+                rules.judge_update(coll, holder, new, env)
+                check_required(schema, new)
+                if uniques:
+                    rules.unique_check(coll, new, alive, blk.undo)
+                coll.replace(holder, new, blk.undo)
+                blk.ops.append(("p", name, new["id"], new))
+                written += 1
                 continue
-            # upsert: the holder is updated with the patch, `new.` reading the incoming doc
-            upd_env = Env(env.params, env.now, env.claims, doc)
-            patch = p.else_patch
-            try:
-                new = apply_entries(schema, holder, patch, [fn(holder, upd_env) for _, fn, _, _ in patch])
-            except FenecError as e:
-                e.row = holder  # the row that holds the value: maybe one a token may not read
-                raise
-            rules.judge_update(coll, holder, new, env)
-            check_required(schema, new)
-            if uniques:
-                rules.unique_check(coll, new, alive, blk.undo)
-            coll.replace(holder, new, blk.undo)
-            blk.ops.append(("p", name, new["id"], new))
+            cur = coll.rows.get(doc["id"]) if explicit else None
+            if cur is not None and stmt.verb == "insert" and alive(cur):
+                raise FenecError("exists", f"`{name}` already holds a document with id {doc['id']}")
+            row = rules.admit(coll, doc, doc["id"] if explicit else coll.next_id, env)
+            check_required(schema, row)
+            if uniques:  # no @unique field: nothing another row could hold
+                rules.unique_check(coll, row, alive, blk.undo)
+            if cur is not None:
+                coll.replace(cur, row, blk.undo)
+            else:
+                coll.insert(row, blk.undo)
+            blk.ops.append(("p", name, row["id"], row))
             written += 1
-            continue
-        cur = coll.rows.get(doc["id"]) if explicit else None
-        if cur is not None and stmt.verb == "insert" and alive(cur):
-            raise FenecError("exists", f"`{name}` already holds a document with id {doc['id']}")
-        row = rules.admit(coll, doc, doc["id"] if explicit else coll.next_id, env)
-        check_required(schema, row)
-        if uniques:  # no @unique field: nothing another row could hold
-            rules.unique_check(coll, row, alive, blk.undo)
-        if cur is not None:
-            coll.replace(cur, row, blk.undo)
-        else:
-            coll.insert(row, blk.undo)
-        blk.ops.append(("p", name, row["id"], row))
-        written += 1
     if written:
         blk.writes += 1
     if stmt.require is not None and written != stmt.require:

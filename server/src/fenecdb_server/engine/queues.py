@@ -43,6 +43,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..pacing import PACE_ROWS, hand_over
 from ..plan.schema import Schema
 from .collection import Collection
 
@@ -204,7 +205,9 @@ class Tally:
         tests/unit/test_queues.py holds this to the row-by-row rule on random blocks."""
         name = ""
         after: dict[int, dict | None] = {}
-        for op in ops:
+        for i, op in enumerate(ops):
+            if i % PACE_ROWS == 0 and i:
+                hand_over()
             kind = op[0]
             if kind == "p" or kind == "d":
                 if op[1] != name:
@@ -243,14 +246,18 @@ class Tally:
         if shape is None:
             return
         if shape.queue is not None:
-            for _coll, rid, old in undo:
+            for i, (_coll, rid, old) in enumerate(undo):
+                if i % PACE_ROWS == 0 and i:
+                    hand_over()  # a block of many rows (pacing.py)
                 new = after.pop(rid, _GONE)
                 if new is not _GONE:
                     self._one(name, shape, old, new)
             return
         ready = shape.ready
         puts = claims = acks = 0
-        for _coll, rid, old in undo:
+        for i, (_coll, rid, old) in enumerate(undo):
+            if i % PACE_ROWS == 0 and i:
+                hand_over()
             new = after.pop(rid, _GONE)
             if new is _GONE:
                 continue  # not written in the end, or a later undo entry of a row already counted

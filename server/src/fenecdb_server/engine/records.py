@@ -73,6 +73,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 from ..errors import FenecError
+from ..pacing import PACE_ROWS, hand_over
 from ..plan.schema import FieldInfo, Schema
 from . import schedules
 from .collection import Collection
@@ -119,7 +120,9 @@ def loads(payload: bytes) -> Any:
 def encode(seq: int, ops: list, collections: dict[str, Collection]) -> tuple[bytes, list]:
     """A block's record payload, and its ops as written (for the footprint, once appended)."""
     out = []
-    for op in ops:
+    for i, op in enumerate(ops):
+        if i % PACE_ROWS == 0 and i:
+            hand_over()  # a statement of many rows, in a worker thread (pacing.py)
         kind = op[0]
         if kind == "p":
             coll = collections.get(op[1])

@@ -13,6 +13,7 @@ from typing import Any
 
 from .. import values as V
 from ..errors import FenecError
+from ..pacing import PACE_ROWS, hand_over
 from ..plan.compile import Env
 from ..policy import Scope
 from ..ql import ast as A
@@ -29,7 +30,7 @@ log = logging.getLogger("fenecdb.engine")
 
 
 def run_reads(catalog: Catalog, parsed: list[Parsed], block: bool, scope: Scope | None, ready: dict | None,
-               rows: int = 0) -> list:
+              rows: int = 0, pieces: int = 0) -> list:
     answers = []
     for i, (text, stmt, params) in enumerate(parsed):
         env = Env(params, V.Ts(catalog.now()))
@@ -45,7 +46,7 @@ def run_reads(catalog: Catalog, parsed: list[Parsed], block: bool, scope: Scope 
             if type(stmt) is A.ShowQueues:
                 answers.append(show_queues(catalog))
                 continue
-            answers.append(run_get(catalog, catalog.prepared(text, stmt, ready), env))
+            answers.append(run_get(catalog, catalog.prepared(text, stmt, ready), env, pieces))
         except BaseException as e:
             raise answered(e, block, i, text, "reading") from None
     return answers
@@ -54,6 +55,8 @@ def run_block(catalog: Catalog, parsed: list[Parsed], blk: Block, scope: Scope |
                rows: int = 0, writes: int = 0) -> list:
     answers = []
     for i, (text, stmt, params) in enumerate(parsed):
+        if i % PACE_ROWS == 0 and i:
+            hand_over()
         try:
             answers.append(run_one(catalog, text, stmt, params, blk, scope, ready, rows, writes))
         except BaseException as e:

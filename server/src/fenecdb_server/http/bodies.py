@@ -9,6 +9,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from ..engine.prepare import Rows
 from . import errors as E
 
 try:
@@ -53,10 +54,11 @@ def render(block: bool, answers: list[Any]) -> tuple[int, bytes]:
     return E.OK, dumps(answers[0])
 
 
-def pieces(rows: list[Any]) -> Iterator[bytes]:
-    """The JSON array of `rows`, PIECE_ROWS rows a piece, each rendered when it is asked for (the
-    rows themselves are the engine's answer, kept whole: an Idempotency-Key may hold them too)."""
+def pieces(rows: list[Any] | Rows) -> Iterator[bytes]:
+    """The JSON array of `rows`, PIECE_ROWS rows a piece, each rendered when it is asked for. A
+    get's rows (`Rows`) are the rows it picked, each piece's made into its answer then; a write's
+    are its answer, kept whole (an Idempotency-Key may hold them too)."""
     n = len(rows)
     for at in range(0, n, PIECE_ROWS):
-        piece = dumps(rows[at:at + PIECE_ROWS])
+        piece = dumps(rows.slice(at, at + PIECE_ROWS) if type(rows) is Rows else rows[at:at + PIECE_ROWS])
         yield (b"[" if at == 0 else b",") + piece[1:-1] + (b"]" if at + PIECE_ROWS >= n else b"")

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from ..pacing import PACE_ROWS, hand_over
 from . import errors as E
 from . import numbers
 from .auth import OPEN, Caller
@@ -123,6 +124,8 @@ class Intake:
         # line it refuses is read again the general way, which words its refusal
         fast = numbers.plain(raw)
         for k, line in enumerate(raw.split(b"\n"), start=1):
+            if k % PACE_ROWS == 0:
+                hand_over()  # a body over OFF_LOOP_BODY, read in a worker thread (pacing.py)
             if not line.strip():
                 continue
             if fast:

@@ -351,6 +351,9 @@ class FenecProtocol(Connection):
     def _to_asgi(self, body: bytes) -> None:
         """The request to the ASGI app, as if its head had just been read and its body with it."""
         HttpToolsProtocol.on_headers_complete(self)
+        # as our on_headers_complete gives the app: a long answer stops rendering once its client leaves
+        self.scope["fenec.leaving"] = self._leaving  # type: ignore[typeddict-unknown-key]
+        self.scope["fenec.conn"] = self  # type: ignore[typeddict-unknown-key]
         cycle: Any = self.cycle  # uvicorn's cycle, made just now
         cycle.body = bytearray(body)
         cycle.more_body = False

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import gc_policy
 from ..engine.engine import Result
+from ..engine.prepare import Rows
 from ..engine.rwlock import Busy
 from ..errors import FenecError
 from ..held import HeldClaim, Outcome
@@ -153,7 +154,7 @@ class Runner:
             writes = LOOP_ROWS if not writes or writes > LOOP_ROWS else writes
         if not work.bulk:
             return self.db.execute(work.statements, block=work.block, idempotency=work.idem, scope=scope,
-                                   max_rows=rows, max_writes=writes, nowait=loop)
+                                   max_rows=rows, max_writes=writes, nowait=loop, pieces=PIECE_ROWS)
         result = gc_policy.held_off(partial(self.db.execute, work.statements, block=work.block,
                                              idempotency=work.idem, scope=scope, max_rows=rows,
                                              max_writes=writes, nowait=loop))
@@ -173,7 +174,7 @@ class Runner:
             headers.append((b"fenec-seq", str(result.seq).encode()))
         took = result.taken > 0
         answers = result.answers
-        if not work.block and type(answers[0]) is list and len(answers[0]) > PIECE_ROWS:
+        if not work.block and (type(answers[0]) is Rows or type(answers[0]) is list and len(answers[0]) > PIECE_ROWS):
             answer = Answer(E.OK, b"", headers)
             answer.parts = pieces(answers[0])
             return Outcome(took or not held, answer), kind
