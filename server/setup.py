@@ -52,6 +52,8 @@ COMPILED = [
     "fenecdb_server/held/write_wakes.py",
     "fenecdb_server/plan/compile.py",
     "fenecdb_server/plan/operators.py",
+    "fenecdb_server/ql/escapes.py",
+    "fenecdb_server/ql/literal_nodes.py",
     "fenecdb_server/ql/literals.py",
     "fenecdb_server/storage/footprint.py",
     "fenecdb_server/storage/format.py",

@@ -129,7 +129,7 @@ def test_literal_documents_are_prepared_once_to_their_values() -> None:
         for i in range(40)) + "]"
     assert PREPARE_OUTSIDE <= len(text)
     db.query(text)
-    p = db.prepared(text, db.parse(text)[0])
+    p = db.engine.catalog.prepared(text, db.engine.texts.parse(text)[0])
     assert p.docs is not None and len(p.docs) == 40
     assert [(d.fixed["payload"], d.fixed["attempts"], d.fixed["note"]) for d in p.docs[:2]] == [
         ({"n": 0, "tags": ["a", 0], "to": "user0@example.com"}, 0, "n"),

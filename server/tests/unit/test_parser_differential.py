@@ -22,7 +22,8 @@ from typing import Any
 from fenecdb_server.errors import FenecError
 from fenecdb_server.ql import ast as A
 from fenecdb_server.ql import parser as P
-from fenecdb_server.ql.literals import _BY_SLOTS, read_put, shape
+from fenecdb_server.ql.literal_nodes import BY_SLOTS as _BY_SLOTS
+from fenecdb_server.ql.literals import read_put, shape
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.lark import from_lark

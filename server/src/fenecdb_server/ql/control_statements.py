@@ -7,7 +7,7 @@ from __future__ import annotations
 from lark import Token
 
 from . import ast as A
-from .literals import unescape as _unescape
+from .escapes import unescape as _unescape
 from .to_ast import DURATION_MS, Located, ToAst, _int, _name, _qerr, _toks
 
 

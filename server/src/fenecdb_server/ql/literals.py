@@ -1,8 +1,5 @@
 """Literals as the language writes them, and the short way for a put of literal documents.
 
-`unescape` resolves a text literal's escapes (`\\n`, `\\t`, `\\r`, `\\0`; a backslash before any
-other character stands for that character).
-
 `read_put(text)` reads the statement most texts written by hand are, a put of documents whose
 values are literals, without lark:
 
@@ -31,39 +28,19 @@ from typing import Any, Final
 
 from . import ast as A
 from .ast import MAX_NAME, MAX_PATH_KEYS, RESERVED
+from .escapes import unescape
+from .literal_nodes import new_call as _call
+from .literal_nodes import new_entry as _entry
+from .literal_nodes import new_list as _list
+from .literal_nodes import new_lit as _lit
+from .literal_nodes import new_object as _object
 
 # The module's constants are `Final`: compiled, any other module-level name is a dictionary lookup
 # each time it is read.
 _RESERVED: Final = RESERVED
 _MAX_NAME: Final = MAX_NAME
 _MAX_PATH_KEYS: Final = MAX_PATH_KEYS
-_ESCAPE = re.compile(r"\\(.)", re.S)
-_ESCAPED = {"n": "\n", "t": "\t", "r": "\r", "0": "\0"}
-_PIECES = 4096  # pieces joined into one chunk: the list of one-character pieces never grows past this
-
-
-def unescape(body: str) -> str:
-    """A text literal's escapes resolved, in memory a small multiple of the text: pieces are
-    joined into chunks every `_PIECES`, so `\\"` repeated a million times never holds a
-    million one-character strings."""
-    if "\\" not in body:
-        return body
-    chunks: list[str] = []
-    pieces: list[str] = []
-    at = 0
-    for m in _ESCAPE.finditer(body):
-        pieces.append(body[at:m.start()])
-        c = m.group(1)
-        pieces.append(_ESCAPED.get(c, c))
-        at = m.end()
-        if len(pieces) >= _PIECES:
-            chunks.append("".join(pieces))
-            pieces.clear()
-    pieces.append(body[at:])
-    chunks.append("".join(pieces))
-    return "".join(chunks)
-
-
+_LIT: Final = A.Lit
 # The grammar's STRING terminal, for a text holding escapes (one without is found with str.find).
 _DOUBLE = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+"', re.S)
 _SINGLE = re.compile(r"'[^'\\]*+(?:\\.[^'\\]*+)*+'", re.S)
@@ -91,61 +68,6 @@ def _digit(c: int) -> bool:
 
 def _word_char(c: int) -> bool:
     return 97 <= c <= 122 or 65 <= c <= 90 or 48 <= c <= 57 or c == 95
-
-
-# The nodes the reader builds most, made without their dataclass `__init__` (a frame of Python
-# and a `__setattr__` call per field): a fresh object with its slots filled, the very object
-# `__init__` makes (equal, hashing alike), in a third of the time. The differential test holds
-# `_BY_SLOTS` to the classes' fields, and the nodes to lark's.
-_NEW: Final = object.__new__
-_LIT: Final = A.Lit
-_ENTRY: Final = A.Entry
-_CALL: Final = A.Call
-_OBJECT: Final = A.ObjectExpr
-_LIST: Final = A.ListExpr
-_SET_LIT_VALUE: Final = A.Lit.__dict__["value"].__set__
-_SET_ENTRY_TARGET: Final = A.Entry.__dict__["target"].__set__
-_SET_ENTRY_VALUE: Final = A.Entry.__dict__["value"].__set__
-_SET_CALL_NAME: Final = A.Call.__dict__["name"].__set__
-_SET_CALL_ARGS: Final = A.Call.__dict__["args"].__set__
-_SET_CALL_POS: Final = A.Call.__dict__["pos"].__set__
-_SET_OBJECT_ITEMS: Final = A.ObjectExpr.__dict__["items"].__set__
-_SET_LIST_ITEMS: Final = A.ListExpr.__dict__["items"].__set__
-_BY_SLOTS: Final = {A.Lit: ("value",), A.Entry: ("target", "value"), A.Call: ("name", "args", "pos"),
-                     A.ObjectExpr: ("items",), A.ListExpr: ("items",)}
-
-
-def _lit(v: Any) -> A.Lit:
-    node = _NEW(_LIT)
-    _SET_LIT_VALUE(node, v)
-    return node
-
-
-def _entry(target: A.Target, value: A.Expr) -> A.Entry:
-    node = _NEW(_ENTRY)
-    _SET_ENTRY_TARGET(node, target)
-    _SET_ENTRY_VALUE(node, value)
-    return node
-
-
-def _call(name: str, args: tuple[A.Expr, ...], pos: int) -> A.Call:
-    node = _NEW(_CALL)
-    _SET_CALL_NAME(node, name)
-    _SET_CALL_ARGS(node, args)
-    _SET_CALL_POS(node, pos)
-    return node
-
-
-def _object(items: tuple[tuple[str, A.Expr], ...]) -> A.ObjectExpr:
-    node = _NEW(_OBJECT)
-    _SET_OBJECT_ITEMS(node, items)
-    return node
-
-
-def _list(items: tuple[A.Expr, ...]) -> A.ListExpr:
-    node = _NEW(_LIST)
-    _SET_LIST_ITEMS(node, items)
-    return node
 
 
 class _Decline(Exception):

@@ -19,7 +19,7 @@ from lark import Token, Transformer, v_args
 from ..errors import FenecError
 from . import ast as A
 from .ast import MAX_NAME, MAX_PATH_KEYS, RESERVED
-from .literals import unescape as _unescape
+from .escapes import unescape as _unescape
 
 TYPES = {
     "bool": "bool", "int": "int", "float": "float", "text": "text", "string": "text", "bytes": "bytes",
