@@ -57,6 +57,12 @@ FLAGS: list[tuple[str, str | None, str]] = [
     ("--admin-token <value>", "none", "may read /_metrics and /_metrics/recent, and nothing else"),
     ("--auth-delay <ms>", "100", "delay before a 401, doubled per refusal from an address, max 5 s; 0 = off"),
     ("--http-read-only", "off", "every write over HTTP is refused 403"),
+    ("--replication-token <value>", "env FENEC_REPLICATION_TOKEN", "serve /_replication to replicas that present "
+     "it (needs --file, refuses --sync off); a replica's token for its primary"),
+    ("--replica-of <url>", "none", "follow the primary at this http:// URL into --file; every write is refused 403"),
+    ("--promote", "off", "open a replica's file as a writable server: its history forks"),
+    ("--replication-buffer <MiB>", "64", "records kept in memory for replicas behind; one further behind is sent "
+     "an image"),
     ("--http-cors <origin>", "none", "send CORS headers for this origin (* allowed)"),
     ("--busy-poll <us>", "100", "after an answer, poll the sockets this many microseconds before sleeping "
      "(0 = off; by default off where the server may use only one CPU)"),
@@ -73,10 +79,10 @@ VALUE_FLAGS = {"--file", "-f", "--http", "--sync", "--auto-compact", "--max-conn
                "--max-answer-rows", "--max-write-rows",
                "--idempotency-ttl", "--http-token", "--http-cors", "--slow-ms", "--jwt-secret", "--jwt-secret-file",
                "--jwt-require-exp", "--jwt-max-age", "--policy", "--mint-token", "--admin-token", "--auth-delay",
-               "--access-log", "--busy-poll"}
-SWITCHES = {"--insecure", "--http-read-only", "--no-mmap", "--no-checkpoint", "--ping", "--help", "-h"}
-NEXT_TIER = {"--jwt-keys", "--max-memory", "--audit", "--metrics", "--replication-token", "--replica-of",
-             "--promote", "--replication-buffer"}
+               "--access-log", "--busy-poll", "--replication-token", "--replica-of", "--replication-buffer"}
+SWITCHES = {"--insecure", "--http-read-only", "--no-mmap", "--no-checkpoint", "--ping", "--help", "-h",
+            "--promote"}
+NEXT_TIER = {"--jwt-keys", "--max-memory", "--audit", "--metrics"}
 NOT_IN_PROJECT = {"--dir", "--http-max-streams", "--http-keepalive", "--changes", "--cdc"}
 KNOWN = sorted(f for f in VALUE_FLAGS | SWITCHES if f.startswith("--"))  # what an unknown flag is likened to
 
@@ -299,8 +305,16 @@ def _main(argv: list[str]) -> int:
         say(f"refusing to bind {host}:{port} with no token: set --http-token, or pass --insecure")
         return 1
 
+    replication = replication_flags(opts, path, sync)
     from .database import Database
+    from .replication.identity import Identity, refusal
 
+    identity = Identity(path) if path else None
+    if path and identity is not None and not opts.get("replica-of") and not opts.get("promote"):
+        why = refusal(path, identity)
+        if why is not None:
+            say(f"could not open {why}")
+            return 1
     try:
         db = Database(path, sync=sync)
     except Exception as e:
@@ -310,16 +324,55 @@ def _main(argv: list[str]) -> int:
         say(f"opened: {path}")
     if opts.get("http-read-only"):
         db.set_read_only(True)
+    if opts.get("promote") and identity is not None and identity.role == "replica":
+        history = identity.promote(db.seq)
+        say(f"promoted: {path} takes writes from change {db.seq} on (history {history})")
+    node = None
+    if replication is not None and identity is not None:
+        from .replication.node import Node
+
+        token_value, primary, buffer_mib = replication
+        node = Node(db, identity, token_value, primary=primary, buffer_bytes=buffer_mib << 20)
     from . import gc_policy
 
     gc_policy.apply()  # the jobs just read are never walked by the cycle collector (gc_policy.py)
     return serve(db, opts, host=host, port=port, path=path, sync=sync, max_conn=max_conn, idle=idle,
-                 ttl=ttl, slow_ms=slow_ms, token=token, compact=compact, access=access, busy_us=busy_us)
+                 ttl=ttl, slow_ms=slow_ms, token=token, compact=compact, access=access, busy_us=busy_us,
+                 node=node)
+
+
+def replication_flags(opts: dict[str, Any], path: str | None, sync: str | int) -> tuple[str, str | None, int] | None:
+    """The replication flags checked (server.md §1.7): (token, primary URL or None, buffer MiB),
+    or None when replication is off. Raises Exit(2) on a bad combination."""
+    token = opts.get("replication-token") or os.environ.get("FENEC_REPLICATION_TOKEN") or None
+    primary = opts.get("replica-of")
+    buffer_mib = parse_int("--replication-buffer", opts.get("replication-buffer", "64"), minimum=1)
+    if opts.get("promote"):
+        if primary:
+            raise Exit(2, "--promote and --replica-of exclude each other: a promoted server follows no one")
+        if not path:
+            raise Exit(2, "--promote needs --file: the replica's file to open")
+    if primary is not None:
+        if primary.lower().startswith("https://"):
+            raise Exit(2, "--replica-of: no TLS to a primary; give its http:// URL")
+        if not primary.lower().startswith("http://") or not primary[7:].strip("/"):
+            raise Exit(2, "--replica-of expects the primary's URL, http://host:port")
+        if not token:
+            raise Exit(2, "--replica-of needs --replication-token (the primary's)")
+        primary = primary.rstrip("/")
+    if token is None:
+        return None
+    if not path:
+        raise Exit(2, "--replication-token needs --file: replication streams the data file's records")
+    if sync == "off":
+        raise Exit(2, "--replication-token refuses --sync off: only writes on the primary's disk are sent, "
+                      "and under --sync off none is until shutdown")
+    return token, primary, buffer_mib
 
 
 def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str | None, sync: str | int,
           max_conn: int, idle: int, ttl: int, slow_ms: float | None, token: str | None, compact: str,
-          access: Any = None, busy_us: int = 0) -> int:
+          access: Any = None, busy_us: int = 0, node: Any = None) -> int:
     import uvicorn
 
     from .http.app import App, Config
@@ -360,11 +413,15 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
                          max_write_rows=opts.get("max-write-rows", 100_000)),
               connections=lambda: len(server_box[0].server_state.connections) if server_box else 0, busy=poll,
               requests=lambda: server_box[0].server_state.total_requests if server_box else 0)
+    if node is not None:
+        attach_replication(app, node)
 
     # the claim's short way (protocol.py), unless the access log must see every request
     front = Front(app if access_log is None else None, max_connections=max_conn, busy=poll,
                   evict=access is not None and not access.open,
                   header_timeout=opts.get("header-timeout", 10.0), body_timeout=opts.get("body-timeout", 60.0))
+    if node is not None and node.primary:  # new connections drop Fenec-Primary once promoted
+        node.promoted.append(lambda: setattr(front, "answer_lines", app.answer_lines()))
 
     asgi: Any = app
     if access_log is not None:
@@ -383,11 +440,17 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
     auth = "no auth" if (access.open if access is not None else not token) else "token"
     if opts.get("http-read-only"):
         auth += ", read only"
+    if node is not None:
+        auth += f", replica of {node.primary}" if node.primary else ", primary of replicas"
 
     class Server(uvicorn.Server):
         async def startup(self, sockets: Any = None) -> None:
             await super().startup(sockets=sockets)
-            self._fenec_background = start_background(db, compact, path, requests=app.requests)
+            self._fenec_background = start_background(
+                db, compact, path, requests=app.requests,
+                sweeping=(lambda: node.role == "primary") if node is not None else None)
+            if node is not None:
+                node.start()
             say(f"fenec-server {ver}: {path or 'in memory'}  [sync={sync_label}, busy-poll={busy_label}, "
                 f"engine={engine_label}]")
             old = compiled.stale()
@@ -419,6 +482,8 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
                 self.force_exit = True
                 return
             self.should_exit = True
+            if node is not None:
+                node.closing = True  # the replication streams end
             loop.call_soon_threadsafe(app.shutdown)
 
     server = Server(config)
@@ -430,7 +495,29 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
     except ImportError:  # pragma: no cover
         runner = asyncio.run
     runner(server.serve(sockets=[sock]))
+    if node is not None:
+        node.stop()  # the follower's last record applied whole, before the file closes
     return shut_down(db)
+
+
+def attach_replication(app: Any, node: Any) -> None:
+    """Replication's hooks in the app: its routes' node, and on a replica a `Fenec-Primary`
+    header on every answer, until it is promoted."""
+    from .http.wire import lines
+
+    app.config.replication = node
+    if not node.primary:
+        return
+    header = (b"fenec-primary", node.primary.encode())
+    app.cors_headers.append(header)
+    app.cors_lines = lines(app.cors_headers)
+
+    def promoted() -> None:
+        if header in app.cors_headers:
+            app.cors_headers.remove(header)
+        app.cors_lines = lines(app.cors_headers)
+
+    node.promoted.append(promoted)
 
 
 def shut_down(db: Database) -> int:
@@ -475,16 +562,20 @@ def compact_paced(db: Database, requests: Callable[[], int] | None) -> dict:
 
 
 def start_background(db: Database, compact: str, path: str | None, *, every_s: float = COMPACT_CHECK_S,
-                     min_dead: int = COMPACT_MIN_DEAD, requests: Callable[[], int] | None = None) -> Any:
+                     min_dead: int = COMPACT_MIN_DEAD, requests: Callable[[], int] | None = None,
+                     sweeping: Callable[[], bool] | None = None) -> Any:
     """The TTL sweeper (expired `@ttl` rows and Idempotency-Keys, physically deleted by
     `db.sweep()`, which itself keeps them a minute past their time), and auto-compaction
     (server.md §1.2): every `every_s`, compact once `compaction_due`. Both run in a worker
-    thread: they take the write lock. Tests lower `every_s` and `min_dead`."""
+    thread: they take the write lock. Tests lower `every_s` and `min_dead`. `sweeping()` false:
+    no sweep now (a replica's rows and keys go as its primary's sweep's records say)."""
     loop = asyncio.get_running_loop()
 
     async def sweep() -> None:
         while True:
             await asyncio.sleep(SWEEP_EVERY_S)
+            if sweeping is not None and not sweeping():
+                continue
             try:
                 await loop.run_in_executor(None, db.sweep)
             except Exception as e:

@@ -120,6 +120,11 @@ class AsgiDoor:
         if how == routing.PUBLIC:
             await self.cold(scope, receive, send)  # no data in it: no token asked
             return
+        if how == routing.REPLICATION:  # the replication token's routes, checked there
+            from .replication import serve
+
+            await serve(self.app.config.replication, scope, receive, send)
+            return
         app = self.app
         try:
             metrics = path in routing.METRICS_PATHS
