@@ -290,3 +290,42 @@ def test_replication_flags_are_checked(tmp_path: Path, flags: list[str], said: s
     s = Server("--file", str(tmp_path / "x.fenec"), *flags)
     assert s.exit() == 2
     assert any(said in line for line in s.lines), s.lines
+
+
+def test_fenec_after_reads_your_writes_on_a_replica_or_answers_504(pair: tuple[Server, Server]) -> None:
+    p, r = pair
+    p.query(JOBS)
+    for i in range(20):
+        code, headers, _ = p.query("put jobs {payload: $1, run_at: now()}", [i])
+    seq = int(headers["fenec-seq"])
+    code, _, rows = r.query("get jobs", headers={"fenec-after": str(seq), "fenec-wait": "20000"})
+    assert code == 200 and len(rows) == 20  # every put up to the last one's change is read
+    code, _, body = r.query("get jobs", headers={"fenec-after": str(seq + 1000), "fenec-wait": "100"})
+    assert code == 504 and body["seq"] == seq and str(seq + 1000) in body["error"]
+    code, _, body = r.query("get jobs", headers={"fenec-after": "soon"})
+    assert code == 400 and "Fenec-After" in body["error"]
+    code, _, body = r.query("get jobs", headers={"fenec-after": "1"})
+    assert code == 200
+    code, _, body = p.query("put jobs {payload: 'x'}", headers={"fenec-after": str(seq)})
+    assert code == 200  # a primary holds its own changes: no wait
+
+
+def test_lag_is_in_the_status_and_the_metrics(pair: tuple[Server, Server]) -> None:
+    p, r = pair
+    p.query(JOBS)
+    wait_for("the replica to catch up", lambda: caught_up(p, r))
+
+    def metric(s: Server, name: str) -> float:
+        conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
+        conn.request("GET", "/_metrics")
+        text = conn.getresponse().read().decode()
+        conn.close()
+        return float(next(line.split()[1] for line in text.splitlines() if line.startswith(name + " ")))
+
+    wait_for("the primary to count its replica", lambda: metric(p, "fenec_replication_replicas") == 1)
+    assert metric(r, "fenec_replication_behind_changes") == 0
+    assert metric(r, "fenec_replication_behind_seconds") == 0
+    p.stop()  # the replica loses its primary: its lag grows from its last contact
+    wait_for("the lag to show", lambda: metric(r, "fenec_replication_behind_seconds") >= 1.0)
+    status = r.status()
+    assert status["connected"] is False and status["behind_s"] >= 1.0

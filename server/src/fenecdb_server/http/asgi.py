@@ -227,6 +227,13 @@ class AsgiDoor:
         raw = await self.read_body(receive)
         if raw is None:
             return
+        if req.after is not None:  # read-your-writes: the change waited for first (replication.py)
+            from .replication import wait_after
+
+            refused = await wait_after(self.app.db, req)
+            if refused is not None:
+                await self.send_answer(send, refused, req)
+                return
         got = self.app.serve_now(req, raw) if len(raw) <= OFF_LOOP_BODY else None
         if got is None:
             got = await self.off_loop(req, raw)

@@ -10,6 +10,10 @@
   lists `replicas` (each one's `peer`, `sent`, `behind`) and what its `buffer` keeps.
 * `POST /_replication/promote`: a replica becomes a primary: `{"promoted":true,"seq":n,"history":id}`.
 
+And `wait_after`, read-your-writes (http.md §7): a `/query` or `/batch` with `Fenec-After: <n>` runs
+once this server holds change n, waiting `Fenec-Wait` ms for it (default 5 000, at most 30 000; nothing
+is held after it), else 504 with the server's change number; a value that is not a number is 400.
+
 The ASGI door (asgi.py) sends these paths here before its own token check: the replication token
 is not a data token, nor a data token this one. On a server with no `--replication-token`: 404.
 """
@@ -28,7 +32,9 @@ from . import errors as E
 from .bodies import dumps
 
 if TYPE_CHECKING:
+    from ..database import Database
     from ..replication.node import Node
+    from .exchange import Answer, Request
 
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -139,3 +145,61 @@ async def send_image(node: Node, send: Send, conn: Any, loop: asyncio.AbstractEv
     finally:
         file.close()
     return seq
+
+
+AFTER_WAIT_MS = 5_000
+AFTER_MAX_MS = 30_000
+AFTER_POLL_S = 0.005  # how often a request waiting for a change looks at the change number
+NOT_A_CHANGE = "Fenec-After is a change number"
+
+
+async def wait_after(db: Database, req: Request) -> Answer | None:
+    """None once `db` holds the change `req`'s Fenec-After names (its Fenec-Wait spent on it, so
+    the request then runs once, held by nothing); else the 400 or 504 to answer."""
+    from .exchange import Answer
+
+    assert req.after is not None
+    try:
+        change = int(req.after.strip())
+    except ValueError:
+        return Answer(E.BAD_REQUEST, E.body(NOT_A_CHANGE))
+    wait_ms = AFTER_WAIT_MS
+    if req.wait is not None:
+        try:
+            wait_ms = min(AFTER_MAX_MS, int(req.wait.strip()))
+        except ValueError:
+            return Answer(E.BAD_REQUEST, E.body(E.WAIT_NOT_MS))
+        if wait_ms < 0:
+            return Answer(E.BAD_REQUEST, E.body(E.WAIT_NOT_MS))
+    req.wait = None
+    deadline = time.monotonic() + wait_ms / 1000
+    while db.seq < change:
+        if time.monotonic() >= deadline:
+            return Answer(E.TIMED_OUT_GATEWAY, E.body(f"change {change} has not reached this server in the wait",
+                                                      seq=db.seq))
+        await asyncio.sleep(AFTER_POLL_S)
+    return None
+
+
+def metrics_text(node: Node | None) -> bytes:
+    """Replication's lines of `/_metrics` (docs/metrics.md), zeros on a server that has none."""
+    changes, seconds, replicas = 0, 0.0, 0
+    if node is not None:
+        follower = node.follower
+        if follower is not None:
+            changes, seconds = follower.behind()
+        elif node.feed is not None:
+            replicas = len(node.feed.replicas)
+    return (
+        "# HELP fenec_replication_behind_changes Changes its primary holds that this replica has not applied "
+        "(0 on a primary).\n"
+        "# TYPE fenec_replication_behind_changes gauge\n"
+        f"fenec_replication_behind_changes {changes}\n"
+        "# HELP fenec_replication_behind_seconds Seconds since this replica last held every change its primary "
+        "had (0 while level, and on a primary).\n"
+        "# TYPE fenec_replication_behind_seconds gauge\n"
+        f"fenec_replication_behind_seconds {seconds:.3f}\n"
+        "# HELP fenec_replication_replicas Replicas this primary streams to now.\n"
+        "# TYPE fenec_replication_replicas gauge\n"
+        f"fenec_replication_replicas {replicas}\n"
+    ).encode()

@@ -58,6 +58,7 @@ class Follower:
         self.primary_seq = 0  # the primary's change number, as it last said (its stream's head, then records)
         self.images = 0  # images received since start
         self.records = 0  # records applied since start
+        self.level_at = time.time()  # when it last held every change it knew its primary had
         self._stop = threading.Event()
         self._conn: http.client.HTTPConnection | None = None
         self._thread = threading.Thread(target=self._run, name="fenec-follower", daemon=True)
@@ -131,8 +132,10 @@ class Follower:
                 self._image(payload)
                 imaged = True
                 continue
-            if not payload:
-                continue  # a keep-alive
+            if not payload:  # a keep-alive: the primary has no record on its disk past ours
+                self.primary_seq = self.db.seq
+                self.level_at = self.last_contact
+                continue
             if not imaged and self.identity.history != history:
                 self.identity.follow(self.url, history)
             self._apply(payload)
@@ -150,8 +153,9 @@ class Follower:
         if appender is not None:
             appender.wait_durable(ticket)
         self.records += 1
-        if seq > self.primary_seq:
+        if seq >= self.primary_seq:
             self.primary_seq = seq
+            self.level_at = time.time()
         if self.applied is not None:
             self.applied(seq)
 
@@ -178,10 +182,20 @@ class Follower:
         if self.applied is not None:
             self.applied(seq)
 
+    def behind(self) -> tuple[int, float]:
+        """Changes the primary said it had that this replica has not applied, and seconds since
+        it last held all it knew of (0 while level and connected; counted from the last contact
+        while cut off, whose lag it cannot know)."""
+        changes = max(0, self.primary_seq - self.db.seq)
+        now = time.time()
+        if not self.connected:
+            return changes, max(0.0, now - max(self.last_contact, self.level_at))
+        return changes, (max(0.0, now - self.level_at) if changes else 0.0)
+
     def describe(self) -> dict[str, object]:
-        seq = self.db.seq
+        changes, seconds = self.behind()
         return {"primary": self.url, "connected": self.connected,
-                "behind": max(0, self.primary_seq - seq),
+                "behind": changes, "behind_s": round(seconds, 3),
                 "last_contact_s": round(time.time() - self.last_contact, 3) if self.last_contact else None,
                 "images": self.images}
 
