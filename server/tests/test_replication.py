@@ -329,3 +329,25 @@ def test_lag_is_in_the_status_and_the_metrics(pair: tuple[Server, Server]) -> No
     wait_for("the lag to show", lambda: metric(r, "fenec_replication_behind_seconds") >= 1.0)
     status = r.status()
     assert status["connected"] is False and status["behind_s"] >= 1.0
+
+
+def test_sync_replicas_answer_a_write_once_a_replica_holds_it_else_503(tmp_path: Path) -> None:
+    p = primary(tmp_path / "p.fenec", "--sync-replicas", "1", "--sync-replicas-wait", "1")
+    code, _, body = p.query(JOBS)  # no replica yet: on the primary's disk, not confirmed
+    assert code == 503 and "replica" in body["error"] and body["seq"] == 1
+    r = replica(tmp_path / "r.fenec", p, "--sync", "always")
+    try:
+        wait_for("the replica to connect", lambda: p.status()["replicas"])
+        for i in range(10):
+            code, headers, _ = p.query("put jobs {payload: $1, run_at: now()}", [i])
+            assert code == 200
+            seq = int(headers["fenec-seq"])
+            # answered: the replica said its disk holds it, so it has it now, no wait
+            assert r.status()["seq"] >= seq
+        assert p.status()["synced"] >= seq
+        r.kill()
+        code, _, body = p.query("put jobs {payload: 'lone', run_at: now()}")
+        assert code == 503 and body["seq"] == seq + 1
+    finally:
+        r.stop()
+        p.stop()

@@ -63,6 +63,9 @@ FLAGS: list[tuple[str, str | None, str]] = [
     ("--promote", "off", "open a replica's file as a writable server: its history forks"),
     ("--replication-buffer <MiB>", "64", "records kept in memory for replicas behind; one further behind is sent "
      "an image"),
+    ("--sync-replicas <n>", "0", "a primary answers a write once n replicas hold it on their disks, else 503 "
+     "after --sync-replicas-wait"),
+    ("--sync-replicas-wait <s>", "10", "how long a write's answer waits for --sync-replicas"),
     ("--http-cors <origin>", "none", "send CORS headers for this origin (* allowed)"),
     ("--busy-poll <us>", "100", "after an answer, poll the sockets this many microseconds before sleeping "
      "(0 = off; by default off where the server may use only one CPU)"),
@@ -79,7 +82,8 @@ VALUE_FLAGS = {"--file", "-f", "--http", "--sync", "--auto-compact", "--max-conn
                "--max-answer-rows", "--max-write-rows",
                "--idempotency-ttl", "--http-token", "--http-cors", "--slow-ms", "--jwt-secret", "--jwt-secret-file",
                "--jwt-require-exp", "--jwt-max-age", "--policy", "--mint-token", "--admin-token", "--auth-delay",
-               "--access-log", "--busy-poll", "--replication-token", "--replica-of", "--replication-buffer"}
+               "--access-log", "--busy-poll", "--replication-token", "--replica-of", "--replication-buffer",
+               "--sync-replicas", "--sync-replicas-wait"}
 SWITCHES = {"--insecure", "--http-read-only", "--no-mmap", "--no-checkpoint", "--ping", "--help", "-h",
             "--promote"}
 NEXT_TIER = {"--jwt-keys", "--max-memory", "--audit", "--metrics"}
@@ -331,8 +335,9 @@ def _main(argv: list[str]) -> int:
     if replication is not None and identity is not None:
         from .replication.node import Node
 
-        token_value, primary, buffer_mib = replication
-        node = Node(db, identity, token_value, primary=primary, buffer_bytes=buffer_mib << 20)
+        token_value, primary, buffer_mib, sync_replicas = replication
+        node = Node(db, identity, token_value, primary=primary, buffer_bytes=buffer_mib << 20,
+                    sync_replicas=sync_replicas, sync_wait_s=opts["sync-replicas-wait"])
     from . import gc_policy
 
     gc_policy.apply()  # the jobs just read are never walked by the cycle collector (gc_policy.py)
@@ -341,12 +346,17 @@ def _main(argv: list[str]) -> int:
                  node=node)
 
 
-def replication_flags(opts: dict[str, Any], path: str | None, sync: str | int) -> tuple[str, str | None, int] | None:
-    """The replication flags checked (server.md §1.7): (token, primary URL or None, buffer MiB),
-    or None when replication is off. Raises Exit(2) on a bad combination."""
+def replication_flags(opts: dict[str, Any], path: str | None,
+                      sync: str | int) -> tuple[str, str | None, int, int] | None:
+    """The replication flags checked (server.md §1.7): (token, primary URL or None, buffer MiB,
+    sync replicas), or None when replication is off. Raises Exit(2) on a bad combination."""
     token = opts.get("replication-token") or os.environ.get("FENEC_REPLICATION_TOKEN") or None
     primary = opts.get("replica-of")
     buffer_mib = parse_int("--replication-buffer", opts.get("replication-buffer", "64"), minimum=1)
+    sync_replicas = parse_int("--sync-replicas", opts.get("sync-replicas", "0"))
+    opts["sync-replicas-wait"] = parse_seconds("--sync-replicas-wait", opts.get("sync-replicas-wait", "10"))
+    if sync_replicas and (primary or not token):
+        raise Exit(2, "--sync-replicas is a primary's: it needs --replication-token, and no --replica-of")
     if opts.get("promote"):
         if primary:
             raise Exit(2, "--promote and --replica-of exclude each other: a promoted server follows no one")
@@ -367,7 +377,7 @@ def replication_flags(opts: dict[str, Any], path: str | None, sync: str | int) -
     if sync == "off":
         raise Exit(2, "--replication-token refuses --sync off: only writes on the primary's disk are sent, "
                       "and under --sync off none is until shutdown")
-    return token, primary, buffer_mib
+    return token, primary, buffer_mib, sync_replicas
 
 
 def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str | None, sync: str | int,
@@ -506,6 +516,7 @@ def attach_replication(app: Any, node: Any) -> None:
     from .http.wire import lines
 
     app.config.replication = node
+    app.config.door_only = node.quorum is not None  # answers wait for replicas: the door can wait
     if not node.primary:
         return
     header = (b"fenec-primary", node.primary.encode())

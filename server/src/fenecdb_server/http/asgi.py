@@ -238,7 +238,7 @@ class AsgiDoor:
         if got is None:
             got = await self.off_loop(req, raw)
         if isinstance(got, Answer):
-            await self.send_answer(send, got, req)
+            await self.send_confirmed(send, got, req)
             return
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
 
@@ -252,7 +252,17 @@ class AsgiDoor:
         else:
             answer = await self.await_held(future, self.app.hold(got, then), receive, req.leaving)
         if answer is not None:
-            await self.send_answer(send, answer, req)
+            await self.send_confirmed(send, answer, req)
+
+    async def send_confirmed(self, send: Send, answer: Answer, req: Request) -> None:
+        """`send_answer`, once as many replicas as `--sync-replicas` asks hold what it answers
+        (replication.py `confirm`; at once without)."""
+        node = self.app.config.replication
+        if node is not None and node.quorum is not None:
+            from .replication import confirm
+
+            answer = await confirm(node, answer)
+        await self.send_answer(send, answer, req)
 
     async def off_loop(self, req: Request, raw: bytes) -> Answer | Held:
         """`serve_now`'s work in a worker thread: the body decoded, the held claim prepared and

@@ -9,6 +9,11 @@
   `connected`, `behind` (changes it knows of not applied yet) and `last_contact_s`; a primary
   lists `replicas` (each one's `peer`, `sent`, `behind`) and what its `buffer` keeps.
 * `POST /_replication/promote`: a replica becomes a primary: `{"promoted":true,"seq":n,"history":id}`.
+* `POST /_replication/ack?replica=<id>&seq=<n>`: a replica's follower says its disk holds change n
+  (replication/quorum.py); `{"ok":true}`, or 404 when no stream of that replica is open.
+
+Under `--sync-replicas N`, `confirm` holds each answer carrying a `Fenec-Seq` until N replicas hold
+that change (a write's, or what a read-only `/batch` read), or answers 503 after the wait.
 
 And `wait_after`, read-your-writes (http.md §7): a `/query` or `/batch` with `Fenec-After: <n>` runs
 once this server holds change n, waiting `Fenec-Wait` ms for it (default 5 000, at most 30 000; nothing
@@ -73,6 +78,17 @@ async def serve(node: Node | None, scope: MutableMapping[str, Any], receive: Rec
     elif path == "/_replication/promote":
         done = await loop.run_in_executor(None, node.promote)
         await respond(send, E.OK, dumps(done))
+    elif path == "/_replication/ack":
+        query = urllib.parse.parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        try:
+            seq = int(query.get("seq", [""])[0])
+        except ValueError:
+            await respond(send, E.BAD_REQUEST, E.body("seq is a change number"))
+            return
+        if node.ack(query.get("replica", [""])[0], seq):
+            await respond(send, E.OK, b'{"ok":true}')
+        else:
+            await respond(send, E.NOT_FOUND, E.body("no stream of that replica is open"))
     else:
         await stream(node, scope, send)
 
@@ -93,11 +109,12 @@ async def stream(node: Node, scope: MutableMapping[str, Any], send: Send) -> Non
     history = query.get("history", [""])[0]
     conn = scope.get("fenec.conn")
     peer = scope.get("client") or ("?", 0)
-    replica = Replica(f"{peer[0]}:{peer[1]}", since)
+    replica = Replica(f"{peer[0]}:{peer[1]}", since, _header(scope, b"fenec-replica") or "")
     image = not node.identity.continues(history, since) or not feed.fed(since)
     await send({"type": "http.response.start", "status": E.OK, "headers": [
         (b"content-type", b"application/octet-stream"),
-        (b"fenec-history", node.identity.history.encode()), (b"fenec-seq", str(feed.seq).encode())]})
+        (b"fenec-history", node.identity.history.encode()), (b"fenec-seq", str(feed.seq).encode()),
+        (b"fenec-sync-replicas", str(node.quorum.needed if node.quorum is not None else 0).encode())]})
     await send({"type": "http.response.body", "body": file_header(), "more_body": True})
     feed.replicas.add(replica)
     loop = asyncio.get_running_loop()
@@ -203,3 +220,21 @@ def metrics_text(node: Node | None) -> bytes:
         "# TYPE fenec_replication_replicas gauge\n"
         f"fenec_replication_replicas {replicas}\n"
     ).encode()
+
+
+async def confirm(node: Node, answer: Answer) -> Answer:
+    """`answer` once `--sync-replicas` replicas hold the change its `Fenec-Seq` names; a 503 if
+    they do not within the wait (the write stands on this primary's disk: its client is told
+    it is not safe on the replicas, never that it is)."""
+    from .exchange import Answer
+
+    quorum = node.quorum
+    if quorum is None or answer.status >= E.FIRST_REFUSAL:
+        return answer
+    seq = next((int(v) for k, v in answer.headers if k == b"fenec-seq"), 0)
+    if not seq or await quorum.wait(seq):
+        return answer
+    return Answer(E.UNAVAILABLE, E.body(
+        f"change {seq} is on this primary's disk but not yet on {quorum.needed} replica(s)' after "
+        f"{quorum.wait_s:g} s (--sync-replicas): a failover may lose it; retry with the same Idempotency-Key",
+        seq=seq), [(b"retry-after", b"1")])

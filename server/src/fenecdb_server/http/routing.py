@@ -43,6 +43,7 @@ ROUTES: dict[tuple[str, str], int] = {
     ("GET", "/_replication"): REPLICATION,
     ("GET", "/_replication/status"): REPLICATION,
     ("POST", "/_replication/promote"): REPLICATION,
+    ("POST", "/_replication/ack"): REPLICATION,
 }
 
 # read with a metrics token (the admin token may read them; access.md §2), whatever the method

@@ -43,10 +43,11 @@ DEFAULT_BUFFER_MIB = 64
 class Replica:
     """A replica the feed streams to, as its status lists it."""
 
-    __slots__ = ("peer", "since", "sent", "acked", "started", "last_sent")
+    __slots__ = ("peer", "ident", "since", "sent", "acked", "started", "last_sent")
 
-    def __init__(self, peer: str, since: int) -> None:
+    def __init__(self, peer: str, since: int, ident: str = "") -> None:
         self.peer = peer
+        self.ident = ident or peer  # the follower's own id (`Fenec-Replica`), the same across its reconnections
         self.since = since
         self.sent = since  # the change number of the last record sent
         self.acked = 0  # the change its own disk holds, as it last said (0: never said)
@@ -54,7 +55,7 @@ class Replica:
         self.last_sent = time.monotonic()
 
     def describe(self, seq: int) -> dict[str, Any]:
-        return {"peer": self.peer, "sent": self.sent, "behind": max(0, seq - self.sent),
+        return {"peer": self.peer, "sent": self.sent, "acked": self.acked, "behind": max(0, seq - self.sent),
                 "connected_s": round(time.time() - self.started, 3)}
 
 

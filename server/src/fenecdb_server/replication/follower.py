@@ -9,6 +9,11 @@ from it, then the file compacted to it before the next record is applied: a cras
 leaves the old file, whose change number asks for the image again). Every record is checked as
 recovery checks one: a damaged or cut stream is dropped, never applied, and asked for again.
 
+A primary under `--sync-replicas` (its stream's `Fenec-Sync-Replicas` header above 0) is told which
+change this replica's disk holds: the acker thread posts `/_replication/ack` on a connection of its own
+each time the log's fsync covers more of the records applied (at once under `--sync always`, within
+the replica's own `--sync` interval else), one post for all the records a sync covered.
+
 Silence longer than `SILENCE_S` (the primary sends a keep-alive every second) ends the
 connection: a frozen primary or a cut link is found within it, and the follower reconnects,
 asking for what it missed, after a pause that grows from 0.1 s to 2 s while it fails.
@@ -16,8 +21,10 @@ asking for what it missed, after a pause that grows from 0.1 s to 2 s while it f
 
 from __future__ import annotations
 
+import collections
 import http.client
 import logging
+import secrets
 import struct
 import threading
 import time
@@ -59,16 +66,24 @@ class Follower:
         self.images = 0  # images received since start
         self.records = 0  # records applied since start
         self.level_at = time.time()  # when it last held every change it knew its primary had
+        self.ident = secrets.token_hex(8)  # this follower, to its primary (its acks counted once)
+        self.acking = False  # the primary wants acks (its --sync-replicas)
+        self.acked = 0  # the change the last ack said
+        self._applied: collections.deque[tuple[int, int]] = collections.deque()  # (ticket, change) not acked
+        self._more = threading.Event()
         self._stop = threading.Event()
         self._conn: http.client.HTTPConnection | None = None
         self._thread = threading.Thread(target=self._run, name="fenec-follower", daemon=True)
+        self._acker = threading.Thread(target=self._ack_loop, name="fenec-acker", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
+        self._acker.start()
 
     def stop(self) -> None:
         """Stop following (the current record is applied whole or not at all) and wait for it."""
         self._stop.set()
+        self._more.set()
         conn = self._conn
         if conn is not None and conn.sock is not None:
             try:
@@ -107,13 +122,16 @@ class Follower:
         query = urllib.parse.urlencode({"since": since, "history": self.identity.history})
         conn = http.client.HTTPConnection(self.host, self.port, timeout=SILENCE_S)
         self._conn = conn
-        conn.request("GET", f"/_replication?{query}", headers={"authorization": f"Bearer {self.token}"})
+        conn.request("GET", f"/_replication?{query}",
+                     headers={"authorization": f"Bearer {self.token}", "fenec-replica": self.ident})
         resp = conn.getresponse()
         if resp.status != 200:
             body = resp.read(4096).decode("utf-8", "replace")
             raise StreamBroken(f"the primary answered {resp.status}: {body}")
         history = resp.getheader("fenec-history") or ""
         self.primary_seq = int(resp.getheader("fenec-seq") or 0)
+        self.acking = int(resp.getheader("fenec-sync-replicas") or 0) > 0
+        self.acked = 0  # a new stream: its first ack says where this replica stands
         if _read(resp, FILE_HEADER_SIZE) != file_header():
             raise StreamBroken("the stream does not start with a data file's header")
         self.connected = True
@@ -152,6 +170,9 @@ class Follower:
             engine.lock.release_write()
         if appender is not None:
             appender.wait_durable(ticket)
+            if self.acking and isinstance(ticket, int):
+                self._applied.append((ticket, seq))
+                self._more.set()
         self.records += 1
         if seq >= self.primary_seq:
             self.primary_seq = seq
@@ -175,12 +196,48 @@ class Follower:
         finally:
             engine.lock.release_write()
         if self.db.path is not None:
-            self.db.compact()
+            self.db.compact()  # the file holds the image, synced: its change is on this disk
+        if self.acking:
+            self._applied.clear()
+            self._applied.append((0, seq))
+            self._more.set()
         if seq > self.primary_seq:
             self.primary_seq = seq
         log.warning("replication: re-imaged from %s at change %d", self.url, seq)
         if self.applied is not None:
             self.applied(seq)
+
+    def _ack_loop(self) -> None:
+        """Tell the primary the change the disk holds, as the log's fsyncs cover more (the
+        module's docstring); a failed post is tried again with the next, on a new connection."""
+        conn: http.client.HTTPConnection | None = None
+        while not self._stop.is_set():
+            self._more.wait(0.05)  # a sync under --sync <ms> comes on its own: looked for now and then
+            self._more.clear()
+            if not self.acking:
+                continue
+            log_ = self.db.log
+            durable = log_.durable if log_ is not None else 0
+            upto = 0
+            applied = self._applied
+            while applied and applied[0][0] <= durable:
+                upto = applied.popleft()[1]
+            if upto <= self.acked:
+                continue
+            try:
+                if conn is None:
+                    conn = http.client.HTTPConnection(self.host, self.port, timeout=SILENCE_S)
+                conn.request("POST", f"/_replication/ack?replica={self.ident}&seq={upto}",
+                             headers={"authorization": f"Bearer {self.token}", "content-length": "0"})
+                conn.getresponse().read()
+                self.acked = upto
+            except (OSError, http.client.HTTPException):
+                if conn is not None:
+                    conn.close()
+                conn = None
+                applied.appendleft((0, upto))  # said again with the next
+        if conn is not None:
+            conn.close()
 
     def behind(self) -> tuple[int, float]:
         """Changes the primary said it had that this replica has not applied, and seconds since

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .feed import Feed
 from .follower import Follower
 from .identity import Identity
+from .quorum import Quorum
 
 if TYPE_CHECKING:
     from ..database import Database
@@ -29,7 +30,7 @@ class Node:
     """Replication on one server (see the module's docstring)."""
 
     def __init__(self, db: Database, identity: Identity, token: str, *, primary: str | None = None,
-                 buffer_bytes: int = 64 << 20) -> None:
+                 buffer_bytes: int = 64 << 20, sync_replicas: int = 0, sync_wait_s: float = 10.0) -> None:
         self.db = db
         self.identity = identity
         self.token = token.encode()
@@ -41,6 +42,8 @@ class Node:
         self.promoted: list[Callable[[], None]] = []  # told once a replica is promoted
         self.appliers: list[Callable[[int], None]] = []  # told each change a replica applies
         self._mutex = threading.Lock()
+        # --sync-replicas: the answers of writes wait for that many replicas' disks (quorum.py)
+        self.quorum = Quorum(lambda: self.feed, sync_replicas, sync_wait_s) if sync_replicas > 0 else None
         if primary:
             self.follower = Follower(db, identity, primary, token, applied=self._applied)
             db.set_read_only(True, refusal_message(primary))
@@ -67,6 +70,21 @@ class Node:
         self.closing = True
         if self.follower is not None:
             self.follower.stop()
+
+    def ack(self, ident: str, seq: int) -> bool:
+        """A replica says its disk holds change `seq`; False if it is not one this feeds."""
+        feed = self.feed
+        if feed is None:
+            return False
+        found = False
+        for r in list(feed.replicas):
+            if r.ident == ident:
+                found = True
+                if seq > r.acked:
+                    r.acked = min(seq, r.sent)  # never more than it was sent
+        if found and self.quorum is not None:
+            self.quorum.acked()
+        return found
 
     def _applied(self, seq: int) -> None:
         for tell in self.appliers:
@@ -100,4 +118,7 @@ class Node:
             seq = self.db.seq
             out["replicas"] = [r.describe(seq) for r in list(self.feed.replicas)]
             out["buffer"] = self.feed.kept()
+            if self.quorum is not None:
+                out["sync_replicas"] = self.quorum.needed
+                out["synced"] = self.quorum.held()
         return out
