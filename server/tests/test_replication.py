@@ -351,3 +351,29 @@ def test_sync_replicas_answer_a_write_once_a_replica_holds_it_else_503(tmp_path:
     finally:
         r.stop()
         p.stop()
+
+
+def test_a_replica_cut_off_or_frozen_by_the_fault_proxy_catches_up(tmp_path: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "conformance"))
+    from fault_layer import Proxy
+
+    p = primary(tmp_path / "p.fenec")
+    proxy = Proxy()
+    proxy.start(p.port)
+    r = replica(tmp_path / "r.fenec", proxy.url)
+    try:
+        p.query(JOBS)
+        wait_for("the replica to follow through the proxy", lambda: caught_up(p, r))
+        for fault in (proxy.cut, proxy.freeze, proxy.refuse):
+            fault()  # the stream broken, or silent, or no connection taken
+            for i in range(10):
+                p.query("put jobs {payload: $1, run_at: now()}", [fault.__name__])
+            proxy.pass_()
+            wait_for(f"the replica to catch up after a {fault.__name__}", lambda: caught_up(p, r))
+        assert proxy.cut_conns >= 1
+        assert len(r.query("get jobs")[2]) == 30
+        assert r.status()["images"] == 0  # it asked for what it missed, never the whole
+    finally:
+        r.stop()
+        proxy.close()
+        p.stop()
