@@ -366,7 +366,7 @@ def test_a_replica_cut_off_or_frozen_by_the_fault_proxy_catches_up(tmp_path: Pat
         wait_for("the replica to follow through the proxy", lambda: caught_up(p, r))
         for fault in (proxy.cut, proxy.freeze, proxy.refuse):
             fault()  # the stream broken, or silent, or no connection taken
-            for i in range(10):
+            for _ in range(10):
                 p.query("put jobs {payload: $1, run_at: now()}", [fault.__name__])
             proxy.pass_()
             wait_for(f"the replica to catch up after a {fault.__name__}", lambda: caught_up(p, r))
