@@ -377,3 +377,26 @@ def test_a_replica_cut_off_or_frozen_by_the_fault_proxy_catches_up(tmp_path: Pat
         r.stop()
         proxy.close()
         p.stop()
+
+
+def test_a_restarted_primary_feeds_its_replica_on_from_its_file(tmp_path: Path) -> None:
+    p = primary(tmp_path / "p.fenec")
+    r = replica(tmp_path / "r.fenec", p)
+    try:
+        p.query(JOBS)
+        p.query("put jobs {payload: 1, run_at: now()}")
+        wait_for("the replica to catch up", lambda: caught_up(p, r))
+        r.stop()
+        p.query("put jobs {payload: 2, run_at: now()}")  # the replica misses this one
+        port = p.port
+        p.stop()
+        p = Server("--file", str(tmp_path / "p.fenec"), "--replication-token", TOKEN, "--sync", "always",
+                   "--http", f"127.0.0.1:{port}").ready()  # the same address: the replica's --replica-of
+        p.query("put jobs {payload: 3, run_at: now()}")
+        r = replica(tmp_path / "r.fenec", p)
+        wait_for("the replica to catch up with the restarted primary", lambda: caught_up(p, r))
+        assert r.status()["images"] == 0  # the records it missed, read back from the primary's file
+        assert sorted(row["payload"] for row in r.query("get jobs")[2]) == [1, 2, 3]
+    finally:
+        r.stop()
+        p.stop()

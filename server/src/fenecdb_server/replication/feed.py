@@ -1,6 +1,8 @@
 """The primary's side of replication: the records kept for replicas, and the stream's bytes.
 
-`Feed.attach(db)` puts the feed between the engine and its log (the engine's appender): each
+`Feed.attach(db)` puts the feed between the engine and its log (the engine's appender), after
+reading back the records already in the data file (the last `limit` bytes of them: a primary
+restarted feeds its replicas on from where they are, rather than re-imaging them). Each
 record appended is also kept here, its payload as the log wrote it, with its change number and
 its log ticket, up to `limit` bytes of payloads (`--replication-buffer`); the oldest go first.
 That is all the write path pays, and only on a server started with `--replication-token`.
@@ -21,13 +23,16 @@ NDJSON lines of base64 payloads: the framing costs the primary less per record.)
 from __future__ import annotations
 
 import bisect
+import re
 import struct
 import threading
 import time
 import zlib
 from typing import TYPE_CHECKING, Any
 
-from ..storage.format import record_head
+from ..engine import records
+from ..storage.failure import CorruptLog
+from ..storage.format import record_head, scan
 
 _HEAD8 = struct.Struct("<II")  # size word, payload crc (storage/format.py)
 _U32 = struct.Struct("<I")
@@ -81,10 +86,45 @@ class Feed:
         engine.lock.acquire_write()
         try:
             self.base = engine.seq
+            self._read_back()
             self.inner = engine.appender
             engine.appender = self
         finally:
             engine.lock.release_write()
+
+    def _read_back(self) -> None:
+        """Under the write lock, nothing appended meanwhile: the file's last records, up to
+        `limit` bytes, kept as if just appended (all on disk: ticket 0), and `base` the change
+        before them. A file that cannot be read back keeps nothing (its replicas are imaged)."""
+        log = self.db.log
+        if log is None:
+            return
+        try:
+            with open(log.path, "rb") as f:
+                found = scan(f.read())
+        except (OSError, CorruptLog):
+            return
+        kept: list[bytes] = []
+        size = 0
+        for payload in reversed(found.records):
+            if size + len(payload) > self.limit:
+                break
+            kept.append(payload)
+            size += len(payload)
+        kept.reverse()
+        dropped = len(found.records) - len(kept)
+        if dropped:
+            base = _seq_of(found.records[dropped - 1])
+        else:
+            base = _seq_of(found.snapshot) if found.snapshot is not None else 0
+        seqs = [_seq_of(p) for p in kept]
+        if seqs and seqs[-1] != self.db.seq:
+            return  # not the records the engine holds: keep nothing
+        self.base = base
+        self._seqs = seqs
+        self._tickets = [0] * len(kept)
+        self._payloads = kept
+        self._bytes = size
 
     # -- the engine's appender: under the write lock --
 
@@ -151,14 +191,23 @@ class Feed:
             return {"records": len(self._seqs) - self._first, "bytes": self._bytes, "base": self.base}
 
 
-def frames(records: list[tuple[int, bytes]]) -> bytes:
+_SEQ = re.compile(rb'\{"s":(\d+)[,}]')
+
+
+def _seq_of(payload: bytes) -> int:
+    """The change number a record or snapshot payload stands at (engine/records.py: `s` first)."""
+    m = _SEQ.match(payload)
+    return int(m.group(1)) if m is not None else int(records.loads(payload)["s"])
+
+
+def frames(batch: list[tuple[int, bytes]]) -> bytes:
     """Records framed as the log frames them (`storage.format.record_header`, written out here:
     the stream frames every record it sends, on the primary's loop)."""
     out = bytearray()
     pack8 = _HEAD8.pack
     pack4 = _U32.pack
     crc32 = zlib.crc32
-    for _, payload in records:
+    for _, payload in batch:
         head = pack8(len(payload), crc32(payload))
         out += head
         out += pack4(crc32(head))
