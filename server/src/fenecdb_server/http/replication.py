@@ -31,6 +31,7 @@ import urllib.parse
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
+from ..errors import FenecError
 from ..replication.feed import KEEPALIVE, KEEPALIVE_S, Replica, frames
 from ..storage.format import FILE_HEADER_SIZE, file_header
 from . import errors as E
@@ -232,7 +233,15 @@ async def confirm(node: Node, answer: Answer) -> Answer:
     if quorum is None or answer.status >= E.FIRST_REFUSAL:
         return answer
     seq = next((int(v) for k, v in answer.headers if k == b"fenec-seq"), 0)
-    if not seq or await quorum.wait(seq):
+    if not seq:
+        return answer
+    log = node.db.log
+    if log is not None and log.durable < log.appended:  # --sync <ms>: replicas get it once on this disk
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, log.sync_upto, log.appended)
+        except FenecError as e:
+            return Answer(*E.answer(e))
+    if await quorum.wait(seq):
         return answer
     return Answer(E.UNAVAILABLE, E.body(
         f"change {seq} is on this primary's disk but not yet on {quorum.needed} replica(s)' after "

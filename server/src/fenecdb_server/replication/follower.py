@@ -11,8 +11,9 @@ recovery checks one: a damaged or cut stream is dropped, never applied, and aske
 
 A primary under `--sync-replicas` (its stream's `Fenec-Sync-Replicas` header above 0) is told which
 change this replica's disk holds: the acker thread posts `/_replication/ack` on a connection of its own
-each time the log's fsync covers more of the records applied (at once under `--sync always`, within
-the replica's own `--sync` interval else), one post for all the records a sync covered.
+each time the log's fsync covers more of the records applied, one post for all the records a sync
+covered; under `--sync <ms>` the acker syncs them itself first (one fdatasync for all that came
+meanwhile), rather than keep its primary's answers waiting for the period.
 
 Silence longer than `SILENCE_S` (the primary sends a keep-alive every second) ends the
 connection: a frozen primary or a cut link is found within it, and the follower reconnects,
@@ -34,6 +35,7 @@ from collections.abc import Callable
 
 from ..database import Database
 from ..engine import records
+from ..errors import FenecError
 from ..storage.format import FILE_HEADER_SIZE, MAX_PAYLOAD, RECORD_HEADER_SIZE, SNAPSHOT_BIT, file_header
 from .identity import Identity
 
@@ -217,9 +219,14 @@ class Follower:
             if not self.acking:
                 continue
             log_ = self.db.log
+            applied = self._applied
+            if log_ is not None and applied and applied[-1][0] > log_.durable:
+                try:  # its primary waits: the disk now, whatever the period of --sync <ms>
+                    log_.sync_upto(applied[-1][0])
+                except FenecError:
+                    continue  # the log failed: nothing more is ever said to be on this disk
             durable = log_.durable if log_ is not None else 0
             upto = 0
-            applied = self._applied
             while applied and applied[0][0] <= durable:
                 upto = applied.popleft()[1]
             if upto <= self.acked:
