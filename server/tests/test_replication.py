@@ -308,6 +308,11 @@ def test_fenec_after_reads_your_writes_on_a_replica_or_answers_504(pair: tuple[S
     assert code == 200
     code, _, body = p.query("put jobs {payload: 'x'}", headers={"fenec-after": str(seq)})
     assert code == 200  # a primary holds its own changes: no wait
+    began = time.monotonic()
+    nothing = "set jobs {owner: $1} where payload = 'none' order run_at limit 1 returning id"
+    code, _, rows = p.query(nothing, ["w9"], headers={"fenec-after": str(seq), "fenec-wait": "30000"})
+    assert code == 200 and rows == []  # Fenec-Wait was the change's wait: the claim was not held
+    assert time.monotonic() - began < 20
 
 
 def test_lag_is_in_the_status_and_the_metrics(pair: tuple[Server, Server]) -> None:
