@@ -516,6 +516,7 @@ def attach_replication(app: Any, node: Any) -> None:
     from .http.wire import lines
 
     app.config.replication = node
+    node.delay = app.delay
     app.config.door_only = node.quorum is not None  # answers wait for replicas: the door can wait
     if not node.primary:
         return

@@ -70,9 +70,16 @@ async def serve(node: Node | None, scope: MutableMapping[str, Any], receive: Rec
     if node is None:
         await respond(send, E.NOT_FOUND, E.no_route(method, path))
         return
+    peer = (scope.get("client") or ("", 0))[0]
     if not node.allows(_header(scope, b"authorization")):
+        if node.delay is not None:  # the server's auth delay, as for every 401 (access.md §2.3)
+            wait = node.delay.refused(peer)
+            if wait > 0:
+                await asyncio.sleep(wait)
         await respond(send, E.UNAUTHORIZED, E.body(E.NO_TOKEN), ((b"www-authenticate", b"Bearer"),))
         return
+    if node.delay is not None:
+        node.delay.cleared(peer)
     loop = asyncio.get_running_loop()
     if path == "/_replication/status":
         await respond(send, E.OK, dumps(node.status()))

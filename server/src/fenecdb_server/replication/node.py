@@ -39,6 +39,7 @@ class Node:
         self.feed: Feed | None = None
         self.follower: Follower | None = None
         self.closing = False
+        self.delay: Any = None  # the server's auth delay before a 401 (http/auth.py AuthDelay), set by the CLI
         self.promoted: list[Callable[[], None]] = []  # told once a replica is promoted
         self.appliers: list[Callable[[int], None]] = []  # told each change a replica applies
         self._mutex = threading.Lock()
