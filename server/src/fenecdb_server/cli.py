@@ -309,7 +309,12 @@ def _main(argv: list[str]) -> int:
         say(f"refusing to bind {host}:{port} with no token: set --http-token, or pass --insecure")
         return 1
 
-    replication = replication_flags(opts, path, sync)
+    from .replication.options import BadFlags, checked
+
+    try:
+        replication = checked(opts, path, sync)
+    except BadFlags as e:
+        raise Exit(2, e.message) from None
     from .database import Database
     from .replication.identity import Identity, refusal
 
@@ -335,49 +340,15 @@ def _main(argv: list[str]) -> int:
     if replication is not None and identity is not None:
         from .replication.node import Node
 
-        token_value, primary, buffer_mib, sync_replicas = replication
-        node = Node(db, identity, token_value, primary=primary, buffer_bytes=buffer_mib << 20,
-                    sync_replicas=sync_replicas, sync_wait_s=opts["sync-replicas-wait"])
+        node = Node(db, identity, replication.token, primary=replication.primary,
+                    buffer_bytes=replication.buffer_bytes, sync_replicas=replication.sync_replicas,
+                    sync_wait_s=replication.sync_wait_s)
     from . import gc_policy
 
     gc_policy.apply()  # the jobs just read are never walked by the cycle collector (gc_policy.py)
     return serve(db, opts, host=host, port=port, path=path, sync=sync, max_conn=max_conn, idle=idle,
                  ttl=ttl, slow_ms=slow_ms, token=token, compact=compact, access=access, busy_us=busy_us,
                  node=node)
-
-
-def replication_flags(opts: dict[str, Any], path: str | None,
-                      sync: str | int) -> tuple[str, str | None, int, int] | None:
-    """The replication flags checked (server.md §1.7): (token, primary URL or None, buffer MiB,
-    sync replicas), or None when replication is off. Raises Exit(2) on a bad combination."""
-    token = opts.get("replication-token") or os.environ.get("FENEC_REPLICATION_TOKEN") or None
-    primary = opts.get("replica-of")
-    buffer_mib = parse_int("--replication-buffer", opts.get("replication-buffer", "64"), minimum=1)
-    sync_replicas = parse_int("--sync-replicas", opts.get("sync-replicas", "0"))
-    opts["sync-replicas-wait"] = parse_seconds("--sync-replicas-wait", opts.get("sync-replicas-wait", "10"))
-    if sync_replicas and (primary or not token):
-        raise Exit(2, "--sync-replicas is a primary's: it needs --replication-token, and no --replica-of")
-    if opts.get("promote"):
-        if primary:
-            raise Exit(2, "--promote and --replica-of exclude each other: a promoted server follows no one")
-        if not path:
-            raise Exit(2, "--promote needs --file: the replica's file to open")
-    if primary is not None:
-        if primary.lower().startswith("https://"):
-            raise Exit(2, "--replica-of: no TLS to a primary; give its http:// URL")
-        if not primary.lower().startswith("http://") or not primary[7:].strip("/"):
-            raise Exit(2, "--replica-of expects the primary's URL, http://host:port")
-        if not token:
-            raise Exit(2, "--replica-of needs --replication-token (the primary's)")
-        primary = primary.rstrip("/")
-    if token is None:
-        return None
-    if not path:
-        raise Exit(2, "--replication-token needs --file: replication streams the data file's records")
-    if sync == "off":
-        raise Exit(2, "--replication-token refuses --sync off: only writes on the primary's disk are sent, "
-                      "and under --sync off none is until shutdown")
-    return token, primary, buffer_mib, sync_replicas
 
 
 def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str | None, sync: str | int,
@@ -424,7 +395,9 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
               connections=lambda: len(server_box[0].server_state.connections) if server_box else 0, busy=poll,
               requests=lambda: server_box[0].server_state.total_requests if server_box else 0)
     if node is not None:
-        attach_replication(app, node)
+        from .http.replication import attach
+
+        attach(app, node)
 
     # the claim's short way (protocol.py), unless the access log must see every request
     front = Front(app if access_log is None else None, max_connections=max_conn, busy=poll,
@@ -508,28 +481,6 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
     if node is not None:
         node.stop()  # the follower's last record applied whole, before the file closes
     return shut_down(db)
-
-
-def attach_replication(app: Any, node: Any) -> None:
-    """Replication's hooks in the app: its routes' node, and on a replica a `Fenec-Primary`
-    header on every answer, until it is promoted."""
-    from .http.wire import lines
-
-    app.config.replication = node
-    node.delay = app.delay
-    app.config.door_only = node.quorum is not None  # answers wait for replicas: the door can wait
-    if not node.primary:
-        return
-    header = (b"fenec-primary", node.primary.encode())
-    app.cors_headers.append(header)
-    app.cors_lines = lines(app.cors_headers)
-
-    def promoted() -> None:
-        if header in app.cors_headers:
-            app.cors_headers.remove(header)
-        app.cors_lines = lines(app.cors_headers)
-
-    node.promoted.append(promoted)
 
 
 def shut_down(db: Database) -> int:

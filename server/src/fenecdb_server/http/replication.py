@@ -40,6 +40,7 @@ from .bodies import dumps
 if TYPE_CHECKING:
     from ..database import Database
     from ..replication.node import Node
+    from .app import App
     from .exchange import Answer, Request
 
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
@@ -254,3 +255,26 @@ async def confirm(node: Node, answer: Answer) -> Answer:
         f"change {seq} is on this primary's disk but not yet on {quorum.needed} replica(s)' after "
         f"{quorum.wait_s:g} s (--sync-replicas): a failover may lose it; retry with the same Idempotency-Key",
         seq=seq), [(b"retry-after", b"1")])
+
+
+def attach(app: App, node: Node) -> None:
+    """Replication's hooks in the app (the command line calls it once, before serving): the node
+    its routes answer from, the auth delay its 401s wait, the door for every answer that waits
+    for replicas, and on a replica a `Fenec-Primary` header on every answer until it is promoted."""
+    from .wire import lines
+
+    app.config.replication = node
+    node.delay = app.delay
+    app.config.door_only = node.quorum is not None  # answers wait for replicas: the door can wait
+    if not node.primary:
+        return
+    header = (b"fenec-primary", node.primary.encode())
+    app.cors_headers.append(header)
+    app.cors_lines = lines(app.cors_headers)
+
+    def promoted() -> None:
+        if header in app.cors_headers:
+            app.cors_headers.remove(header)
+        app.cors_lines = lines(app.cors_headers)
+
+    node.promoted.append(promoted)
