@@ -1,4 +1,5 @@
-"""The server is one-way: ql -> plan -> engine -> storage -> held -> database -> http (server README).
+"""The server is one-way: ql -> plan -> engine -> storage -> held -> database -> replication -> http
+(server README).
 
 A module may import only from its own layer or the layers before it; `errors`, `values` and
 `convert` are the base every layer may use. The test reads every module's imports from its source, and
@@ -35,6 +36,7 @@ RANK = {
     "storage": 4,
     "held": 4.5,  # held claims: lines, looks, time wakes, bidding; over the engine, under database and http
     "database": 5,
+    "replication": 5.5,  # the primary's feed and the replica's follower: over the database, under http
     "http": 6,
     "cli": 7,
     "__init__": 8,

@@ -57,6 +57,15 @@ FLAGS: list[tuple[str, str | None, str]] = [
     ("--admin-token <value>", "none", "may read /_metrics and /_metrics/recent, and nothing else"),
     ("--auth-delay <ms>", "100", "delay before a 401, doubled per refusal from an address, max 5 s; 0 = off"),
     ("--http-read-only", "off", "every write over HTTP is refused 403"),
+    ("--replication-token <value>", "env FENEC_REPLICATION_TOKEN", "serve /_replication to replicas that present "
+     "it (needs --file, refuses --sync off); a replica's token for its primary"),
+    ("--replica-of <url>", "none", "follow the primary at this http:// URL into --file; every write is refused 403"),
+    ("--promote", "off", "open a replica's file as a writable server: its history forks"),
+    ("--replication-buffer <MiB>", "64", "records kept in memory for replicas behind; one further behind is sent "
+     "an image"),
+    ("--sync-replicas <n>", "0", "a primary answers a write once n replicas hold it on their disks, else 503 "
+     "after --sync-replicas-wait"),
+    ("--sync-replicas-wait <s>", "10", "how long a write's answer waits for --sync-replicas"),
     ("--http-cors <origin>", "none", "send CORS headers for this origin (* allowed)"),
     ("--busy-poll <us>", "100", "after an answer, poll the sockets this many microseconds before sleeping "
      "(0 = off; by default off where the server may use only one CPU)"),
@@ -73,10 +82,11 @@ VALUE_FLAGS = {"--file", "-f", "--http", "--sync", "--auto-compact", "--max-conn
                "--max-answer-rows", "--max-write-rows",
                "--idempotency-ttl", "--http-token", "--http-cors", "--slow-ms", "--jwt-secret", "--jwt-secret-file",
                "--jwt-require-exp", "--jwt-max-age", "--policy", "--mint-token", "--admin-token", "--auth-delay",
-               "--access-log", "--busy-poll"}
-SWITCHES = {"--insecure", "--http-read-only", "--no-mmap", "--no-checkpoint", "--ping", "--help", "-h"}
-NEXT_TIER = {"--jwt-keys", "--max-memory", "--audit", "--metrics", "--replication-token", "--replica-of",
-             "--promote", "--replication-buffer"}
+               "--access-log", "--busy-poll", "--replication-token", "--replica-of", "--replication-buffer",
+               "--sync-replicas", "--sync-replicas-wait"}
+SWITCHES = {"--insecure", "--http-read-only", "--no-mmap", "--no-checkpoint", "--ping", "--help", "-h",
+            "--promote"}
+NEXT_TIER = {"--jwt-keys", "--max-memory", "--audit", "--metrics"}
 NOT_IN_PROJECT = {"--dir", "--http-max-streams", "--http-keepalive", "--changes", "--cdc"}
 KNOWN = sorted(f for f in VALUE_FLAGS | SWITCHES if f.startswith("--"))  # what an unknown flag is likened to
 
@@ -299,8 +309,21 @@ def _main(argv: list[str]) -> int:
         say(f"refusing to bind {host}:{port} with no token: set --http-token, or pass --insecure")
         return 1
 
-    from .database import Database
+    from .replication.options import BadFlags, checked
 
+    try:
+        replication = checked(opts, path, sync)
+    except BadFlags as e:
+        raise Exit(2, e.message) from None
+    from .database import Database
+    from .replication.identity import Identity, refusal
+
+    identity = Identity(path) if path else None
+    if path and identity is not None and not opts.get("replica-of") and not opts.get("promote"):
+        why = refusal(path, identity)
+        if why is not None:
+            say(f"could not open {why}")
+            return 1
     try:
         db = Database(path, sync=sync, schedule_timer=False)  # fired from the event loop (start_background)
     except Exception as e:
@@ -310,16 +333,27 @@ def _main(argv: list[str]) -> int:
         say(f"opened: {path}")
     if opts.get("http-read-only"):
         db.set_read_only(True)
+    if opts.get("promote") and identity is not None and identity.role == "replica":
+        history = identity.promote(db.seq)
+        say(f"promoted: {path} takes writes from change {db.seq} on (history {history})")
+    node = None
+    if replication is not None and identity is not None:
+        from .replication.node import Node
+
+        node = Node(db, identity, replication.token, primary=replication.primary,
+                    buffer_bytes=replication.buffer_bytes, sync_replicas=replication.sync_replicas,
+                    sync_wait_s=replication.sync_wait_s)
     from . import gc_policy
 
     gc_policy.apply()  # the jobs just read are never walked by the cycle collector (gc_policy.py)
     return serve(db, opts, host=host, port=port, path=path, sync=sync, max_conn=max_conn, idle=idle,
-                 ttl=ttl, slow_ms=slow_ms, token=token, compact=compact, access=access, busy_us=busy_us)
+                 ttl=ttl, slow_ms=slow_ms, token=token, compact=compact, access=access, busy_us=busy_us,
+                 node=node)
 
 
 def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str | None, sync: str | int,
           max_conn: int, idle: int, ttl: int, slow_ms: float | None, token: str | None, compact: str,
-          access: Any = None, busy_us: int = 0) -> int:
+          access: Any = None, busy_us: int = 0, node: Any = None) -> int:
     import uvicorn
 
     from .http.app import App, Config
@@ -360,11 +394,17 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
                          max_write_rows=opts.get("max-write-rows", 100_000)),
               connections=lambda: len(server_box[0].server_state.connections) if server_box else 0, busy=poll,
               requests=lambda: server_box[0].server_state.total_requests if server_box else 0)
+    if node is not None:
+        from .http.replication import attach
+
+        attach(app, node)
 
     # the claim's short way (protocol.py), unless the access log must see every request
     front = Front(app if access_log is None else None, max_connections=max_conn, busy=poll,
                   evict=access is not None and not access.open,
                   header_timeout=opts.get("header-timeout", 10.0), body_timeout=opts.get("body-timeout", 60.0))
+    if node is not None and node.primary:  # new connections drop Fenec-Primary once promoted
+        node.promoted.append(lambda: setattr(front, "answer_lines", app.answer_lines()))
 
     asgi: Any = app
     if access_log is not None:
@@ -383,11 +423,17 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
     auth = "no auth" if (access.open if access is not None else not token) else "token"
     if opts.get("http-read-only"):
         auth += ", read only"
+    if node is not None:
+        auth += f", replica of {node.primary}" if node.primary else ", primary of replicas"
 
     class Server(uvicorn.Server):
         async def startup(self, sockets: Any = None) -> None:
             await super().startup(sockets=sockets)
-            self._fenec_background = start_background(db, compact, path, requests=app.requests)
+            self._fenec_background = start_background(
+                db, compact, path, requests=app.requests,
+                sweeping=(lambda: node.role == "primary") if node is not None else None)
+            if node is not None:
+                node.start()
             say(f"fenec-server {ver}: {path or 'in memory'}  [sync={sync_label}, busy-poll={busy_label}, "
                 f"engine={engine_label}]")
             old = compiled.stale()
@@ -419,6 +465,8 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
                 self.force_exit = True
                 return
             self.should_exit = True
+            if node is not None:
+                node.closing = True  # the replication streams end
             loop.call_soon_threadsafe(app.shutdown)
 
     server = Server(config)
@@ -430,6 +478,8 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
     except ImportError:  # pragma: no cover
         runner = asyncio.run
     runner(server.serve(sockets=[sock]))
+    if node is not None:
+        node.stop()  # the follower's last record applied whole, before the file closes
     return shut_down(db)
 
 
@@ -504,16 +554,20 @@ async def fire_schedules(db: Database) -> None:
 
 
 def start_background(db: Database, compact: str, path: str | None, *, every_s: float = COMPACT_CHECK_S,
-                     min_dead: int = COMPACT_MIN_DEAD, requests: Callable[[], int] | None = None) -> Any:
+                     min_dead: int = COMPACT_MIN_DEAD, requests: Callable[[], int] | None = None,
+                     sweeping: Callable[[], bool] | None = None) -> Any:
     """The TTL sweeper (expired `@ttl` rows and Idempotency-Keys, physically deleted by
     `db.sweep()`, which itself keeps them a minute past their time), and auto-compaction
     (server.md §1.2): every `every_s`, compact once `compaction_due`. Both run in a worker
-    thread: they take the write lock. Tests lower `every_s` and `min_dead`."""
+    thread: they take the write lock. Tests lower `every_s` and `min_dead`. `sweeping()` false:
+    no sweep now (a replica's rows and keys go as its primary's sweep's records say)."""
     loop = asyncio.get_running_loop()
 
     async def sweep() -> None:
         while True:
             await asyncio.sleep(SWEEP_EVERY_S)
+            if sweeping is not None and not sweeping():
+                continue
             try:
                 await loop.run_in_executor(None, db.sweep)
             except Exception as e:

@@ -352,8 +352,9 @@ class Database:
     def read_only(self) -> bool:
         return self.engine.read_only
 
-    def set_read_only(self, flag: bool) -> None:
-        self.engine.set_read_only(flag)
+    def set_read_only(self, flag: bool, message: str | None = None) -> None:
+        """Refuse every write (403) with `message` (default: the server is in read-only mode)."""
+        self.engine.set_read_only(flag, message)
 
     def now(self) -> int:
         """The clock rows are compared with, in ms."""

@@ -43,6 +43,7 @@ from .scoped import authorize as authorize_scoped
 from .ttl import delete, expired
 
 log = logging.getLogger("fenecdb.engine")
+READ_ONLY = "the server is in read-only mode"
 
 Listener = Callable[[frozenset[str], int], None]
 
@@ -96,6 +97,7 @@ class Engine:
         self._observers: list[Callable[[int, list], None]] = []  # told each committed write's ops (observe)
         self.keys = Keys()  # Idempotency-Keys and their answers
         self.read_only = False
+        self.read_only_message = READ_ONLY  # the 403's words (a replica's name its primary)
         self.closed = False
         self._failed: str | None = None
         self.appender: Appender | None = None
@@ -120,8 +122,9 @@ class Engine:
             return (moment - time.time() * 1000) / 1000
         return (moment - self._clock()) / 1000
 
-    def set_read_only(self, flag: bool) -> None:
+    def set_read_only(self, flag: bool, message: str | None = None) -> None:
         self.read_only = bool(flag)
+        self.read_only_message = message or READ_ONLY
 
     def listen(self, callback: Listener) -> None:
         self._listeners.append(callback)
@@ -193,7 +196,7 @@ class Engine:
         if scope is not None:
             self._authorize(parsed, block, scope)
         if writes and self.read_only:
-            err = FenecError("denied", "the server is in read-only mode")
+            err = FenecError("denied", self.read_only_message)
             if block:
                 err.at = next(i for i, (_, s, _) in enumerate(parsed) if s.writes)
             raise err

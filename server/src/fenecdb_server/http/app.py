@@ -127,6 +127,8 @@ class App(Service):
             self.delay.cleared(req.peer)
             credentialed(scope)
         req.caller = caller
+        if req.after is not None or self.config.door_only:
+            return None  # Fenec-After, --sync-replicas: the ASGI door waits (replication.py)
         got = self.serve_now(req, raw)
         if got is not None:
             self.metrics.direct += 1

@@ -120,6 +120,11 @@ class AsgiDoor:
         if how == routing.PUBLIC:
             await self.cold(scope, receive, send)  # no data in it: no token asked
             return
+        if how == routing.REPLICATION:  # the replication token's routes, checked there
+            from .replication import serve
+
+            await serve(self.app.config.replication, scope, receive, send)
+            return
         app = self.app
         try:
             metrics = path in routing.METRICS_PATHS
@@ -222,11 +227,18 @@ class AsgiDoor:
         raw = await self.read_body(receive)
         if raw is None:
             return
+        if req.after is not None:  # read-your-writes: the change waited for first (replication.py)
+            from .replication import wait_after
+
+            refused = await wait_after(self.app.db, req)
+            if refused is not None:
+                await self.send_answer(send, refused, req)
+                return
         got = self.app.serve_now(req, raw) if len(raw) <= OFF_LOOP_BODY else None
         if got is None:
             got = await self.off_loop(req, raw)
         if isinstance(got, Answer):
-            await self.send_answer(send, got, req)
+            await self.send_confirmed(send, got, req)
             return
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
 
@@ -240,7 +252,17 @@ class AsgiDoor:
         else:
             answer = await self.await_held(future, self.app.hold(got, then), receive, req.leaving)
         if answer is not None:
-            await self.send_answer(send, answer, req)
+            await self.send_confirmed(send, answer, req)
+
+    async def send_confirmed(self, send: Send, answer: Answer, req: Request) -> None:
+        """`send_answer`, once as many replicas as `--sync-replicas` asks hold what it answers
+        (replication.py `confirm`; at once without)."""
+        node = self.app.config.replication
+        if node is not None and node.quorum is not None:
+            from .replication import confirm
+
+            answer = await confirm(node, answer)
+        await self.send_answer(send, answer, req)
 
     async def off_loop(self, req: Request, raw: bytes) -> Answer | Held:
         """`serve_now`'s work in a worker thread: the body decoded, the held claim prepared and

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .auth import Auth
 from .idempotency import DEFAULT_TTL_S
 
@@ -39,3 +41,7 @@ class Config:
         # served by fenec-server's protocol, which tells a held claim's client's close in the turn
         # it is read: one settling turn before a run is enough (held/on_asyncio.py)
         self.closes_told = closes_told
+        # replication on this server (replication/node.py `Node`), set by the command line; None: off
+        self.replication: Any = None
+        # every /query and /batch answered by the ASGI door, which can wait (--sync-replicas: for replicas)
+        self.door_only = False

@@ -32,6 +32,7 @@ HEAD_TOO_LARGE = 431
 FAULT = 500
 NOT_IMPLEMENTED = 501
 UNAVAILABLE = 503
+TIMED_OUT_GATEWAY = 504  # a Fenec-After change that did not arrive in the wait (replication.py)
 # An answer is a refusal from this status on (the metrics' errors, the access log).
 FIRST_REFUSAL = BAD_REQUEST
 

@@ -29,7 +29,7 @@ class Head:
     of a repeated header is the one kept. The direct path reads a connection's repeated head once
     (protocol.py), and this with it (`scope["fenec.head"]`)."""
 
-    __slots__ = ("length", "chunked", "auth", "wait", "idem", "origin")
+    __slots__ = ("length", "chunked", "auth", "wait", "idem", "origin", "after")
 
     def __init__(self, headers: list[tuple[bytes, bytes]]) -> None:
         self.length: bytes | None = None
@@ -38,6 +38,7 @@ class Head:
         self.wait: bytes | None = None
         self.idem: bytes | None = None
         self.origin: bytes | None = None
+        self.after: bytes | None = None  # Fenec-After (replication.py waits for it)
         for name, value in headers:
             if name == b"content-length":
                 self.length = value
@@ -51,13 +52,15 @@ class Head:
                 self.origin = value
             elif name == b"transfer-encoding":
                 self.chunked = True
+            elif name == b"fenec-after":
+                self.after = value
 
 
 class Request:
     """What the service reads of a request: where it goes, its `Head`, who sent it."""
 
-    __slots__ = ("method", "path", "target", "length", "chunked", "auth", "wait", "idem", "origin", "peer",
-                 "caller", "leaving")
+    __slots__ = ("method", "path", "target", "length", "chunked", "auth", "wait", "idem", "origin", "after",
+                 "peer", "caller", "leaving")
 
     def __init__(self, scope: dict[str, Any]) -> None:
         self.method: str = scope["method"]
@@ -74,6 +77,7 @@ class Request:
         self.wait: bytes | None = head.wait
         self.idem: bytes | None = head.idem
         self.origin: bytes | None = head.origin
+        self.after: bytes | None = head.after
         client = scope.get("client")
         self.peer: str = client[0] if client else ""
         self.caller: Caller = OPEN

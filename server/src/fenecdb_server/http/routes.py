@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from .openapi import document_bytes
+from .replication import metrics_text
 
 if TYPE_CHECKING:
     from ..database import Database
@@ -73,6 +74,7 @@ def build_routes(app: App) -> FastAPI:
     @api.api_route("/_metrics", methods=["GET", "HEAD"])
     async def metrics() -> Response:
         text = app.metrics.render(app.db, app.lines, app.connections)
+        text += metrics_text(app.config.replication)
         return Response(text, headers={"content-type": PROMETHEUS, **cors})
 
     @api.api_route("/_openapi.json", methods=["GET", "HEAD"])

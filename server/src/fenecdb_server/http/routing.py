@@ -11,7 +11,8 @@ How a route is answered, in the order its checks run (asgi.py):
 * DIRECT: `/query` and `/batch`, the service (app.py) with the data token;
 * COLD: a FastAPI route (routes.py, admin.py) with the token its path asks: a metrics token for
   METRICS_PATHS, else the data token;
-* WHOAMI: the caller's token, as the server reads it.
+* WHOAMI: the caller's token, as the server reads it;
+* REPLICATION: replication's routes (replication.py), with the replication token alone.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ PUBLIC = 2
 DIRECT = 3
 COLD = 4
 WHOAMI = 5
+REPLICATION = 6
 
 DASHBOARD_PATHS = ("/_dashboard", "/_dashboard/app.js", "/_dashboard/style.css")
 
@@ -38,6 +40,10 @@ ROUTES: dict[tuple[str, str], int] = {
     ("GET", "/_admin/backup"): COLD,
     ("GET", "/_whoami"): WHOAMI,
     ("HEAD", "/_whoami"): WHOAMI,
+    ("GET", "/_replication"): REPLICATION,
+    ("GET", "/_replication/status"): REPLICATION,
+    ("POST", "/_replication/promote"): REPLICATION,
+    ("POST", "/_replication/ack"): REPLICATION,
 }
 
 # read with a metrics token (the admin token may read them; access.md §2), whatever the method

@@ -1,0 +1,280 @@
+"""The replication routes (server.md §7), with the replication token only (access.md):
+
+* `GET /_replication?since=<n>&history=<id>`: the primary's stream (replication/feed.py has its
+  bytes): an image first when the replica's change `n` is older than what the feed keeps, or of
+  another history; then every record past it already on the primary's disk, in order, as they
+  come, with a keep-alive after a second of silence. Headers `Fenec-History` and `Fenec-Seq` (the
+  primary's change number as the stream starts). A replica is not a primary: 409.
+* `GET /_replication/status`: `{"role", "seq", "history", ...}`: a replica adds `primary`,
+  `connected`, `behind` (changes it knows of not applied yet) and `last_contact_s`; a primary
+  lists `replicas` (each one's `peer`, `sent`, `behind`) and what its `buffer` keeps.
+* `POST /_replication/promote`: a replica becomes a primary: `{"promoted":true,"seq":n,"history":id}`.
+* `POST /_replication/ack?replica=<id>&seq=<n>`: a replica's follower says its disk holds change n
+  (replication/quorum.py); `{"ok":true}`, or 404 when no stream of that replica is open.
+
+Under `--sync-replicas N`, `confirm` holds each answer carrying a `Fenec-Seq` until N replicas hold
+that change (a write's, or what a read-only `/batch` read), or answers 503 after the wait.
+
+And `wait_after`, read-your-writes (http.md §7): a `/query` or `/batch` with `Fenec-After: <n>` runs
+once this server holds change n, waiting `Fenec-Wait` ms for it (default 5 000, at most 30 000; nothing
+is held after it), else 504 with the server's change number; a value that is not a number is 400.
+
+The ASGI door (asgi.py) sends these paths here before its own token check: the replication token
+is not a data token, nor a data token this one. On a server with no `--replication-token`: 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import urllib.parse
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import TYPE_CHECKING, Any
+
+from ..errors import FenecError
+from ..replication.feed import KEEPALIVE, KEEPALIVE_S, Replica, frames
+from ..storage.format import FILE_HEADER_SIZE, file_header
+from . import errors as E
+from .bodies import dumps
+
+if TYPE_CHECKING:
+    from ..database import Database
+    from ..replication.node import Node
+    from .app import App
+    from .exchange import Answer, Request
+
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+
+JSON = (b"content-type", b"application/json; charset=utf-8")
+PATHS = ("/_replication", "/_replication/status", "/_replication/promote")
+POLL_S = 0.002  # how often a stream looks for records newly on disk while it has none to send
+IMAGE_CHUNK = 256 << 10
+
+
+async def respond(send: Send, status: int, body: bytes, extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    headers = [JSON, (b"content-length", str(len(body)).encode()), *extra]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _header(scope: MutableMapping[str, Any], name: bytes) -> str | None:
+    for k, v in scope.get("headers", ()):
+        if k == name:
+            return str(v.decode("latin-1"))
+    return None
+
+
+async def serve(node: Node | None, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+    path = scope["path"]
+    method = scope["method"]
+    if node is None:
+        await respond(send, E.NOT_FOUND, E.no_route(method, path))
+        return
+    peer = (scope.get("client") or ("", 0))[0]
+    if not node.allows(_header(scope, b"authorization")):
+        if node.delay is not None:  # the server's auth delay, as for every 401 (access.md §2.3)
+            wait = node.delay.refused(peer)
+            if wait > 0:
+                await asyncio.sleep(wait)
+        await respond(send, E.UNAUTHORIZED, E.body(E.NO_TOKEN), ((b"www-authenticate", b"Bearer"),))
+        return
+    if node.delay is not None:
+        node.delay.cleared(peer)
+    loop = asyncio.get_running_loop()
+    if path == "/_replication/status":
+        await respond(send, E.OK, dumps(node.status()))
+    elif path == "/_replication/promote":
+        done = await loop.run_in_executor(None, node.promote)
+        await respond(send, E.OK, dumps(done))
+    elif path == "/_replication/ack":
+        query = urllib.parse.parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        try:
+            seq = int(query.get("seq", [""])[0])
+        except ValueError:
+            await respond(send, E.BAD_REQUEST, E.body("seq is a change number"))
+            return
+        if node.ack(query.get("replica", [""])[0], seq):
+            await respond(send, E.OK, b'{"ok":true}')
+        else:
+            await respond(send, E.NOT_FOUND, E.body("no stream of that replica is open"))
+    else:
+        await stream(node, scope, send)
+
+
+async def stream(node: Node, scope: MutableMapping[str, Any], send: Send) -> None:
+    feed = node.feed
+    if feed is None:
+        await respond(send, E.CONFLICT, E.body(f"this server is a replica of {node.primary}: follow the primary"))
+        return
+    query = urllib.parse.parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    try:
+        since = int(query.get("since", ["0"])[0])
+        if since < 0:
+            raise ValueError
+    except ValueError:
+        await respond(send, E.BAD_REQUEST, E.body("since is a change number"))
+        return
+    history = query.get("history", [""])[0]
+    conn = scope.get("fenec.conn")
+    peer = scope.get("client") or ("?", 0)
+    replica = Replica(f"{peer[0]}:{peer[1]}", since, _header(scope, b"fenec-replica") or "")
+    image = not node.identity.continues(history, since) or not feed.fed(since)
+    await send({"type": "http.response.start", "status": E.OK, "headers": [
+        (b"content-type", b"application/octet-stream"),
+        (b"fenec-history", node.identity.history.encode()), (b"fenec-seq", str(feed.seq).encode()),
+        (b"fenec-sync-replicas", str(node.quorum.needed if node.quorum is not None else 0).encode())]})
+    await send({"type": "http.response.body", "body": file_header(), "more_body": True})
+    feed.replicas.add(replica)
+    loop = asyncio.get_running_loop()
+    try:
+        last = time.monotonic()
+        while not node.closing and feed is node.feed:
+            if conn is not None and conn.transport.is_closing():
+                return
+            got = None if image else feed.durable_after(replica.sent)
+            if got is None:
+                replica.sent = await send_image(node, send, conn, loop)
+                image = False
+                last = time.monotonic()
+                continue
+            if got:
+                replica.sent = got[-1][0]
+                await send({"type": "http.response.body", "body": frames(got), "more_body": True})
+                last = replica.last_sent = time.monotonic()
+            elif time.monotonic() - last >= KEEPALIVE_S:
+                await send({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
+                last = time.monotonic()
+            else:
+                await asyncio.sleep(POLL_S)
+        await send({"type": "http.response.body", "body": b""})
+    finally:
+        feed.replicas.discard(replica)
+
+
+async def send_image(node: Node, send: Send, conn: Any, loop: asyncio.AbstractEventLoop) -> int:
+    """A backup of the database (as `GET /_admin/backup` writes it) sent as the stream's next
+    record; answers the change number it holds."""
+    seq, _size, file = await loop.run_in_executor(None, node.db.backup_file)
+    log = node.db.log
+    if log is not None:  # only what is on the primary's disk: the image's last writes too
+        await loop.run_in_executor(None, log.sync)
+    try:
+        file.seek(FILE_HEADER_SIZE)  # the stream's own header is sent already: the snapshot record
+        while True:
+            if conn is not None and conn.transport.is_closing():
+                break
+            piece = await loop.run_in_executor(None, file.read, IMAGE_CHUNK)
+            if not piece:
+                break
+            await send({"type": "http.response.body", "body": piece, "more_body": True})
+    finally:
+        file.close()
+    return seq
+
+
+AFTER_WAIT_MS = 5_000
+AFTER_MAX_MS = 30_000
+AFTER_POLL_S = 0.005  # how often a request waiting for a change looks at the change number
+NOT_A_CHANGE = "Fenec-After is a change number"
+
+
+async def wait_after(db: Database, req: Request) -> Answer | None:
+    """None once `db` holds the change `req`'s Fenec-After names (its Fenec-Wait spent on it, so
+    the request then runs once, held by nothing); else the 400 or 504 to answer."""
+    from .exchange import Answer
+
+    assert req.after is not None
+    try:
+        change = int(req.after.strip())
+    except ValueError:
+        return Answer(E.BAD_REQUEST, E.body(NOT_A_CHANGE))
+    wait_ms = AFTER_WAIT_MS
+    if req.wait is not None:
+        try:
+            wait_ms = min(AFTER_MAX_MS, int(req.wait.strip()))
+        except ValueError:
+            return Answer(E.BAD_REQUEST, E.body(E.WAIT_NOT_MS))
+        if wait_ms < 0:
+            return Answer(E.BAD_REQUEST, E.body(E.WAIT_NOT_MS))
+    req.wait = None
+    deadline = time.monotonic() + wait_ms / 1000
+    while db.seq < change:
+        if time.monotonic() >= deadline:
+            return Answer(E.TIMED_OUT_GATEWAY, E.body(f"change {change} has not reached this server in the wait",
+                                                      seq=db.seq))
+        await asyncio.sleep(AFTER_POLL_S)
+    return None
+
+
+def metrics_text(node: Node | None) -> bytes:
+    """Replication's lines of `/_metrics` (docs/metrics.md), zeros on a server that has none."""
+    changes, seconds, replicas = 0, 0.0, 0
+    if node is not None:
+        follower = node.follower
+        if follower is not None:
+            changes, seconds = follower.behind()
+        elif node.feed is not None:
+            replicas = len(node.feed.replicas)
+    return (
+        "# HELP fenec_replication_behind_changes Changes its primary holds that this replica has not applied "
+        "(0 on a primary).\n"
+        "# TYPE fenec_replication_behind_changes gauge\n"
+        f"fenec_replication_behind_changes {changes}\n"
+        "# HELP fenec_replication_behind_seconds Seconds since this replica last held every change its primary "
+        "had (0 while level, and on a primary).\n"
+        "# TYPE fenec_replication_behind_seconds gauge\n"
+        f"fenec_replication_behind_seconds {seconds:.3f}\n"
+        "# HELP fenec_replication_replicas Replicas this primary streams to now.\n"
+        "# TYPE fenec_replication_replicas gauge\n"
+        f"fenec_replication_replicas {replicas}\n"
+    ).encode()
+
+
+async def confirm(node: Node, answer: Answer) -> Answer:
+    """`answer` once `--sync-replicas` replicas hold the change its `Fenec-Seq` names; a 503 if
+    they do not within the wait (the write stands on this primary's disk: its client is told
+    it is not safe on the replicas, never that it is)."""
+    from .exchange import Answer
+
+    quorum = node.quorum
+    if quorum is None or answer.status >= E.FIRST_REFUSAL:
+        return answer
+    seq = next((int(v) for k, v in answer.headers if k == b"fenec-seq"), 0)
+    if not seq:
+        return answer
+    log = node.db.log
+    if log is not None and log.durable < log.appended:  # --sync <ms>: replicas get it once on this disk
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, log.sync_upto, log.appended)
+        except FenecError as e:
+            return Answer(*E.answer(e))
+    if await quorum.wait(seq):
+        return answer
+    return Answer(E.UNAVAILABLE, E.body(
+        f"change {seq} is on this primary's disk but not yet on {quorum.needed} replica(s)' after "
+        f"{quorum.wait_s:g} s (--sync-replicas): a failover may lose it; retry with the same Idempotency-Key",
+        seq=seq), [(b"retry-after", b"1")])
+
+
+def attach(app: App, node: Node) -> None:
+    """Replication's hooks in the app (the command line calls it once, before serving): the node
+    its routes answer from, the auth delay its 401s wait, the door for every answer that waits
+    for replicas, and on a replica a `Fenec-Primary` header on every answer until it is promoted."""
+    from .wire import lines
+
+    app.config.replication = node
+    node.delay = app.delay
+    app.config.door_only = node.quorum is not None  # answers wait for replicas: the door can wait
+    if not node.primary:
+        return
+    header = (b"fenec-primary", node.primary.encode())
+    app.cors_headers.append(header)
+    app.cors_lines = lines(app.cors_headers)
+
+    def promoted() -> None:
+        if header in app.cors_headers:
+            app.cors_headers.remove(header)
+        app.cors_lines = lines(app.cors_headers)
+
+    node.promoted.append(promoted)

@@ -1,0 +1,277 @@
+"""The replica's side of replication: a thread that follows its primary's stream.
+
+It asks `GET /_replication?since=<its change number>&history=<its history id>` with the
+replication token, and reads the stream (feed.py has its format): each write record is applied
+as recovery replays one (engine/records.py) under the engine's write lock and appended to the
+replica's own file through the same appender as every write, so `--sync` governs the replica's
+disk as the primary's; an image replaces the whole database (`Database`'s engine state loaded
+from it, then the file compacted to it before the next record is applied: a crash in between
+leaves the old file, whose change number asks for the image again). Every record is checked as
+recovery checks one: a damaged or cut stream is dropped, never applied, and asked for again.
+
+A primary under `--sync-replicas` (its stream's `Fenec-Sync-Replicas` header above 0) is told which
+change this replica's disk holds: the acker thread posts `/_replication/ack` on a connection of its own
+each time the log's fsync covers more of the records applied, one post for all the records a sync
+covered; under `--sync <ms>` the acker syncs them itself first (one fdatasync for all that came
+meanwhile), rather than keep its primary's answers waiting for the period.
+
+Silence longer than `SILENCE_S` (the primary sends a keep-alive every second) ends the
+connection: a frozen primary or a cut link is found within it, and the follower reconnects,
+asking for what it missed, after a pause that grows from 0.1 s to 2 s while it fails.
+"""
+
+from __future__ import annotations
+
+import collections
+import http.client
+import logging
+import secrets
+import struct
+import threading
+import time
+import urllib.parse
+import zlib
+from collections.abc import Callable
+
+from ..database import Database
+from ..engine import records
+from ..errors import FenecError
+from ..storage.format import FILE_HEADER_SIZE, MAX_PAYLOAD, RECORD_HEADER_SIZE, SNAPSHOT_BIT, file_header
+from .identity import Identity
+
+log = logging.getLogger("fenecdb.replication")
+
+SILENCE_S = 5.0
+_HEAD12 = struct.Struct("<III")
+
+
+class StreamBroken(Exception):
+    """The stream ended, or a record in it failed its checks."""
+
+
+class Follower:
+    """Follows the primary at `url` into `db` (started by `start`, stopped by `stop`)."""
+
+    def __init__(self, db: Database, identity: Identity, url: str, token: str,
+                 applied: Callable[[int], None] | None = None) -> None:
+        parts = urllib.parse.urlsplit(url)
+        self.db = db
+        self.identity = identity
+        self.url = url
+        self.host = parts.hostname or "127.0.0.1"
+        self.port = parts.port or 80
+        self.token = token
+        self.applied = applied  # told each change number applied (read-your-writes waiters)
+        self.connected = False
+        self.last_contact = 0.0  # time.time() of the last bytes from the primary (0: never)
+        self.primary_seq = 0  # the primary's change number, as it last said (its stream's head, then records)
+        self.images = 0  # images received since start
+        self.records = 0  # records applied since start
+        self.level_at = time.time()  # when it last held every change it knew its primary had
+        self.ident = secrets.token_hex(8)  # this follower, to its primary (its acks counted once)
+        self.acking = False  # the primary wants acks (its --sync-replicas)
+        self.acked = 0  # the change the last ack said
+        self._applied: collections.deque[tuple[int, int]] = collections.deque()  # (ticket, change) not acked
+        self._more = threading.Event()
+        self._stop = threading.Event()
+        self._conn: http.client.HTTPConnection | None = None
+        self._thread = threading.Thread(target=self._run, name="fenec-follower", daemon=True)
+        self._acker = threading.Thread(target=self._ack_loop, name="fenec-acker", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+        self._acker.start()
+
+    def stop(self) -> None:
+        """Stop following (the current record is applied whole or not at all) and wait for it."""
+        self._stop.set()
+        self._more.set()
+        conn = self._conn
+        if conn is not None and conn.sock is not None:
+            try:
+                conn.sock.shutdown(2)
+            except OSError:
+                pass
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=10)
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def _run(self) -> None:
+        pause = 0.1
+        while not self._stop.is_set():
+            try:
+                self._follow()
+                pause = 0.1
+            except (OSError, http.client.HTTPException, StreamBroken, ValueError) as e:
+                if not self._stop.is_set():
+                    log.warning("replication: following %s: %s; reconnecting", self.url, e or type(e).__name__)
+            except Exception:
+                log.exception("replication: internal error following %s", self.url)
+            finally:
+                self.connected = False
+                conn, self._conn = self._conn, None
+                if conn is not None:
+                    conn.close()
+            if self._stop.wait(pause):
+                return
+            pause = min(2.0, pause * 2)
+
+    def _follow(self) -> None:
+        since = self.db.seq
+        query = urllib.parse.urlencode({"since": since, "history": self.identity.history})
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=SILENCE_S)
+        self._conn = conn
+        conn.request("GET", f"/_replication?{query}",
+                     headers={"authorization": f"Bearer {self.token}", "fenec-replica": self.ident})
+        resp = conn.getresponse()
+        if resp.status != 200:
+            body = resp.read(4096).decode("utf-8", "replace")
+            raise StreamBroken(f"the primary answered {resp.status}: {body}")
+        history = resp.getheader("fenec-history") or ""
+        self.primary_seq = int(resp.getheader("fenec-seq") or 0)
+        self.acking = int(resp.getheader("fenec-sync-replicas") or 0) > 0
+        self.acked = 0  # a new stream: its first ack says where this replica stands
+        if _read(resp, FILE_HEADER_SIZE) != file_header():
+            raise StreamBroken("the stream does not start with a data file's header")
+        self.connected = True
+        self.last_contact = time.time()
+        imaged = False
+        while not self._stop.is_set():
+            head = _read(resp, RECORD_HEADER_SIZE)
+            word, crc, hcrc = _HEAD12.unpack(head)
+            if zlib.crc32(head[:8]) != hcrc:
+                raise StreamBroken("a record header failed its check")
+            payload = _read(resp, word & MAX_PAYLOAD)
+            if zlib.crc32(payload) != crc:
+                raise StreamBroken("a record failed its check")
+            self.last_contact = time.time()
+            if word & SNAPSHOT_BIT:
+                self._image(payload)
+                imaged = True
+                continue
+            if not payload:  # a keep-alive: the primary has no record on its disk past ours
+                self.primary_seq = self.db.seq
+                self.level_at = self.last_contact
+                continue
+            if not imaged and self.identity.history != history:
+                self.identity.follow(self.url, history)
+            self._apply(payload)
+            imaged = False
+
+    def _apply(self, payload: bytes) -> None:
+        engine = self.db.engine
+        engine.lock.acquire_write()
+        try:
+            seq, ops = records.replay(engine, payload)
+            appender = engine.appender
+            ticket = appender.append(payload, seq, ops) if appender is not None else None
+        finally:
+            engine.lock.release_write()
+        if appender is not None:
+            appender.wait_durable(ticket)
+            if self.acking and isinstance(ticket, int):
+                self._applied.append((ticket, seq))
+                self._more.set()
+        self.records += 1
+        if seq >= self.primary_seq:
+            self.primary_seq = seq
+            self.level_at = time.time()
+        if self.applied is not None:
+            self.applied(seq)
+
+    def _image(self, payload: bytes) -> None:
+        """The whole database replaced by the image, and the file made of it (the module's
+        docstring says why before any record after it)."""
+        engine = self.db.engine
+        engine.lock.acquire_write()
+        try:
+            for name in list(engine.collections):
+                engine.catalog.remove_collection(name)
+            for key in [k for k, _ in engine.keys.items()]:
+                engine.keys.forget(key)
+            records.load_snapshot(engine, payload)
+            seq = engine.seq
+            self.images += 1
+        finally:
+            engine.lock.release_write()
+        if self.db.path is not None:
+            self.db.compact()  # the file holds the image, synced: its change is on this disk
+        if self.acking:
+            self._applied.clear()
+            self._applied.append((0, seq))
+            self._more.set()
+        if seq > self.primary_seq:
+            self.primary_seq = seq
+        log.warning("replication: re-imaged from %s at change %d", self.url, seq)
+        if self.applied is not None:
+            self.applied(seq)
+
+    def _ack_loop(self) -> None:
+        """Tell the primary the change the disk holds, as the log's fsyncs cover more (the
+        module's docstring); a failed post is tried again with the next, on a new connection."""
+        conn: http.client.HTTPConnection | None = None
+        while not self._stop.is_set():
+            self._more.wait(0.05)  # a sync under --sync <ms> comes on its own: looked for now and then
+            self._more.clear()
+            if not self.acking:
+                continue
+            log_ = self.db.log
+            applied = self._applied
+            if log_ is not None and applied and applied[-1][0] > log_.durable:
+                try:  # its primary waits: the disk now, whatever the period of --sync <ms>
+                    log_.sync_upto(applied[-1][0])
+                except FenecError:
+                    continue  # the log failed: nothing more is ever said to be on this disk
+            durable = log_.durable if log_ is not None else 0
+            upto = 0
+            while applied and applied[0][0] <= durable:
+                upto = applied.popleft()[1]
+            if upto <= self.acked:
+                continue
+            try:
+                if conn is None:
+                    conn = http.client.HTTPConnection(self.host, self.port, timeout=SILENCE_S)
+                conn.request("POST", f"/_replication/ack?replica={self.ident}&seq={upto}",
+                             headers={"authorization": f"Bearer {self.token}", "content-length": "0"})
+                conn.getresponse().read()
+                self.acked = upto
+            except (OSError, http.client.HTTPException):
+                if conn is not None:
+                    conn.close()
+                conn = None
+                applied.appendleft((0, upto))  # said again with the next
+        if conn is not None:
+            conn.close()
+
+    def behind(self) -> tuple[int, float]:
+        """Changes the primary said it had that this replica has not applied, and seconds since
+        it last held all it knew of (0 while level and connected; counted from the last contact
+        while cut off, whose lag it cannot know)."""
+        changes = max(0, self.primary_seq - self.db.seq)
+        now = time.time()
+        if not self.connected:
+            return changes, max(0.0, now - max(self.last_contact, self.level_at))
+        return changes, (max(0.0, now - self.level_at) if changes else 0.0)
+
+    def describe(self) -> dict[str, object]:
+        changes, seconds = self.behind()
+        return {"primary": self.url, "connected": self.connected,
+                "behind": changes, "behind_s": round(seconds, 3),
+                "last_contact_s": round(time.time() - self.last_contact, 3) if self.last_contact else None,
+                "images": self.images}
+
+
+def _read(resp: http.client.HTTPResponse, n: int) -> bytes:
+    """Exactly `n` bytes of the stream, or StreamBroken."""
+    if n == 0:
+        return b""
+    got = resp.read(n)
+    while len(got) < n:
+        more = resp.read(n - len(got))
+        if not more:
+            raise StreamBroken("the stream ended")
+        got += more
+    return got

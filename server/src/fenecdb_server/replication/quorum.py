@@ -1,0 +1,73 @@
+"""`--sync-replicas N`: a write is answered once N replicas hold it on their own disks.
+
+Each replica says which change its disk holds (`POST /_replication/ack`, sent by its follower as
+its fsyncs cover the records it applied: `follower.py`); the primary keeps the highest each
+replica said (`Replica.acked`, one count a replica however often it reconnects) and, on its event
+loop, wakes each answer waiting for a change once N distinct replicas are at or past it. An
+answer that waits `wait_s` without that is refused 503: the write is on the primary's disk, and
+on fewer replicas' than promised, so a failover may lose it; the client is told so, never told it
+is safe. Nothing of this runs on a server without `--sync-replicas`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from collections.abc import Callable
+
+from .feed import Feed
+
+WAIT_S = 10.0
+
+
+class Quorum:
+    """The answers waiting for N replicas, on one event loop."""
+
+    def __init__(self, feed_of: Callable[[], Feed | None], needed: int, wait_s: float = WAIT_S) -> None:
+        self.feed_of = feed_of  # () -> the current Feed or None (promotion makes a new one)
+        self.needed = needed
+        self.wait_s = wait_s
+        self._waiting: list[tuple[int, int, asyncio.Future[bool]]] = []
+        self._order = itertools.count()
+        self.refused = 0  # answers refused 503 since start
+
+    def held(self) -> int:
+        """The change N distinct replicas hold at least (0: fewer than N replicas said any)."""
+        feed = self._feed()
+        if feed is None:
+            return 0
+        best: dict[str, int] = {}
+        for r in list(feed.replicas):
+            if r.acked > best.get(r.ident, -1):
+                best[r.ident] = r.acked
+        acked = sorted(best.values(), reverse=True)
+        return acked[self.needed - 1] if len(acked) >= self.needed else 0
+
+    def _feed(self) -> Feed | None:
+        return self.feed_of()
+
+    def acked(self) -> None:
+        """A replica said more: wake the answers N replicas now cover."""
+        held = self.held()
+        waiting = self._waiting
+        while waiting and waiting[0][0] <= held:
+            _, _, fut = heapq.heappop(waiting)
+            if not fut.done():
+                fut.set_result(True)
+
+    async def wait(self, seq: int) -> bool:
+        """True once N replicas hold change `seq`; False after `wait_s` without."""
+        if seq <= self.held():
+            return True
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiting, (seq, next(self._order), fut))
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), self.wait_s)
+        except TimeoutError:
+            self.refused += 1
+            fut.cancel()
+            if len(self._waiting) > 1024:  # the given-up ones, dropped while no replica acks
+                self._waiting = [w for w in self._waiting if not w[2].done()]
+                heapq.heapify(self._waiting)
+            return False

@@ -1,0 +1,407 @@
+"""Replication against real `fenec-server` processes (server.md §7, issue 43): a replica follows
+its primary into its own file, serves reads, refuses every write naming its primary, catches up
+after a kill, a freeze or past the buffer (re-imaged), and its file is refused to a plain server.
+
+Each server is `python -m fenecdb_server.cli` (the `fenec-server` entry point, on the sources this
+interpreter imports). Conditions are waited for with generous deadlines; nothing assumes a rate.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TOKEN = "replication-secret"
+START_S = 60.0
+DEADLINE_S = 30.0
+
+
+class Server:
+    """A child server; `lines` gathers its stderr."""
+
+    def __init__(self, *argv: str) -> None:
+        self.argv = [sys.executable, "-m", "fenecdb_server.cli", "--http", "127.0.0.1:0", *argv]
+        self.lines: list[str] = []
+        self.port = 0
+        self._ready = threading.Event()
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+            if "listening on: http://" in line:
+                self.port = int(line.split("listening on: http://", 1)[1].split()[0].rsplit(":", 1)[1])
+                self._ready.set()
+        self._ready.set()
+
+    def ready(self) -> Server:
+        self._ready.wait(START_S)
+        assert self.port, "the server did not start:\n" + "\n".join(self.lines)
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def request(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None,
+                timeout: float = 30.0) -> tuple[int, dict[str, str], Any]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            data = json.dumps(body).encode() if body is not None else None
+            conn.request(method, path, body=data, headers=headers or {})
+            resp = conn.getresponse()
+            raw = resp.read()
+            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, json.loads(raw) if raw else None
+        finally:
+            conn.close()
+
+    def query(self, text: str, params: list | None = None, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], Any]:
+        body: dict[str, Any] = {"query": text}
+        if params is not None:
+            body["params"] = params
+        return self.request("POST", "/query", body, headers)
+
+    def batch(self, texts: list[str]) -> tuple[int, dict[str, str], Any]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            conn.request("POST", "/batch", body="\n".join(json.dumps({"query": t}) for t in texts).encode())
+            resp = conn.getresponse()
+            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, json.loads(resp.read())
+        finally:
+            conn.close()
+
+    def status(self) -> dict[str, Any]:
+        code, _, body = self.request("GET", "/_replication/status", headers={"authorization": f"Bearer {TOKEN}"})
+        assert code == 200, body
+        return body
+
+    def exit(self, timeout: float = 30.0) -> int:
+        return self.proc.wait(timeout)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+
+def primary(path: Path, *flags: str) -> Server:
+    return Server("--file", str(path), "--replication-token", TOKEN, "--sync", "always", *flags).ready()
+
+
+def replica(path: Path, of: Server | str, *flags: str) -> Server:
+    url = of if isinstance(of, str) else of.url
+    return Server("--file", str(path), "--replication-token", TOKEN, "--replica-of", url, *flags).ready()
+
+
+def wait_for(what: str, check: Any, deadline: float = DEADLINE_S) -> Any:
+    end = time.monotonic() + deadline
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > end:
+            raise AssertionError(f"waited {deadline} s for {what}")
+        time.sleep(0.05)
+
+
+def caught_up(p: Server, r: Server) -> bool:
+    return bool(r.status()["seq"] == p.status()["seq"])
+
+
+JOBS = "create collection jobs (payload json, run_at timestamp @sorted, owner text)"
+CLAIM = "set jobs {owner: $1, run_at: now() + 30000} where run_at <= now() order run_at limit 1 returning id"
+
+
+@pytest.fixture
+def pair(tmp_path: Path):
+    p = primary(tmp_path / "p.fenec")
+    r = replica(tmp_path / "r.fenec", p)
+    yield p, r
+    r.stop()
+    p.stop()
+
+
+def test_a_replica_serves_reads_and_refuses_every_write_naming_its_primary(pair: tuple[Server, Server]) -> None:
+    p, r = pair
+    assert p.query(JOBS)[0] == 200
+    code, headers, _ = p.query("put jobs {payload: $1, run_at: now()}", [{"n": 1}])
+    assert code == 200
+    seq = int(headers["fenec-seq"])
+    wait_for("the replica to hold the put", lambda: r.status()["seq"] >= seq)
+    code, _, rows = r.query("get jobs")
+    assert code == 200 and [row["payload"] for row in rows] == [{"n": 1}]
+    refusals = [
+        r.query("put jobs {payload: 2, run_at: now()}"),
+        r.query(CLAIM, ["w1"]),
+        r.query(CLAIM, ["w1"], headers={"fenec-wait": "2000"}),
+        r.batch(["get jobs", "put jobs {payload: 3}"]),
+    ]
+    for code, headers, body in refusals:
+        assert code == 403, body
+        assert p.url in body["error"] and "replica" in body["error"]
+        assert headers["fenec-primary"] == p.url
+    code, _, rows = r.query("get jobs")
+    assert [row["owner"] for row in rows] == [None]  # the refused claim took nothing
+    assert r.status()["role"] == "replica" and r.status()["primary"] == p.url
+    listed = p.status()["replicas"]
+    assert len(listed) == 1 and listed[0]["behind"] == 0
+
+
+def test_the_replication_routes_take_the_replication_token_only(pair: tuple[Server, Server]) -> None:
+    p, _ = pair
+    for auth in ({}, {"authorization": "Bearer wrong"}):
+        code, headers, body = p.request("GET", "/_replication/status", headers=auth)
+        assert code == 401 and "token" in body["error"]
+        code, _, _ = p.request("GET", "/_replication?since=0", headers=auth)
+        assert code == 401
+
+
+def test_a_replica_killed_and_restarted_asks_only_for_what_it_missed(tmp_path: Path) -> None:
+    p = primary(tmp_path / "p.fenec")
+    r = replica(tmp_path / "r.fenec", p)
+    try:
+        p.query(JOBS)
+        for i in range(20):
+            p.query("put jobs {payload: $1, run_at: now()}", [i])
+        wait_for("the replica to catch up", lambda: caught_up(p, r))
+        r.kill()
+        for i in range(20, 50):
+            p.query("put jobs {payload: $1, run_at: now()}", [i])
+        r = replica(tmp_path / "r.fenec", p)
+        wait_for("the restarted replica to catch up", lambda: caught_up(p, r))
+        assert r.status()["images"] == 0  # records only: no image
+        code, _, rows = r.query("get jobs")
+        assert sorted(row["payload"] for row in rows) == list(range(50))
+    finally:
+        r.stop()
+        p.stop()
+
+
+def test_a_replica_past_the_buffer_is_reimaged(tmp_path: Path) -> None:
+    p = primary(tmp_path / "p.fenec", "--replication-buffer", "1")
+    r = replica(tmp_path / "r.fenec", p)
+    try:
+        p.query(JOBS)
+        p.query("put jobs {payload: 'first', run_at: now()}")
+        wait_for("the replica to catch up", lambda: caught_up(p, r))
+        r.stop()
+        big = "x" * 100_000
+        for i in range(30):  # 3 MB of records: past the 1 MiB kept
+            p.query("put jobs {payload: $1, run_at: now()}", [{"i": i, "pad": big}])
+        p.query("del jobs where payload = 'first'")
+        assert p.status()["buffer"]["base"] > 2
+        r = replica(tmp_path / "r.fenec", p)
+        wait_for("the re-imaged replica to catch up", lambda: caught_up(p, r))
+        assert r.status()["images"] == 1, (r.status(), p.status(), r.lines)
+        code, _, rows = r.query("get jobs")
+        assert sorted(row["payload"]["i"] for row in rows) == list(range(30))
+        p.query("put jobs {payload: 'after', run_at: now()}")  # records again after the image
+        wait_for("the replica to follow after its image", lambda: caught_up(p, r))
+        assert len(r.query("get jobs")[2]) == 31
+        r.stop()
+        r = replica(tmp_path / "r.fenec", p)  # its file is the image now, plus what followed
+        assert len(r.query("get jobs")[2]) == 31
+    finally:
+        r.stop()
+        p.stop()
+
+
+def test_a_frozen_replica_catches_up(pair: tuple[Server, Server]) -> None:
+    p, r = pair
+    p.query(JOBS)
+    os.kill(r.proc.pid, signal.SIGSTOP)
+    try:
+        for i in range(30):
+            p.query("put jobs {payload: $1, run_at: now()}", [i])
+        time.sleep(1)
+    finally:
+        os.kill(r.proc.pid, signal.SIGCONT)
+    wait_for("the thawed replica to catch up", lambda: caught_up(p, r))
+    assert len(r.query("get jobs")[2]) == 30
+
+
+def test_a_replicas_file_opens_only_to_follow_or_promote(tmp_path: Path) -> None:
+    p = primary(tmp_path / "p.fenec")
+    r = replica(tmp_path / "r.fenec", p)
+    p.query(JOBS)
+    p.query("put jobs {payload: 1, run_at: now()}")
+    wait_for("the replica to catch up", lambda: caught_up(p, r))
+    history = p.status()["history"]
+    r.stop()
+    p.stop()
+    plain = Server("--file", str(tmp_path / "r.fenec"))
+    assert plain.exit() == 1
+    assert any("replica's file" in line and "--promote" in line for line in plain.lines), plain.lines
+    promoted = Server("--file", str(tmp_path / "r.fenec"), "--promote").ready()
+    try:
+        code, _, _ = promoted.query("put jobs {payload: 2, run_at: now()}")
+        assert code == 200
+        assert len(promoted.query("get jobs")[2]) == 2
+    finally:
+        promoted.stop()
+    again = Server("--file", str(tmp_path / "r.fenec"), "--replication-token", TOKEN).ready()
+    try:  # no longer a replica's file; its history forked
+        assert again.status()["role"] == "primary" and again.status()["history"] != history
+    finally:
+        again.stop()
+
+
+def test_promote_makes_a_replica_take_writes(pair: tuple[Server, Server]) -> None:
+    p, r = pair
+    p.query(JOBS)
+    p.query("put jobs {payload: 1, run_at: now()}")
+    wait_for("the replica to catch up", lambda: caught_up(p, r))
+    code, _, done = r.request("POST", "/_replication/promote", headers={"authorization": f"Bearer {TOKEN}"})
+    assert code == 200 and done["promoted"] is True and done["seq"] == p.status()["seq"]
+    assert done["history"] != p.status()["history"]
+    code, headers, rows = r.query(CLAIM, ["w1"])
+    assert code == 200 and len(rows) == 1 and "fenec-primary" not in headers
+    assert r.status()["role"] == "primary"
+
+
+@pytest.mark.parametrize(("flags", "said"), [
+    (["--replica-of", "http://127.0.0.1:1"], "--replication-token"),
+    (["--replication-token", TOKEN, "--replica-of", "https://127.0.0.1:1"], "no TLS"),
+    (["--replication-token", TOKEN, "--sync", "off"], "--sync off"),
+    (["--replication-token", TOKEN, "--replica-of", "http://127.0.0.1:1", "--promote"], "--promote"),
+])
+def test_replication_flags_are_checked(tmp_path: Path, flags: list[str], said: str) -> None:
+    s = Server("--file", str(tmp_path / "x.fenec"), *flags)
+    assert s.exit() == 2
+    assert any(said in line for line in s.lines), s.lines
+
+
+def test_fenec_after_reads_your_writes_on_a_replica_or_answers_504(pair: tuple[Server, Server]) -> None:
+    p, r = pair
+    p.query(JOBS)
+    for i in range(20):
+        code, headers, _ = p.query("put jobs {payload: $1, run_at: now()}", [i])
+    seq = int(headers["fenec-seq"])
+    code, _, rows = r.query("get jobs", headers={"fenec-after": str(seq), "fenec-wait": "20000"})
+    assert code == 200 and len(rows) == 20  # every put up to the last one's change is read
+    code, _, body = r.query("get jobs", headers={"fenec-after": str(seq + 1000), "fenec-wait": "100"})
+    assert code == 504 and body["seq"] == seq and str(seq + 1000) in body["error"]
+    code, _, body = r.query("get jobs", headers={"fenec-after": "soon"})
+    assert code == 400 and "Fenec-After" in body["error"]
+    code, _, body = r.query("get jobs", headers={"fenec-after": "1"})
+    assert code == 200
+    code, _, body = p.query("put jobs {payload: 'x'}", headers={"fenec-after": str(seq)})
+    assert code == 200  # a primary holds its own changes: no wait
+    began = time.monotonic()
+    nothing = "set jobs {owner: $1} where payload = 'none' order run_at limit 1 returning id"
+    code, _, rows = p.query(nothing, ["w9"], headers={"fenec-after": str(seq), "fenec-wait": "30000"})
+    assert code == 200 and rows == []  # Fenec-Wait was the change's wait: the claim was not held
+    assert time.monotonic() - began < 20
+
+
+def test_lag_is_in_the_status_and_the_metrics(pair: tuple[Server, Server]) -> None:
+    p, r = pair
+    p.query(JOBS)
+    wait_for("the replica to catch up", lambda: caught_up(p, r))
+
+    def metric(s: Server, name: str) -> float:
+        conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
+        conn.request("GET", "/_metrics")
+        text = conn.getresponse().read().decode()
+        conn.close()
+        return float(next(line.split()[1] for line in text.splitlines() if line.startswith(name + " ")))
+
+    wait_for("the primary to count its replica", lambda: metric(p, "fenec_replication_replicas") == 1)
+    assert metric(r, "fenec_replication_behind_changes") == 0
+    assert metric(r, "fenec_replication_behind_seconds") == 0
+    p.stop()  # the replica loses its primary: its lag grows from its last contact
+    wait_for("the lag to show", lambda: metric(r, "fenec_replication_behind_seconds") >= 1.0)
+    status = r.status()
+    assert status["connected"] is False and status["behind_s"] >= 1.0
+
+
+def test_sync_replicas_answer_a_write_once_a_replica_holds_it_else_503(tmp_path: Path) -> None:
+    p = primary(tmp_path / "p.fenec", "--sync-replicas", "1", "--sync-replicas-wait", "1")
+    code, _, body = p.query(JOBS)  # no replica yet: on the primary's disk, not confirmed
+    assert code == 503 and "replica" in body["error"] and body["seq"] == 1
+    r = replica(tmp_path / "r.fenec", p, "--sync", "always")
+    try:
+        wait_for("the replica to connect", lambda: p.status()["replicas"])
+        for i in range(10):
+            code, headers, _ = p.query("put jobs {payload: $1, run_at: now()}", [i])
+            assert code == 200
+            seq = int(headers["fenec-seq"])
+            # answered: the replica said its disk holds it, so it has it now, no wait
+            assert r.status()["seq"] >= seq
+        assert p.status()["synced"] >= seq
+        r.kill()
+        code, _, body = p.query("put jobs {payload: 'lone', run_at: now()}")
+        assert code == 503 and body["seq"] == seq + 1
+    finally:
+        r.stop()
+        p.stop()
+
+
+def test_a_replica_cut_off_or_frozen_by_the_fault_proxy_catches_up(tmp_path: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "conformance"))
+    from fault_layer import Proxy
+
+    p = primary(tmp_path / "p.fenec")
+    proxy = Proxy()
+    proxy.start(p.port)
+    r = replica(tmp_path / "r.fenec", proxy.url)
+    try:
+        p.query(JOBS)
+        wait_for("the replica to follow through the proxy", lambda: caught_up(p, r))
+        for fault in (proxy.cut, proxy.freeze, proxy.refuse):
+            fault()  # the stream broken, or silent, or no connection taken
+            for _ in range(10):
+                p.query("put jobs {payload: $1, run_at: now()}", [fault.__name__])
+            proxy.pass_()
+            wait_for(f"the replica to catch up after a {fault.__name__}", lambda: caught_up(p, r))
+        assert proxy.cut_conns >= 1
+        assert len(r.query("get jobs")[2]) == 30
+        assert r.status()["images"] == 0  # it asked for what it missed, never the whole
+    finally:
+        r.stop()
+        proxy.close()
+        p.stop()
+
+
+def test_a_restarted_primary_feeds_its_replica_on_from_its_file(tmp_path: Path) -> None:
+    p = primary(tmp_path / "p.fenec")
+    r = replica(tmp_path / "r.fenec", p)
+    try:
+        p.query(JOBS)
+        p.query("put jobs {payload: 1, run_at: now()}")
+        wait_for("the replica to catch up", lambda: caught_up(p, r))
+        r.stop()
+        p.query("put jobs {payload: 2, run_at: now()}")  # the replica misses this one
+        port = p.port
+        p.stop()
+        p = Server("--file", str(tmp_path / "p.fenec"), "--replication-token", TOKEN, "--sync", "always",
+                   "--http", f"127.0.0.1:{port}").ready()  # the same address: the replica's --replica-of
+        p.query("put jobs {payload: 3, run_at: now()}")
+        r = replica(tmp_path / "r.fenec", p)
+        wait_for("the replica to catch up with the restarted primary", lambda: caught_up(p, r))
+        assert r.status()["images"] == 0  # the records it missed, read back from the primary's file
+        assert sorted(row["payload"] for row in r.query("get jobs")[2]) == [1, 2, 3]
+    finally:
+        r.stop()
+        p.stop()
