@@ -332,21 +332,20 @@ class Engine:
             self._authorize(parsed, len(statements) > 1, scope)
         return make_hold(self.catalog, parsed, scope=scope)
 
-    def observe(self, note: Callable[[int, list], None]) -> int:
+    def observe(self, note: Callable[[int, list], None], locked: bool = False) -> int:
         """From now on call `note(seq, ops)` after each committed write, under the write lock, with
         the ops of its record (engine/records.py): it must only note, never read or write. Returns
-        the change it starts after. (held/written.py keeps the ids claims that bid look among.)"""
+        the change it starts after. (held/written.py keeps the ids claims that bid look among.)
+        `locked`: the caller holds a lock of the engine already (a capped claim's books, limits.py)."""
+        if locked:
+            self._observers.append(note)
+            return self.seq
         self.lock.acquire_write()
         try:
             self._observers.append(note)
             return self.seq
         finally:
             self.lock.release_write()
-
-    def add_observer(self, note: Callable[[int, list], None]) -> None:
-        """`observe` for a caller that already holds a lock of the engine (a claim under the
-        write lock, a look under the read lock: no commit runs meanwhile)."""
-        self._observers.append(note)
 
     def unobserve(self, note: Callable[[int, list], None]) -> None:
         self.lock.acquire_write()
@@ -388,7 +387,7 @@ def run_write(eng: Engine, fn: Callable[[Block], Any]) -> Any:
     record when it holds any op, put back whole when `fn` raises; answer what `fn` answers
     (engine/schedules.py fires through this)."""
     if eng.read_only:
-        raise FenecError("denied", "the server is in read-only mode")
+        raise FenecError("denied", eng.read_only_message)
     if eng.closed:
         raise FenecError("unavailable", "the database is closed")
     if eng.failed is not None:

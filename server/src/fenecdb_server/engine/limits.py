@@ -62,11 +62,11 @@ if TYPE_CHECKING:
 
 class Feed(Protocol):
     """What the books need of the engine: its change number, and a write observer added while a
-    lock of it is held (engine.py `add_observer`)."""
+    lock of it is held (engine.py `observe`, `locked`)."""
 
     seq: int
 
-    def add_observer(self, note: Callable[[int, list], None]) -> None: ...
+    def observe(self, note: Callable[[int, list], None], locked: bool = False) -> int: ...
 
 
 def _key(row: dict, by: str | None) -> Any:
@@ -444,7 +444,7 @@ def books(controls: Controls) -> Books:
                 feed = controls.feed
                 assert feed is not None  # set by the engine that owns the catalog
                 got = Books(feed)
-                feed.add_observer(got.note)
+                feed.observe(got.note, locked=True)
                 controls.books = got
     return got
 
