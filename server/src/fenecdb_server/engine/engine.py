@@ -123,8 +123,7 @@ class Engine:
         return (moment - self._clock()) / 1000
 
     def set_read_only(self, flag: bool, message: str | None = None) -> None:
-        self.read_only = bool(flag)
-        self.read_only_message = message or READ_ONLY
+        self.read_only, self.read_only_message = bool(flag), message or READ_ONLY
 
     def listen(self, callback: Listener) -> None:
         self._listeners.append(callback)
