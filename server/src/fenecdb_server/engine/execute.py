@@ -235,22 +235,8 @@ def run_set(eng: Catalog, p: Prepared, env: Env, blk: Block) -> Any:
                 raise  # a set of every match: an error on any row refuses it whole
             picked, news = _pass_over(coll, p, env)
     if picked:
-        schema = coll.schema
         blk.touch(coll)
-        undo = blk.undo
-        if coll.unique and not U.unchanged(coll, picked, news):
-            # Each row is checked against the rows before it already written (§4.4).
-            alive = p.alive
-            for old, new in zip(picked, news, strict=False):
-                if coll.required:
-                    check_required(schema, new)
-                coll.unique_check(new, (lambda r: alive(r, env)) if alive else (lambda r: True), undo)
-                coll.replace(old, new, undo)
-        else:
-            if coll.required:
-                for new in news:
-                    check_required(schema, new)
-            coll.replace_all(picked, news, undo)
+        _write(coll, p, env, blk.undo, picked, news, bool(coll.unique) and not U.unchanged(coll, picked, news))
         name = coll.name
         blk.ops += [("p", name, new["id"], new) for new in news]
         blk.writes += 1
@@ -260,6 +246,25 @@ def run_set(eng: Catalog, p: Prepared, env: Env, blk: Block) -> Any:
     if p.cols is not None:
         return render(p.cols, news if picked else [], env)
     return {"affected": len(picked)}
+
+
+def _write(coll: Collection, p: Prepared, env: Env, undo: list, olds: list[dict], news: list[dict],
+           unique: bool) -> None:
+    """A set's picked rows replaced by their new forms: with `unique`, one at a time, each checked
+    against the rows before it already written (§4.4); else all at once."""
+    schema = coll.schema
+    if unique:
+        alive = p.alive
+        for old, new in zip(olds, news, strict=False):
+            if coll.required:
+                check_required(schema, new)
+            coll.unique_check(new, (lambda r: alive(r, env)) if alive else (lambda r: True), undo)
+            coll.replace(old, new, undo)
+        return
+    if coll.required:
+        for new in news:
+            check_required(schema, new)
+    coll.replace_all(olds, news, undo)
 
 
 def _set_many(coll: Collection, p: Prepared, env: Env, blk: Block, picked: list[dict]) -> Any:
@@ -280,25 +285,12 @@ def _set_many(coll: Collection, p: Prepared, env: Env, blk: Block, picked: list[
             raise
         picked, news = _pass_over(coll, p, env)
     if picked:
-        schema = coll.schema
         blk.touch(coll)
-        undo = blk.undo
-        alive = p.alive
         name = coll.name
         for at in range(0, len(picked), PACE_ROWS):
             hand_over()
-            olds, part = picked[at:at + PACE_ROWS], news[at:at + PACE_ROWS]
-            if coll.unique:
-                for old, new in zip(olds, part, strict=False):
-                    if coll.required:
-                        check_required(schema, new)
-                    coll.unique_check(new, (lambda r: alive(r, env)) if alive else (lambda r: True), undo)
-                    coll.replace(old, new, undo)
-            else:
-                if coll.required:
-                    for new in part:
-                        check_required(schema, new)
-                coll.replace_all(olds, part, undo)
+            part = news[at:at + PACE_ROWS]
+            _write(coll, p, env, blk.undo, picked[at:at + PACE_ROWS], part, bool(coll.unique))
             blk.ops += [("p", name, new["id"], new) for new in part]
         blk.writes += 1
         blk.taken += len(picked)
