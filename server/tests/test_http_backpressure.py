@@ -220,9 +220,9 @@ def test_a_large_statement_hands_the_loop_a_turn_every_thousand_rows(kind: str) 
     to its last (compiled code passes none of the interpreter's switch points), and the health
     checks sent meanwhile were answered before or after its run: 7 to 14 between the statement's
     send and its answer, measured. Compared with the run's own length, never with a time: a
-    health poller on its own connection, at least three answers that both began and ended inside
-    the run, and no wait of the loop between them past a share of the run (a ratio, so a machine
-    twice as fast, or twice as loaded, reads the same)."""
+    health poller on its own connection, and no wait of the loop inside the run (to the first
+    answer, between two, after the last) past a share of the run: a ratio, so a machine twice as
+    fast, or twice as loaded, reads the same. No answer at all is one wait as long as the run."""
     s = Server("--max-write-rows", "0")
     try:
         with s.client() as c:
@@ -257,7 +257,7 @@ def test_a_large_statement_hands_the_loop_a_turn_every_thousand_rows(kind: str) 
         # unpaced step, the claim's record encoded in one call (bench/pacing_stretches.py).
         ends = [t0] + [end for _, end in inside] + [t1]
         longest = max(b - a for a, b in zip(ends, ends[1:], strict=False))
-        assert len(inside) >= 3 and longest < LONGEST_SHARE[kind] * (t1 - t0), (kind, len(inside), longest, t1 - t0)
+        assert longest < LONGEST_SHARE[kind] * (t1 - t0), (kind, len(inside), longest, t1 - t0)
     finally:
         assert s.stop() == 0
 
