@@ -4,8 +4,10 @@ answer makes it do, over fake answers. No server needed; the live cases are conf
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import fenecdb
 import pytest
@@ -14,6 +16,7 @@ from fenecdb import ForbiddenError, UnavailableError, expr, inc, raw
 from fenecdb._http11 import Answer
 
 P, R, S = "http://p.test:8080", "http://r.test:8080", "http://s.test:8080"
+CONTRACT = json.loads((Path(__file__).resolve().parents[3] / "conformance" / "worker-contract.json").read_text())
 REFUSAL = {"error": f"this server is a replica: send writes and claims to its primary, {P}"}
 
 
@@ -192,6 +195,9 @@ def test_a_worker_tells_a_change_of_primary_as_a_primary_event() -> None:
     assert worker.claim(wait=0) == []
     assert [r.server for r in cap.requests] == [R, P]
     assert [e for e in events if e["type"] == "primary"] == [{"type": "primary", "worker": "w", "url": P}]
+    fields = CONTRACT["events"]["fields"]
+    assert CONTRACT["events"]["type_names"]["python"]["primary"] == "primary"
+    assert {"type"} | {fields[f]["python"] for f in CONTRACT["events"]["types"]["primary"]["fields"]} == set(events[0])
     worker.claim(wait=0)
     assert len([e for e in events if e["type"] == "primary"]) == 1  # told once per change
 
