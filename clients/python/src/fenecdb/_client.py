@@ -75,6 +75,7 @@ class _ClientCore:
 
     _wire: Wire
     _servers: Servers
+    _closed = False  # once closed, no pool is opened for a server named later
 
     def _setup(self, url: str | Sequence[str], token: str | None, timeout: float | None,
                read_from: str) -> Target:
@@ -139,6 +140,8 @@ class Client(_ClientCore):
             return self._transport(replace(request, server=url))
         pool = self._pools.get(url)
         if pool is None:
+            if self._closed:
+                raise RuntimeError("the client is closed")
             pool = self._pools.setdefault(url, Pool(Target(url)))
         return pool.send(request, watch)
 
@@ -175,6 +178,7 @@ class Client(_ClientCore):
         return self._run(self._batch(statements, idempotency_key, wait))
 
     def close(self) -> None:
+        self._closed = True
         for pool in list(self._pools.values()):
             pool.close()
 
@@ -202,6 +206,8 @@ class AsyncClient(_ClientCore):
             return await made if inspect.isawaitable(made) else made
         pool = self._pools.get(url)
         if pool is None:
+            if self._closed:
+                raise RuntimeError("the client is closed")
             pool = self._pools.setdefault(url, AsyncPool(Target(url)))
         return await pool.send(request)
 
@@ -235,6 +241,7 @@ class AsyncClient(_ClientCore):
         return await self._run(self._batch(statements, idempotency_key, wait))
 
     async def aclose(self) -> None:
+        self._closed = True
         for pool in list(self._pools.values()):
             await pool.aclose()
 
