@@ -352,7 +352,10 @@ async function runSwarm(sc, ops, ctx) {
     if (acks.size + deadKeys.size >= jobs.length) finish();
   };
 
-  const record = (key, owner, attempts) => {
+  // conformance/README.md, Timing: a claim counts as made when its answer came, its lease as ending
+  // lease_ms after its request was sent (the server starts the lease when it runs the claim, which a
+  // loaded machine may answer long after)
+  const record = (key, owner, attempts, sent) => {
     const at = now();
     const job = byKey.get(key);
     const list = claims.get(key) ?? [];
@@ -362,7 +365,7 @@ async function runSwarm(sc, ops, ctx) {
       else if (job?.behaviour === 'forget') reclaimedAfterLapse++;
     }
     if (job && job.delay > 0 && at < enqueuedAt.get(key) + job.delay - tol) claimedBeforeDue++;
-    const c = { owner, at, leaseEnd: at + w.lease_ms, attempts };
+    const c = { owner, at, leaseEnd: sent + w.lease_ms, attempts };
     list.push(c);
     claims.set(key, list);
     maxAttempts = Math.max(maxAttempts, attempts);
@@ -413,9 +416,10 @@ async function runSwarm(sc, ops, ctx) {
         while (now() < until) {
           await sleep(Math.min(every, until - now()), stop.signal);
           if (now() >= until) break;
+          const sent = now();
           const r = settle(await o.extend(row.id, c.owner, w.lease_ms));
           if (r !== 'ok') return;
-          c.leaseEnd = now() + w.lease_ms;
+          c.leaseEnd = sent + w.lease_ms;
         }
         return ack();
       }
@@ -430,13 +434,14 @@ async function runSwarm(sc, ops, ctx) {
     while (!stop.signal.aborted) {
       const owner = `w${i + 1}:${++counter}`;
       let rows;
+      const sent = now();
       try {
         ({ rows } = await o.claim({ owner, batch: w.batch, leaseMs: w.lease_ms, waitMs: w.wait_ms, signal: stop.signal }));
       } catch (e) {
         if (stop.signal.aborted) return;
         throw e;
       }
-      const taken = rows.map((row) => [row, record(keyOf(row), owner, row.attempts)]);
+      const taken = rows.map((row) => [row, record(keyOf(row), owner, row.attempts, sent)]);
       await Promise.all(taken.map(([row, c]) => work(o, row, c).catch((e) => {
         if (!stop.signal.aborted) throw e;
       })));
