@@ -583,7 +583,7 @@ def main(argv: list[str]) -> int:
                 took = time.monotonic() - started
                 if run.skipped and not run.failures:
                     skipped += 1
-                    print(f"SKIP {sdk}: {scenario['name']}: {run.skipped}", flush=True)
+                    print(f"SKIP {sdk}: {scenario['name']} ({took:.1f} s): {run.skipped}", flush=True)
                 elif run.failures:
                     failed += 1
                     print(f"FAIL {sdk}: {scenario['name']} ({took:.1f} s)", flush=True)
