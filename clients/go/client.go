@@ -10,7 +10,7 @@ package fenecdb
 // parent.
 //
 // Servers (New's url, then WithServers'): the client keeps one of them as its primary, at first the
-// first, and sends every write, claim and batch there. The primary moves, for every copy at once, when
+// first, and sends every write, claim and batch there. Within one call the request moves on when
 //   - a server answers 403 with Fenec-Primary (a replica: nothing was done there): that URL becomes the
 //     primary (added to the list when it is not in it) and the request is sent there at once, at most
 //     maxHops times in one call, then the 403 is the caller's;
@@ -19,6 +19,7 @@ package fenecdb
 //     caller's). A request that was sent and whose answer was lost is never re-sent here;
 //   - a server answers 503 with Retry-After while the list has several: the 503 is the caller's, and its
 //     next request goes to the next server.
+// and the server the call ended on becomes the primary, for every copy at once.
 // With WithReadFrom(Replica) the builder's reads (Rows, First, Count, RowsAs) and Read go to a server of
 // the list that is not the primary, with Fenec-After: Seq() once the client has seen a seq, so they see
 // this client's own writes; a 504 (the replica is behind) or a replica that cannot be reached sends the
@@ -33,6 +34,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -242,6 +244,9 @@ func (c *Client) bound(ctx context.Context) (context.Context, context.CancelFunc
 	return context.WithTimeout(ctx, limit)
 }
 
+// toPrimary sends to the primary, following a replica's 403 and moving on from a server it cannot
+// reach, and makes the server it ended on the primary once, at the end of the call: concurrent calls
+// and the primary event see a change, not each hop of a failover under way.
 func (c *Client) toPrimary(ctx context.Context, path, contentType string, body []byte) (answer, error) {
 	url := c.route.current()
 	failed := map[string]bool{}
@@ -249,24 +254,23 @@ func (c *Client) toPrimary(ctx context.Context, path, contentType string, body [
 		a, err := c.post(ctx, url, path, contentType, body, 0)
 		var e *Error
 		switch {
-		case err == nil:
-			return a, nil
-		case errors.As(err, &e) && e.Status == http.StatusForbidden && e.Primary != "" && hops < maxHops:
-			hops++
-			url = c.route.follow(e.Primary)
+		case errors.As(err, &e) && e.Status == http.StatusForbidden && e.Primary != "":
+			url = c.route.add(e.Primary)
+			if hops++; hops <= maxHops {
+				continue
+			}
 		case notSent(err) && ctx.Err() == nil:
 			failed[url] = true
-			next, ok := c.route.advance(url, failed)
-			if !ok {
-				return a, err
-			}
+			next, untried := c.route.after(url, failed)
 			url = next
-		default:
-			if errors.As(err, &e) && e.Status == http.StatusServiceUnavailable && e.retryAfter {
-				c.route.advance(url, nil) // the next attempt tries another server
+			if untried {
+				continue
 			}
-			return a, err
+		case errors.As(err, &e) && e.Status == http.StatusServiceUnavailable && e.retryAfter:
+			url, _ = c.route.after(url, nil) // the next attempt tries another server
 		}
+		c.route.set(url)
+		return a, err
 	}
 }
 
@@ -652,17 +656,15 @@ type route struct {
 	watchID  int
 }
 
-func (r *route) add(url string) int {
+// add puts url in the list when it is not there, and answers it as listed.
+func (r *route) add(url string) string {
 	url = strings.TrimRight(url, "/")
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for i, s := range r.servers {
-		if s == url {
-			return i
-		}
+	if !slices.Contains(r.servers, url) {
+		r.servers = append(r.servers, url)
 	}
-	r.servers = append(r.servers, url)
-	return len(r.servers) - 1
+	return url
 }
 
 func (r *route) current() string {
@@ -671,47 +673,29 @@ func (r *route) current() string {
 	return r.servers[r.primary]
 }
 
-// follow makes url (a replica's Fenec-Primary) the primary, and answers it.
-func (r *route) follow(url string) string {
-	i := r.add(url)
-	r.set(i)
-	return r.servers[i]
-}
-
-// advance makes the server after from (round robin) that is not in failed the primary, and answers it;
-// false when every server is in failed.
-func (r *route) advance(from string, failed map[string]bool) (string, bool) {
+// after answers the server after from, round robin, that is not in failed; with every server failed,
+// the one right after from, and false.
+func (r *route) after(from string, failed map[string]bool) (string, bool) {
 	r.mu.Lock()
-	start := 0
-	for i, s := range r.servers {
-		if s == from {
-			start = i
-		}
-	}
-	next := -1
+	defer r.mu.Unlock()
+	start := max(0, slices.Index(r.servers, from))
 	for k := 1; k <= len(r.servers); k++ {
-		if i := (start + k) % len(r.servers); !failed[r.servers[i]] {
-			next = i
-			break
+		if s := r.servers[(start+k)%len(r.servers)]; !failed[s] {
+			return s, true
 		}
 	}
-	r.mu.Unlock()
-	if next < 0 {
-		return "", false
-	}
-	r.set(next)
-	return r.servers[next], true
+	return r.servers[(start+1)%len(r.servers)], false
 }
 
-// set makes server i the primary and tells the watchers when it changed.
-func (r *route) set(i int) {
+// set makes url (one of the list) the primary, and tells the watchers when it changed.
+func (r *route) set(url string) {
 	r.mu.Lock()
-	if r.primary == i {
+	i := slices.Index(r.servers, url)
+	if i < 0 || r.primary == i {
 		r.mu.Unlock()
 		return
 	}
 	r.primary = i
-	url := r.servers[i]
 	watchers := make([]func(string), 0, len(r.watchers))
 	for _, w := range r.watchers {
 		watchers = append(watchers, w)

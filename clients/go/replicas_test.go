@@ -97,7 +97,7 @@ func TestUnreachableServerMovesOn(t *testing.T) {
 	}
 	// from the last server, round robin wraps to the first
 	db = New(down1, WithServers(live.URL, down2))
-	db.route.set(2)
+	db.route.set(down2)
 	if _, err := db.Exec(bg, "put jobs {a: 2}"); err != nil || db.Primary() != live.URL {
 		t.Fatalf("Exec: %v; primary %s", err, db.Primary())
 	}
@@ -190,7 +190,7 @@ func TestReplicaReadsCarryTheSeq(t *testing.T) {
 	}
 	// a client never given a seq sends no Fenec-After; one server alone reads from it
 	fresh := New(r.URL, WithServers(p.URL), WithReadFrom(Replica))
-	fresh.route.set(1)
+	fresh.route.set(p.URL)
 	mu.Lock()
 	behind = false
 	mu.Unlock()
