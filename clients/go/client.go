@@ -13,7 +13,8 @@ package fenecdb
 // first, and sends every write, claim and batch there. Within one call the request moves on when
 //   - a server answers 403 with Fenec-Primary (a replica: nothing was done there): that URL becomes the
 //     primary (added to the list when it is not in it) and the request is sent there at once, at most
-//     maxHops times in one call, then the 403 is the caller's;
+//     maxHops times in one call, then the 403 is the caller's; a 403 naming a server the call could not
+//     reach answers that failure instead (a failover under way: the primary it names is gone);
 //   - a connection cannot be opened (nothing was sent): the next server of the list, round robin, and
 //     the request is sent there, until each server has failed once in the call (then its error is the
 //     caller's). A request that was sent and whose answer was lost is never re-sent here;
@@ -76,7 +77,7 @@ func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = 
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
 
 // WithServers adds servers after New's url: the primary and replicas of one database, in any order. The
-// client's primary is at first New's url and follows the servers' answers (see Primary).
+// client's primary is at first New's url and follows the servers' answers (see URL).
 func WithServers(urls ...string) Option {
 	return func(c *Client) {
 		for _, u := range urls {
@@ -120,8 +121,16 @@ func New(url string, opts ...Option) *Client {
 	return c
 }
 
-// Primary is the URL this client sends writes and claims to now.
-func (c *Client) Primary() string { return c.route.current() }
+// URL is the server this client sends writes and claims to now: its primary (see the package's comment
+// on servers).
+func (c *Client) URL() string { return c.route.current() }
+
+// Servers is the client's list of servers: New's url, WithServers', then any primary a replica named.
+func (c *Client) Servers() []string {
+	c.route.mu.Lock()
+	defer c.route.mu.Unlock()
+	return slices.Clone(c.route.servers)
+}
 
 // Seq is the highest change counter (Fenec-Seq) this client and its copies have seen.
 func (c *Client) Seq() int64 { return c.seq.Load() }
@@ -249,18 +258,25 @@ func (c *Client) bound(ctx context.Context) (context.Context, context.CancelFunc
 // and the primary event see a change, not each hop of a failover under way.
 func (c *Client) toPrimary(ctx context.Context, path, contentType string, body []byte) (answer, error) {
 	url := c.route.current()
-	failed := map[string]bool{}
+	failed := map[string]error{} // the servers this call could not reach, and how
 	for hops := 0; ; {
 		a, err := c.post(ctx, url, path, contentType, body, 0)
 		var e *Error
 		switch {
 		case errors.As(err, &e) && e.Status == http.StatusForbidden && e.Primary != "":
-			url = c.route.add(e.Primary)
+			named := c.route.add(e.Primary)
+			if unreached := failed[named]; unreached != nil {
+				// the primary it names could not be reached in this call (a failover under way): that
+				// failure is the caller's, retried as any connection that could not be opened
+				c.route.set(url)
+				return a, unreached
+			}
+			url = named
 			if hops++; hops <= maxHops {
 				continue
 			}
 		case notSent(err) && ctx.Err() == nil:
-			failed[url] = true
+			failed[url] = err
 			next, untried := c.route.after(url, failed)
 			url = next
 			if untried {
@@ -675,12 +691,12 @@ func (r *route) current() string {
 
 // after answers the server after from, round robin, that is not in failed; with every server failed,
 // the one right after from, and false.
-func (r *route) after(from string, failed map[string]bool) (string, bool) {
+func (r *route) after(from string, failed map[string]error) (string, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	start := max(0, slices.Index(r.servers, from))
 	for k := 1; k <= len(r.servers); k++ {
-		if s := r.servers[(start+k)%len(r.servers)]; !failed[s] {
+		if s := r.servers[(start+k)%len(r.servers)]; failed[s] == nil {
 			return s, true
 		}
 	}

@@ -66,7 +66,7 @@ func ExampleWithReadFrom() {
 	if _, err := db.From("notes").Insert(ctx, fenecdb.D("id", 1, "text", "hello")); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(db.Primary() == primary)
+	fmt.Println(db.URL() == primary)
 	// a read goes to the replica with Fenec-After: db.Seq(), so it waits there for the put above
 	row, err := db.From("notes").Where("id", "=", 1).First(ctx)
 	fmt.Println(row["text"], err)

@@ -52,8 +52,8 @@ func TestReplicaRefusalIsFollowed(t *testing.T) {
 	if body != `{"query":"put jobs {a: 1}","params":[]}` || req.Header.Get("Idempotency-Key") != "k1" {
 		t.Fatalf("the primary was sent %s with key %q", body, req.Header.Get("Idempotency-Key"))
 	}
-	if db.Primary() != p.URL || keyed.Primary() != p.URL {
-		t.Fatalf("primary %s and %s, want %s", db.Primary(), keyed.Primary(), p.URL)
+	if db.URL() != p.URL || keyed.URL() != p.URL {
+		t.Fatalf("primary %s and %s, want %s", db.URL(), keyed.URL(), p.URL)
 	}
 	if _, err := db.Exec(bg, "put jobs {a: 2}"); err != nil || r.count() != 1 || p.count() != 2 {
 		t.Fatalf("second write: %v; replica asked %d times, primary %d", err, r.count(), p.count())
@@ -92,14 +92,21 @@ func TestUnreachableServerMovesOn(t *testing.T) {
 	live := fake(t, nil)
 	down1, down2 := nobody(t), nobody(t)
 	db := New(down1, WithServers(down2, live.URL))
-	if _, err := db.Exec(bg, "put jobs {a: 1}"); err != nil || live.count() != 1 || db.Primary() != live.URL {
-		t.Fatalf("Exec: %v; the live server asked %d times; primary %s", err, live.count(), db.Primary())
+	if _, err := db.Exec(bg, "put jobs {a: 1}"); err != nil || live.count() != 1 || db.URL() != live.URL {
+		t.Fatalf("Exec: %v; the live server asked %d times; primary %s", err, live.count(), db.URL())
 	}
 	// from the last server, round robin wraps to the first
 	db = New(down1, WithServers(live.URL, down2))
 	db.route.set(down2)
-	if _, err := db.Exec(bg, "put jobs {a: 2}"); err != nil || db.Primary() != live.URL {
-		t.Fatalf("Exec: %v; primary %s", err, db.Primary())
+	if _, err := db.Exec(bg, "put jobs {a: 2}"); err != nil || db.URL() != live.URL {
+		t.Fatalf("Exec: %v; primary %s", err, db.URL())
+	}
+
+	// a replica naming a server this call could not reach: that server's failure is the caller's
+	r := replicaOf(t, down1)
+	db = New(down1, WithServers(r.URL))
+	if _, err := db.Exec(bg, "put jobs {a: 3}"); !notSent(err) || r.count() != 1 || db.URL() != r.URL {
+		t.Fatalf("a replica naming a primary that is gone: %v after %d requests, primary %s", err, r.count(), db.URL())
 	}
 
 	start := time.Now()
@@ -185,8 +192,8 @@ func TestReplicaReadsCarryTheSeq(t *testing.T) {
 	}
 
 	down := New(p.URL, WithServers(nobody(t)), WithReadFrom(Replica))
-	if rows, err := down.From("jobs").Rows(bg); err != nil || rows[0]["from"] != "primary" || down.Primary() != p.URL {
-		t.Fatalf("Rows with the replica down: %v %v, primary %s", rows, err, down.Primary())
+	if rows, err := down.From("jobs").Rows(bg); err != nil || rows[0]["from"] != "primary" || down.URL() != p.URL {
+		t.Fatalf("Rows with the replica down: %v %v, primary %s", rows, err, down.URL())
 	}
 	// a client never given a seq sends no Fenec-After; one server alone reads from it
 	fresh := New(r.URL, WithServers(p.URL), WithReadFrom(Replica))
@@ -260,10 +267,10 @@ func TestWorkerGivenAReplicaWorksThePrimary(t *testing.T) {
 	checkEventFields(t, log.events)
 }
 
-// TestWorkerRetriesAReplicaPastItsHops: a 403 naming a primary that reaches the worker (the replica
-// names a primary that is gone: a failover under way) is retried, not the end of Run; once the replica
-// takes writes (promoted), the worker goes on there.
-func TestWorkerRetriesAReplicaPastItsHops(t *testing.T) {
+// TestWorkerRetriesWhileTheReplicaNamesAGonePrimary: while the replica names a primary that cannot be
+// reached (a failover under way), each call fails with that connection's error, which the worker
+// retries, never the end of Run; once the replica takes writes (promoted), the worker goes on there.
+func TestWorkerRetriesWhileTheReplicaNamesAGonePrimary(t *testing.T) {
 	gone := nobody(t)
 	var mu sync.Mutex
 	promoted, acked := false, false
@@ -293,8 +300,8 @@ func TestWorkerRetriesAReplicaPastItsHops(t *testing.T) {
 	eventually(t, "the job acked on the promoted replica", func() bool { mu.Lock(); defer mu.Unlock(); return acked })
 	stop()
 	returned(t, done, 30*time.Second)
-	if db := w.DB; db.Primary() != r.URL {
-		t.Fatalf("primary %s, want the promoted %s", db.Primary(), r.URL)
+	if db := w.DB; db.URL() != r.URL {
+		t.Fatalf("primary %s, want the promoted %s", db.URL(), r.URL)
 	}
 	checkEventFields(t, log.events)
 }

@@ -34,9 +34,9 @@ package fenecdb
 // full jitter), the claim under the same owner and Idempotency-Key so that a retry after a lost answer is
 // answered the jobs the first try took. Acks, fails, dead letters and give backs have keys of their own,
 // and so has each job's extend at each beat; an extend is tried again after at most a Heartbeat.
-// Any other refusal (a 4xx but a lost lease's 412) stops the run gracefully and Run returns it, but a
-// replica's 403 that names a primary: the client follows those itself, and one that still reaches the
-// worker is a failover under way (the replica names a primary that is gone), retried as a 5xx is.
+// Any other refusal (a 4xx but a lost lease's 412) stops the run gracefully and Run returns it. A
+// replica's 403 never reaches the worker while a failover is under way: the client follows it, and one
+// naming a primary that cannot be reached answers that connection's failure, retried as above.
 //
 // Every call goes through the client's primary (client.go: it follows a replica's 403 and a server that
 // cannot be reached); each time the primary changes while Run runs, a primary event tells its URL.
@@ -310,9 +310,8 @@ func (w *Worker) retryDelay(n int) time.Duration {
 	return time.Duration(rand.Int64N(int64(limit) + 1))
 }
 
-// transient tells a failure a retry may mend: no answer (refused, cut, timed out, unreadable), a 5xx,
-// or a replica's 403 naming a primary (a failover under way). Any other answer is the server's word on
-// the request, and sending it again would be answered the same.
+// transient tells a failure a retry may mend: no answer (refused, cut, timed out, unreadable), or a 5xx.
+// Any other answer is the server's word on the request, and sending it again would be answered the same.
 func transient(err error) bool {
 	var q *QueryError
 	if errors.As(err, &q) {
@@ -320,7 +319,7 @@ func transient(err error) bool {
 	}
 	var e *Error
 	if errors.As(err, &e) {
-		return e.Status >= 500 || e.Status == 403 && e.Primary != ""
+		return e.Status >= 500
 	}
 	return true
 }

@@ -3,8 +3,8 @@
 // environment, with a handler that does what each job's payload asks, and prints every event as one
 // JSON line on stdout. SIGTERM stops it gracefully, SIGINT at once; either way it exits 0.
 //
-// Environment: FENEC_URL (one URL, or several separated by commas: a primary and its replicas, the
-// client's servers), FENEC_QUEUE, FENEC_WORKER, FENEC_BATCH, FENEC_CONCURRENCY, FENEC_LEASE_MS,
+// Environment: FENEC_URL, FENEC_SERVERS (when set, the client's servers, comma-separated, the primary
+// first: its `ready` line then names them, `servers`), FENEC_QUEUE, FENEC_WORKER, FENEC_BATCH, FENEC_CONCURRENCY, FENEC_LEASE_MS,
 // FENEC_WAIT_MS, FENEC_HEARTBEAT_MS, FENEC_MAX_ATTEMPTS, FENEC_DRAIN_MS, FENEC_BACKOFF_MS (a failed job
 // comes back after FENEC_BACKOFF_MS × attempts²), FENEC_TIMEOUT_MS (each request; a held claim gets the
 // wait on top), FENEC_KEEP_DONE=1 (acked jobs kept, marked done). A payload is {"sleep_ms": n, "throw": bool, "fail": "message", "fail_times": n}.
@@ -36,6 +36,9 @@ func main() {
 
 func run() error {
 	url, queue := os.Getenv("FENEC_URL"), os.Getenv("FENEC_QUEUE")
+	if list := os.Getenv("FENEC_SERVERS"); list != "" {
+		url = list
+	}
 	if url == "" || queue == "" {
 		return errors.New("FENEC_URL and FENEC_QUEUE are required")
 	}
@@ -71,11 +74,11 @@ func run() error {
 			}
 		}
 	}()
-	out.print(map[string]any{"event": "ready"})
+	out.print(map[string]any{"event": "ready", "servers": w.DB.Servers()})
 	return w.Run(context.Background(), out.handle)
 }
 
-// client is the worker's client of the servers in urls (comma-separated). Its timeout is off: the
+// client is the worker's client of the servers in urls (comma-separated, the primary first). Its timeout is off: the
 // worker's Timeout bounds each request.
 func client(urls string) *fenecdb.Client {
 	list := strings.Split(urls, ",")

@@ -85,10 +85,11 @@ func TestEventLines(t *testing.T) {
 	}
 }
 
-// TestClientOfSeveralServers: FENEC_URL's servers, comma-separated, are the client's, the first its primary.
+// TestClientOfSeveralServers: FENEC_SERVERS's servers, comma-separated, are the client's, the first its primary.
 func TestClientOfSeveralServers(t *testing.T) {
-	if db := client("http://127.0.0.1:1/, http://127.0.0.1:2"); db.Primary() != "http://127.0.0.1:1" {
-		t.Fatalf("primary %s", db.Primary())
+	db := client("http://127.0.0.1:1/, http://127.0.0.1:2")
+	if db.URL() != "http://127.0.0.1:1" || strings.Join(db.Servers(), " ") != "http://127.0.0.1:1 http://127.0.0.1:2" {
+		t.Fatalf("primary %s of %v", db.URL(), db.Servers())
 	}
 }
 
