@@ -41,11 +41,12 @@ T = TypeVar("T")
 
 
 class ServerProcess:
-    """`fenec-server --file <path> --http 127.0.0.1:0`, in a process group of its own."""
+    """`fenec-server --file <path> --http 127.0.0.1:0 [flags]`, in a process group of its own."""
 
-    def __init__(self, exe: Path, data_file: Path) -> None:
+    def __init__(self, exe: Path, data_file: Path, flags: tuple[str, ...] = ()) -> None:
         self.exe = exe
         self.data_file = data_file
+        self.flags = flags
         self.proc: subprocess.Popen[str] | None = None
         self.port: int | None = None
         self.log: list[str] = []
@@ -60,7 +61,8 @@ class ServerProcess:
         """Starts the server and answers its port, once its data is loaded and it listens."""
         self.starts += 1
         self.port = None
-        proc = subprocess.Popen([str(self.exe), "--file", str(self.data_file), "--http", "127.0.0.1:0"],
+        proc = subprocess.Popen([str(self.exe), "--file", str(self.data_file), "--http", "127.0.0.1:0",
+                                 *self.flags],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 text=True, start_new_session=True)
         self.proc = proc

@@ -8,13 +8,23 @@ in a temporary folder behind the proxy of `fault_layer.py`, and plays each scena
 
 1. create the scenario's queue and enqueue its jobs (straight to the server, with its own access);
 2. apply the `before` faults, start the worker processes, wait until each printed `ready`;
-3. play the steps: a fault (`restart`, `cut`, `freeze`, `refuse`, `drop`, `busy`, `pass`, `pause`), a signal
+3. play the steps: a fault (`restart`, `cut`, `freeze`, `refuse`, `drop`, `busy`, `pass`, `pause`,
+   `failover`), a signal
    to the workers (`sigterm`, `sigint`), or a condition waited for (`until`), each with a deadline
    of 60 s; nothing assumes a speed;
 4. stop the workers (SIGTERM) if they still run, and check, from the server's rows and the events:
    each job's fate and how often it started, that no two owners ran one job at once, that no job is
    left leased, that every worker printed `ready` first and `stopped` last and exited 0, and the
    scenario's own expectations.
+
+A scenario with `servers` (the failover) runs on a pair of its own instead: a primary on a file
+(`--replication-token`, `--sync always`, `--sync-replicas` as given) and a replica following it. Each
+worker gets FENEC_URL (the primary) and FENEC_SERVERS (`<primary>,<replica>`); a harness that takes a
+list names it in its `ready` event (`servers`), and one whose `ready` has no `servers` has the scenario
+reported skipped (`SKIP`), counted neither passed nor failed. `produce` puts more jobs, one at a time,
+on whichever server is primary, while the workers run; `failover` SIGKILLs the primary and promotes
+the replica (`POST /_replication/promote`). Its checks: every job whose put was answered is done and
+gone, none started again after its `done`, and each worker emitted `primary` naming the replica.
 
 It prints one line per scenario and `<sdk> faults: N passed, M failed`, and exits 0 exactly when M is 0.
 Every process it started is killed on the way out, whatever happened.
@@ -31,6 +41,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -63,12 +74,13 @@ def now_ms() -> float:
     return time.time() * 1000
 
 
-def query(url: str, text: str, params: list[Any] | None = None) -> Any:
+def query(url: str, text: str, params: list[Any] | None = None, path: str = "/query",
+          headers: dict[str, str] | None = None) -> Any:
     body = json.dumps({"query": text, "params": params or []}).encode()
-    req = urllib.request.Request(url + "/query", data=body, method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(url + path, data=body, method="POST",
+                                 headers={"Content-Type": "application/json", **(headers or {})})
     try:
-        with urllib.request.urlopen(req, timeout=10) as answer:
+        with urllib.request.urlopen(req, timeout=20) as answer:
             return json.loads(answer.read())
     except urllib.error.HTTPError as e:
         raise Refused(f"{e.code} {e.read()[:300]!r} for {text!r}") from None
@@ -95,6 +107,12 @@ class Run:
     signalled_ms: float = 0.0
     codes: dict[int, int | None] = field(default_factory=dict)
 
+    skipped: str | None = None
+    pair: list[ServerProcess] = field(default_factory=list)  # a `servers` scenario's primary, replica
+    url: str | None = None  # where the driver reads and writes: the pair's primary, once promoted the replica
+    produced: list[int] = field(default_factory=list)  # ids of the `produce` puts that were answered
+    producer: threading.Thread | None = None
+
     def fail(self, reason: str) -> None:
         self.failures.append(reason)
 
@@ -110,6 +128,7 @@ class Driver:
         env = {k: v for k, v in os.environ.items() if not k.startswith("FENEC_")}
         env["PATH"] = f"{root / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
         self.base_env = env
+        self.token = secrets.token_urlsafe(24)  # a `servers` scenario's replication token
 
     def build(self) -> str | None:
         """Runs the harness's `--build`; answers why it failed, or None."""
@@ -150,6 +169,8 @@ class Driver:
             if self.server.proc is None or self.server.proc.poll() is not None:
                 self.proxy.pass_(self.server.start())   # a scenario before lost it: each starts with one
             self.proxy.reset()
+            if "servers" in scenario:
+                self.start_pair(run, index)
             self.enqueue(run)
             for step in scenario.get("before", []):
                 self.step(run, step)
@@ -159,10 +180,20 @@ class Driver:
                                                  self.work))
             if not self.await_ready(run):
                 return run
+            if run.pair and not all(e.get("servers") for e in run.events.snapshot() if e["event"] == "ready"):
+                run.skipped = "the harness's `ready` names no `servers`: it takes no list of servers yet"
+                return run
+            if "produce" in scenario:
+                run.producer = threading.Thread(target=self.produce, args=(run,), daemon=True)
+                run.producer.start()
             for step in scenario.get("steps", []):
                 if not self.step(run, step):
                     return run
             self.proxy.pass_()
+            if run.producer is not None:
+                run.producer.join(DEADLINE_S)
+                if not wait_for(lambda: not self.rows(run, "where run_at is not null"), DEADLINE_S):
+                    run.fail(f"jobs still ready or leased {DEADLINE_S:.0f} s after the last put")
             self.stop_workers(run, signal.SIGTERM)
             self.check(run)
         except Exception as e:  # a scenario that breaks the driver is that scenario's failure, not the run's end
@@ -171,7 +202,51 @@ class Driver:
             for w in run.workers:
                 if w.proc.poll() is None:
                     w.kill()
+            for server in run.pair:
+                server.kill()
         return run
+
+    def start_pair(self, run: Run, index: int) -> None:
+        """A `servers` scenario's primary and the replica following it, on files of their own."""
+        given = run.scenario["servers"]
+        token = ("--replication-token", self.token)
+        primary = ServerProcess(self.server.exe, self.work / f"fq{index}-primary.fenec",
+                                (*token, "--sync", "always", "--sync-replicas", str(given.get("sync_replicas", 0))))
+        run.pair.append(primary)
+        primary.start()
+        replica = ServerProcess(self.server.exe, self.work / f"fq{index}-replica.fenec",
+                                (*token, "--replica-of", primary.url))
+        run.pair.append(replica)
+        replica.start()
+        run.url = primary.url
+
+    def failover(self, run: Run) -> None:
+        """SIGKILL the pair's primary, then promote its replica: the driver reads and writes there after."""
+        primary, replica = run.pair
+        primary.kill()
+        answer = query(replica.url, "", path="/_replication/promote",
+                       headers={"Authorization": f"Bearer {self.token}"})
+        if not isinstance(answer, dict) or answer.get("promoted") is not True:
+            raise Refused(f"the promotion answered {answer!r}")
+        run.url = replica.url
+
+    def produce(self, run: Run) -> None:
+        """`produce.count` more jobs, each put once (explicit ids, so that each is known by its id) on
+        whichever server is primary now, `every_ms` apart; the ids whose put was answered are kept.
+        A put that failed (the primary killed, the replica not yet promoted) is not tried again: the
+        job may or may not be there, and is checked only as any job is (no two owners at once)."""
+        given = run.scenario["produce"]
+        for n in range(given["count"]):
+            job_id = 1_000_000 + n
+            url = run.url or self.server.url
+            try:
+                query(url, f"insert {run.queue} {{id: $1, payload: $2, run_at: now(), attempts: 0}}",
+                      [job_id, {**given.get("payload", {}), "key": f"produced-{n}"}])
+            except (OSError, Refused):
+                pass
+            else:
+                run.produced.append(job_id)
+            time.sleep(given["every_ms"] / 1000)  # the stream's pace, a scenario parameter
 
     def await_ready(self, run: Run) -> bool:
         """Every worker printed `ready` (False, the reason recorded, when one did not in time or all exited)."""
@@ -207,6 +282,9 @@ class Driver:
     def worker_env(self, run: Run, i: int, config: dict[str, Any]) -> dict[str, str]:
         env = dict(self.base_env)
         env["FENEC_URL"] = self.proxy.url
+        if run.pair:
+            env["FENEC_URL"] = run.pair[0].url
+            env["FENEC_SERVERS"] = ",".join(s.url for s in run.pair)
         env["FENEC_QUEUE"] = run.queue
         env["FENEC_WORKER"] = f"{self.sdk}-{run.queue}-w{i}"
         if "heartbeat_ms" not in config:
@@ -218,7 +296,7 @@ class Driver:
         return env
 
     def enqueue(self, run: Run) -> None:
-        url = self.server.url
+        url = run.url or self.server.url
         schema = SCHEMA + (", done_at timestamp" if run.scenario.get("keep_done") else "")
         query(url, f"create collection {run.queue} ({schema})")
         for group in run.scenario["jobs"]:
@@ -233,7 +311,7 @@ class Driver:
             job.id = ids[job.key]
 
     def rows(self, run: Run, where: str = "") -> list[dict[str, Any]]:
-        return list(query(self.server.url, f"get {run.queue} {where}".strip()))
+        return list(query(run.url or self.server.url, f"get {run.queue} {where}".strip()))
 
     def step(self, run: Run, step: dict[str, Any]) -> bool:
         """Plays one step; False (with the reason recorded) when a condition was not met in time."""
@@ -286,6 +364,8 @@ class Driver:
             self.proxy.refuse()
         elif action == "pass":
             self.proxy.pass_()
+        elif action == "failover":
+            self.failover(run)
         elif action == "busy":
             self.proxy.busy(step["n"])
         elif action == "drop":
@@ -358,6 +438,27 @@ class Driver:
             self.check_job(run, job, rows.get(job.id), job.id in ready_ids, by_id.get(job.id, []))
         self.check_overlap(run, by_id)
         self.check_expect(run, events)
+        if run.pair:
+            self.check_failover(run, rows, by_id)
+
+    def check_failover(self, run: Run, rows: dict[int, dict[str, Any]], by_id: dict[int, list[Event]]) -> None:
+        """Every answered put done and gone; no job started after its `done`; each worker told of the
+        new primary by a `primary` event naming the promoted replica."""
+        for job_id in run.produced:
+            if not any(e["event"] == "done" for e in by_id.get(job_id, [])):
+                run.fail(f"produced job id {job_id} (its put answered) was never done")
+            if job_id in rows:
+                run.fail(f"produced job id {job_id} (its put answered) is still there: {rows[job_id]}")
+        for job_id, events in by_id.items():
+            done = [float(e["t"]) for e in events if e["event"] == "done"]
+            late = [e for e in events if e["event"] == "start" and done and float(e["t"]) > min(done)]
+            if late:
+                run.fail(f"job id {job_id} started again after its ack was answered")
+        replica = run.pair[1].url
+        for w in run.workers:
+            if not any(e["event"] == "primary" and str(e.get("url", "")).rstrip("/") == replica
+                       for e in run.events.of(w.index)):
+                run.fail(f"{w.name} emitted no `primary` event naming the promoted replica {replica}")
 
     def check_job(self, run: Run, job: Job, row: dict[str, Any] | None, ready: bool, events: list[Event]) -> None:
         g = job.group
@@ -456,7 +557,7 @@ def main(argv: list[str]) -> int:
     sdk, root = args.sdk, args.root.resolve()
     data = json.loads(args.scenarios.read_text(encoding="utf-8"))
     scenarios = [s for s in data["scenarios"] if args.only in s["name"]]
-    passed = failed = 0
+    passed = failed = skipped = 0
     if not args.only and len(scenarios) < data["min_cases"]:
         print(f"FAIL {sdk} faults: {len(scenarios)} scenarios, the file asks for at least {data['min_cases']}")
         failed += 1
@@ -480,7 +581,10 @@ def main(argv: list[str]) -> int:
                 started = time.monotonic()
                 run = driver.play(index, scenario, data["defaults"])
                 took = time.monotonic() - started
-                if run.failures:
+                if run.skipped and not run.failures:
+                    skipped += 1
+                    print(f"SKIP {sdk}: {scenario['name']}: {run.skipped}", flush=True)
+                elif run.failures:
                     failed += 1
                     print(f"FAIL {sdk}: {scenario['name']} ({took:.1f} s)", flush=True)
                     for reason in run.failures:
@@ -493,6 +597,8 @@ def main(argv: list[str]) -> int:
                     print(f"ok   {sdk}: {scenario['name']} ({took:.1f} s)", flush=True)
         finally:
             driver.close()
+    if skipped:
+        print(f"{sdk} faults: {skipped} skipped (scenarios this SDK's harness does not take yet)", flush=True)
     print(f"{sdk} faults: {passed} passed, {failed} failed", flush=True)
     return 0 if failed == 0 else 1
 

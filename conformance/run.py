@@ -13,6 +13,12 @@ FENEC_REQUIRE_SERVER=1. Each prints exactly one line `<sdk>: N passed, M failed`
 pattern, and exits non-zero when any SDK failed, printed no summary, or the server did not
 start.
 
+A full run also starts a primary on a file (`--replication-token`, `--sync always`) and a replica
+following it, and gives every runner FENEC_PRIMARY_URL, FENEC_REPLICA_URL and FENEC_REPLICA_SCENARIOS
+(replica-scenarios.json). A runner plays those cases or not: the driver tells from its case lines
+(`ok <name>` / `FAIL <name>`, each case's name from the file). One that plays none is reported
+`replica cases: not played` and judged on the rest; one that plays some must play them all.
+
 Then, in a full run, the fault scenarios: for every SDK whose toolchain is present and which has
 `clients/<sdk>/fault-worker.sh`, `faults.py --sdk <sdk>` (its own server on a file, behind its
 proxy) prints `<sdk> faults: N passed, M failed`; an SDK without the script prints
@@ -50,6 +56,7 @@ SDKS: list[tuple[str, list[str]]] = [
     ("dart", ["dart"]),
 ]
 SERVER_START_S = 60  # generous: a loaded machine starts a Python server slowly
+REPLICAS = HERE / "replica-scenarios.json"
 
 
 class Server:
@@ -123,9 +130,35 @@ def policy_server(folder: Path) -> tuple[Server, dict[str, str]]:
                     "FENEC_POLICY_TOKENS": json.dumps(tokens), "FENEC_POLICY_SCENARIO": str(spec_path)}
 
 
+def replica_servers(folder: Path) -> tuple[list[Server], dict[str, str]]:
+    """A primary on a file under `folder` and a replica following it (replica-scenarios.json's servers),
+    and the environment that tells a runner about them (empty when one did not start)."""
+    token = secrets.token_urlsafe(24)
+    primary = Server("--file", str(folder / "primary.fenec"), "--sync", "always", "--replication-token", token)
+    p_url = primary.start()
+    if p_url is None:
+        return [primary], {}
+    replica = Server("--file", str(folder / "replica.fenec"), "--replica-of", p_url, "--replication-token", token)
+    r_url = replica.start()
+    if r_url is None:
+        return [primary, replica], {}
+    return [primary, replica], {"FENEC_PRIMARY_URL": p_url, "FENEC_REPLICA_URL": r_url,
+                                "FENEC_REPLICA_SCENARIOS": str(REPLICAS)}
+
+
+def replica_cases() -> list[str]:
+    return [case["name"] for case in json.loads(REPLICAS.read_text())["cases"]]
+
+
+def played(lines: list[str], names: list[str]) -> list[str]:
+    """The replica cases an SDK's output has a case line for: `ok <name>...` or `FAIL <name>...`."""
+    return [n for n in names if any(line.startswith((f"ok {n}", f"FAIL {n}")) for line in lines)]
+
+
 def run_sdk(name: str, cmd: list[str], cwd: Path, env: dict[str, str],
-            summary: re.Pattern[str] = SUMMARY) -> tuple[int, int] | None:
-    """Runs one SDK, echoing its output; answers (passed, failed) from its summary line, or None."""
+            summary: re.Pattern[str] = SUMMARY, lines: list[str] | None = None) -> tuple[int, int] | None:
+    """Runs one SDK, echoing its output (kept in `lines` when given); answers (passed, failed) from
+    its summary line, or None."""
     print(f"--- {name}: {' '.join(cmd)}", flush=True)
     started = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -135,6 +168,8 @@ def run_sdk(name: str, cmd: list[str], cwd: Path, env: dict[str, str],
     for line in proc.stdout:
         line = line.rstrip("\n")
         print(line, flush=True)
+        if lines is not None:
+            lines.append(line)
         m = summary.match(line)
         if m and m.group(1) == name.split()[0]:
             found.append((int(m.group(2)), int(m.group(3))))
@@ -184,6 +219,7 @@ def main(argv: list[str]) -> int:
     env["FENEC_SCENARIOS"] = str(Path(os.environ.get("FENEC_SCENARIOS") or HERE / "worker-scenarios.json").resolve())
     server = Server()
     guarded = Server()
+    pair: list[Server] = []
     scratch = tempfile.TemporaryDirectory(prefix="fenec-policy-")
     server_failed = False
     if not vectors_only:
@@ -191,6 +227,13 @@ def main(argv: list[str]) -> int:
         if policy_env:
             env.update(policy_env)
             print(f"conformance: policy server at {policy_env['FENEC_POLICY_URL']}", flush=True)
+        else:
+            server_failed = True
+        pair, replica_env = replica_servers(Path(scratch.name))
+        if replica_env:
+            env.update(replica_env)
+            print(f"conformance: primary at {replica_env['FENEC_PRIMARY_URL']}, "
+                  f"its replica at {replica_env['FENEC_REPLICA_URL']}", flush=True)
         else:
             server_failed = True
         url = server.start()
@@ -203,10 +246,13 @@ def main(argv: list[str]) -> int:
     passed_sdks: list[str] = []
     failed_sdks: list[str] = []
     skipped: list[str] = []
+    names = replica_cases()
+    replica_played: list[str] = []
     try:
         for name, tools in SDKS:
+            lines: list[str] = []
             if name == "python":
-                result = run_sdk(name, [sys.executable, str(HERE / "python_runner.py")], ROOT, env)
+                result = run_sdk(name, [sys.executable, str(HERE / "python_runner.py")], ROOT, env, lines=lines)
             else:
                 missing = missing_tool(tools, env)
                 folder = ROOT / "clients" / name
@@ -219,7 +265,18 @@ def main(argv: list[str]) -> int:
                     print(f"SKIP {name}: no runner yet", flush=True)
                     skipped.append(name)
                     continue
-                result = run_sdk(name, ["bash", str(folder / "conformance.sh")], folder, env)
+                result = run_sdk(name, ["bash", str(folder / "conformance.sh")], folder, env, lines=lines)
+            if not vectors_only and result is not None:
+                seen = played(lines, names)
+                if not seen:
+                    print(f"{name} replica cases: not played (its runner has none yet)", flush=True)
+                elif len(seen) < len(names):
+                    absent = [n for n in names if n not in seen]
+                    print(f"{name} replica cases: {len(seen)} of {len(names)} played; missing: {absent}", flush=True)
+                    result = (result[0], max(result[1], 1))
+                else:
+                    print(f"{name} replica cases: {len(seen)} of {len(names)} played", flush=True)
+                    replica_played.append(name)
             if result is None or result[1] > 0:
                 failed_sdks.append(name)
             else:
@@ -227,6 +284,8 @@ def main(argv: list[str]) -> int:
     finally:
         server.stop()
         guarded.stop()
+        for s in reversed(pair):
+            s.stop()
         scratch.cleanup()
     fault_green: list[str] = []
     fault_red: list[str] = []
@@ -240,6 +299,7 @@ def main(argv: list[str]) -> int:
     print(f"conformance total: {len(passed_sdks)} SDKs green, {len(failed_sdks)} red"
           f"{' (' + ', '.join(failed_sdks) + ')' if failed_sdks else ''}, {len(skipped)} skipped", flush=True)
     if not vectors_only:
+        print(f"conformance replica cases: played by {', '.join(replica_played) or 'none'}", flush=True)
         print(f"conformance total under faults: {len(fault_green)} SDKs green, {len(fault_red)} red"
               f"{' (' + ', '.join(fault_red) + ')' if fault_red else ''}, {len(fault_skipped)} skipped"
               f"{' (' + ', '.join(fault_skipped) + ')' if fault_skipped else ''}", flush=True)

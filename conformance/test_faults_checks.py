@@ -142,3 +142,41 @@ def test_a_worker_that_printed_ready_and_exited_still_counts_as_ready(tmp_path: 
     run = Run({"name": "t", "jobs": []}, "q", [])
     run.workers = [WorkerProcess(0, driver.script, {"FENEC_WORKER": "w0"}, run.events, tmp_path)]
     assert driver.await_ready(run) and run.failures == []
+
+
+class FakeWorker:
+    """What the checks read of a worker process: its index and name."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.name = f"w{index}"
+
+
+def failover_run(events: list[Event], produced: list[int]) -> Run:
+    from fault_layer import ServerProcess
+    run, _ = make_run({"group": "g", "expect": "done"}, events)
+    for port in (1001, 1002):
+        server = ServerProcess(Path("fenec-server"), Path("x.fenec"))
+        server.port = port
+        run.pair.append(server)
+    run.workers = [FakeWorker(0)]  # type: ignore[list-item]
+    run.produced = produced
+    return run
+
+
+def test_the_failover_checks_pass_a_clean_failover(driver: Driver) -> None:
+    run = failover_run([ev("start", 100), ev("done", 200), ev("primary", 300, url="http://127.0.0.1:1002"),
+                        ev("start", 400, job_id=8), ev("done", 500, job_id=8)], produced=[8])
+    driver.check_failover(run, {}, by_id(run))
+    assert run.failures == []
+
+
+def test_the_failover_checks_catch_a_lost_job_a_rerun_after_ack_and_no_primary_event(driver: Driver) -> None:
+    run = failover_run([ev("start", 100), ev("done", 200), ev("start", 300, "w:2"),
+                        ev("primary", 300, url="http://127.0.0.1:1001")], produced=[8, 9])
+    driver.check_failover(run, {9: {"id": 9}}, by_id(run))
+    text = "\n".join(run.failures)
+    assert "id 8 (its put answered) was never done" in text
+    assert "id 9 (its put answered) is still there" in text
+    assert "job id 7 started again after its ack" in text
+    assert "no `primary` event naming the promoted replica http://127.0.0.1:1002" in text

@@ -26,7 +26,9 @@ const backoffMs = num('FENEC_BACKOFF_MS', 1000);
 
 const print = (line) => process.stdout.write(`${JSON.stringify({ ...line, t: Date.now() })}\n`);
 
-const db = connect(url);
+// FENEC_SERVERS (the failover scenario): the client's list, the primary first; named in `ready`.
+const servers = process.env.FENEC_SERVERS ? process.env.FENEC_SERVERS.split(',') : undefined;
+const db = connect(servers ?? url);
 const worker = db.worker(queue, {
   name,
   batch: num('FENEC_BATCH', 10) || 10,
@@ -49,6 +51,7 @@ const worker = db.worker(queue, {
     ...(e.count !== undefined ? { count: e.count } : {}),
     ...(e.delayMs !== undefined ? { delay_ms: e.delayMs } : {}),
     ...(e.call !== undefined ? { call: e.call } : {}),
+    ...(e.url !== undefined ? { url: e.url } : {}),
   }),
 });
 
@@ -76,7 +79,7 @@ const line = (event, job, extra = {}) => print({
 process.on('SIGTERM', () => void worker.stop());
 process.on('SIGINT', () => void worker.stop({ hard: true }));
 
-print({ event: 'ready', worker: worker.name, id: null, owner: null, attempts: null, error: null });
+print({ event: 'ready', worker: worker.name, id: null, owner: null, attempts: null, error: null, servers: db.servers });
 await worker.run(async (job, signal) => {
   let ok = false;
   try {

@@ -4,7 +4,7 @@
  * when one slips in or out.
  */
 export { connect, FenecHttp } from './http.js';
-export type { BatchItem, BatchResult, BatchStatement, ConnectOptions, RunOptions, RunResult } from './http.js';
+export type { BatchItem, BatchResult, BatchStatement, ConnectOptions, ReadFrom, RunOptions, RunResult } from './http.js';
 export { from, Query } from './query.js';
 export type { Doc, InsertOptions, ReadOptions, Row, Statement, WriteOptions } from './query.js';
 export { raw, or, and, not, Cond } from './conditions.js';

@@ -11,6 +11,14 @@
  * - Aborting the caller's `signal` abandons the request and closes its connection, which gives a
  *   held claim up at the server; the call rejects with the signal's reason (an AbortError unless
  *   the caller aborted with another reason).
+ * - Servers (docs/clients.md, "Replicas and failover"): `connect` takes one URL or a list; the
+ *   client keeps its current primary (at first the first URL). A 403 with `Fenec-Primary` makes
+ *   that URL the primary and sends the same request there at once (2 hops at most per call); a
+ *   connection that could not be opened (nothing sent) moves the primary to the next URL of the
+ *   list and sends there, until each has failed once in the call; a 503 with `Retry-After` sends
+ *   the next call to the next URL. With `readFrom: 'replica'`, the builder's reads (and a `run`
+ *   with `read: true`) go to a URL that is not the primary with `Fenec-After` (the highest
+ *   `Fenec-Seq` seen); a 504 there, or a replica that cannot be reached, sends them to the primary.
  */
 import { FenecError } from './errors.js';
 import { type Row, type Statement, type StatementSender, Query, checkWait } from './query.js';
@@ -20,6 +28,15 @@ import { type WorkerOptions, Worker } from './worker.js';
 
 /** The bound of a request when `connect` is given none (a held one gets its wait on top). */
 const DEFAULT_TIMEOUT_MS = 30000;
+/** How many times one call follows a replica's 403 naming its primary before the 403 is the caller's. */
+const MAX_HOPS = 2;
+/** fetch's causes for a connection that could not be opened: nothing was sent, another server may be tried. */
+const UNSENT = new Set([
+  'ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'EADDRNOTAVAIL', 'UND_ERR_CONNECT_TIMEOUT',
+]);
+
+/** Where reads go: the primary (the default), or a replica of the list (`Fenec-After` the last write seen). */
+export type ReadFrom = 'primary' | 'replica';
 
 export interface ConnectOptions {
   /** Sent as `Authorization: Bearer <token>`. */
@@ -28,6 +45,8 @@ export interface ConnectOptions {
   fetch?: typeof fetch;
   /** Milliseconds that bound each request: 30 000 by default, `Infinity` for none. A held request gets its wait on top. */
   timeout?: number;
+  /** `'replica'` sends the builder's reads to a server of the list that is not the primary. Default `'primary'`. */
+  readFrom?: ReadFrom;
 }
 
 export interface RunOptions {
@@ -35,6 +54,8 @@ export interface RunOptions {
   /** `Fenec-Wait` in milliseconds. */
   wait?: number;
   signal?: AbortSignal;
+  /** The text is a read: with `readFrom: 'replica'` it may go to a replica. Default false (the primary). */
+  read?: boolean;
 }
 
 /** The answer of `run`. */
@@ -55,8 +76,16 @@ export interface BatchResult {
 /** What `batch` takes: a read query, a text alone, or a `[text, params]` pair (the `to*` tuples). */
 export type BatchStatement = Query | string | Statement | readonly [string, readonly unknown[]];
 
+/** The servers a client was given, its current primary, and the turn of its replica reads. */
+interface Servers {
+  urls: string[];
+  primary: string;
+  readonly replicaReads: boolean;
+  reads: number;
+}
+
 interface Shared {
-  readonly base: string;
+  readonly servers: Servers;
   readonly token: string | undefined;
   readonly fetch: typeof fetch;
   readonly timeout: number | undefined;
@@ -80,9 +109,14 @@ export class FenecHttp implements StatementSender {
     this.#key = key;
   }
 
-  /** The server's base URL, without a trailing `/`. */
+  /** The base URL (no trailing `/`) writes and claims go to now: the current primary. */
   get url(): string {
-    return this.#shared.base;
+    return this.#shared.servers.primary;
+  }
+
+  /** Every server this client knows, in its order: those it was given, then any a replica named. */
+  get servers(): string[] {
+    return [...this.#shared.servers.urls];
   }
 
   /** The highest `Fenec-Seq` this client (and its copies) has seen, or undefined before any write. */
@@ -125,6 +159,7 @@ export class FenecHttp implements StatementSender {
       key,
       wait: options.wait,
       signal: options.signal,
+      read: options.read === true,
     });
     const { body, seq, replayed } = sent;
     if (Array.isArray(body)) return { kind: 'rows', rows: body as Row[], seq, replayed };
@@ -135,8 +170,8 @@ export class FenecHttp implements StatementSender {
   }
 
   /** The rows one statement of raw text answers. */
-  async rows(text: string, params: readonly unknown[] = [], options: { signal?: AbortSignal } = {}): Promise<Row[]> {
-    const r = await this.run(text, params, { signal: options.signal });
+  async rows(text: string, params: readonly unknown[] = [], options: { signal?: AbortSignal; read?: boolean } = {}): Promise<Row[]> {
+    const r = await this.run(text, params, { signal: options.signal, read: options.read });
     if (r.kind !== 'rows') throw new FenecError(`expected rows, the server answered ${r.kind}`, { status: 200 });
     return r.rows;
   }
@@ -168,7 +203,7 @@ export class FenecHttp implements StatementSender {
   }
 
   /** @internal The seam a query's endpoints send through: the answer body as JSON. */
-  async sendStatement(stmt: Statement, options: { wait?: number; signal?: AbortSignal }): Promise<unknown> {
+  async sendStatement(stmt: Statement, options: { wait?: number; signal?: AbortSignal; read?: boolean }): Promise<unknown> {
     const [text, params] = stmt;
     const body = JSON.stringify({ query: text, params });
     // Reads carry the key too: the server ignores it on a read, and a chain's kind is its text's.
@@ -180,7 +215,7 @@ export class FenecHttp implements StatementSender {
     path: string,
     body: string,
     contentType: string,
-    options: { key?: string; wait?: number; signal?: AbortSignal },
+    options: { key?: string; wait?: number; signal?: AbortSignal; read?: boolean },
   ): Promise<Sent> {
     const shared = this.#shared;
     const headers: Record<string, string> = { 'content-type': contentType, accept: 'application/json' };
@@ -191,8 +226,48 @@ export class FenecHttp implements StatementSender {
     const limit = shared.timeout === undefined ? undefined : shared.timeout + (options.wait ?? 0);
     const bounded = limit === undefined ? undefined : deadline(options.signal, limit);
     const signal = bounded?.signal ?? options.signal;
+    const servers = shared.servers;
+    const replica = servers.replicaReads && options.read === true ? replicaOf(servers) : undefined;
+    let reading = replica !== undefined;
+    let url = replica ?? servers.primary;
+    const failed = new Map<string, unknown>(); // the servers this call could not reach, and why
+    let hops = 0;
     try {
-      const res = await shared.fetch(shared.base + path, { method: 'POST', headers, body, signal });
+      let res: Response;
+      for (;;) {
+        const sent = reading && shared.seq !== undefined ? { ...headers, 'fenec-after': String(shared.seq) } : headers;
+        try {
+          res = await shared.fetch(url + path, { method: 'POST', headers: sent, body, signal });
+        } catch (e) {
+          if (!unsent(e)) throw e;
+          failed.set(url, e);
+          url = reading ? servers.primary : moveOn(servers, url);
+          reading = false;
+          if (failed.has(url)) throw e;
+          continue;
+        }
+        if (reading) {
+          if (res.status === 504 && !failed.has(servers.primary)) {
+            await res.body?.cancel();
+            reading = false;
+            url = servers.primary;
+            continue;
+          }
+        } else if (res.status === 403) {
+          const named = res.headers.get('fenec-primary')?.trim().replace(/\/+$/, '');
+          if (named && hops < MAX_HOPS) {
+            await res.body?.cancel();
+            if (failed.has(named)) throw failed.get(named);
+            hops += 1;
+            makePrimary(servers, named);
+            url = named;
+            continue;
+          }
+        } else if (res.status === 503 && res.headers.has('retry-after') && servers.urls.length > 1) {
+          moveOn(servers, url);
+        }
+        break;
+      }
       const text = await res.text();
       const seqHeader = res.headers.get('fenec-seq');
       const replayed = res.headers.get('idempotent-replayed') === 'true';
@@ -227,10 +302,21 @@ export class FenecHttp implements StatementSender {
   }
 }
 
-/** Connects to a FenecDB server at `url` (e.g. `http://127.0.0.1:8080`). Sends nothing yet. */
-export function connect(url: string, options: ConnectOptions = {}): FenecHttp {
-  if (typeof url !== 'string' || !/^https?:\/\//i.test(url)) {
-    throw new FenecError(`connect() takes an http:// or https:// URL: ${show(url)}`);
+/**
+ * Connects to a FenecDB server at `url` (e.g. `http://127.0.0.1:8080`), or to a list of servers (a
+ * primary and its replicas, any order: a replica's refusal names the primary). Sends nothing yet.
+ */
+export function connect(url: string | readonly string[], options: ConnectOptions = {}): FenecHttp {
+  const urls = (typeof url === 'string' ? [url] : Array.isArray(url) ? [...url] : [url]) as unknown[];
+  if (urls.length === 0) throw new FenecError('connect() takes a URL or a list of them, not an empty list');
+  for (const u of urls) {
+    if (typeof u !== 'string' || !/^https?:\/\//i.test(u)) {
+      throw new FenecError(`connect() takes an http:// or https:// URL: ${show(u)}`);
+    }
+  }
+  const bases = [...new Set((urls as string[]).map((u) => u.replace(/\/+$/, '')))];
+  if (options.readFrom !== undefined && options.readFrom !== 'primary' && options.readFrom !== 'replica') {
+    throw new FenecError(`readFrom is 'primary' or 'replica' (got ${show(options.readFrom)})`);
   }
   const f = options.fetch ?? globalThis.fetch;
   if (typeof f !== 'function') throw new FenecError('no fetch on this platform: pass connect(url, { fetch })');
@@ -243,7 +329,7 @@ export function connect(url: string, options: ConnectOptions = {}): FenecHttp {
   }
   return new FenecHttp(
     {
-      base: url.replace(/\/+$/, ''),
+      servers: { urls: bases, primary: bases[0]!, replicaReads: options.readFrom === 'replica', reads: 0 },
       token: options.token,
       // Called unbound, as the platform's fetch wants (a method-call `this` breaks it in browsers).
       fetch: (input, init) => f(input, init),
@@ -253,6 +339,36 @@ export function connect(url: string, options: ConnectOptions = {}): FenecHttp {
     },
     undefined,
   );
+}
+
+/** Whether fetch failed before anything was sent: the connection could not be opened. */
+function unsent(e: unknown): boolean {
+  if (!(e instanceof TypeError)) return false;
+  const cause = e.cause as { code?: unknown; errors?: { code?: unknown }[] } | undefined;
+  if (typeof cause?.code === 'string' && UNSENT.has(cause.code)) return true;
+  // several addresses tried in turn (IPv6 and IPv4): unsent when every one was
+  return Array.isArray(cause?.errors) && cause.errors.length > 0
+    && cause.errors.every((x) => typeof x?.code === 'string' && UNSENT.has(x.code));
+}
+
+/** `url` failed: while it is still the primary, the next URL of the list becomes it. Answers the primary now. */
+function moveOn(servers: Servers, url: string): string {
+  const at = servers.urls.indexOf(url);
+  if (servers.primary === url && at >= 0) servers.primary = servers.urls[(at + 1) % servers.urls.length]!;
+  return servers.primary;
+}
+
+function makePrimary(servers: Servers, url: string): void {
+  if (!servers.urls.includes(url)) servers.urls = [...servers.urls, url];
+  servers.primary = url;
+}
+
+/** A URL of the list that is not the primary, in turn; undefined when there is none. */
+function replicaOf(servers: Servers): string | undefined {
+  const others = servers.urls.filter((u) => u !== servers.primary);
+  if (others.length === 0) return undefined;
+  servers.reads += 1;
+  return others[servers.reads % others.length];
 }
 
 function checkKey(key: unknown): string {

@@ -54,7 +54,8 @@ export interface ReadOptions {
 
 /** What a query needs from a connection to send its one statement. */
 export interface StatementSender {
-  sendStatement(stmt: Statement, options: { wait?: number; signal?: AbortSignal }): Promise<unknown>;
+  /** `read`: the statement is the builder's read (with `readFrom: 'replica'` it may go to a replica). */
+  sendStatement(stmt: Statement, options: { wait?: number; signal?: AbortSignal; read?: boolean }): Promise<unknown>;
 }
 
 interface State {
@@ -274,20 +275,20 @@ export class Query {
   /** The rows the read answers. */
   async rows(options: ReadOptions = {}): Promise<Row[]> {
     const stmt = this.toFenecQL();
-    return asRows(await this.#sender().sendStatement(stmt, { signal: options.signal }));
+    return asRows(await this.#sender().sendStatement(stmt, { signal: options.signal, read: true }));
   }
 
   /** The first row the read answers (its limit replaced by 1, a `require` kept), or null. */
   async first(options: ReadOptions = {}): Promise<Row | null> {
     const stmt = this.#read(1, false);
-    const rows = asRows(await this.#sender().sendStatement(stmt, { signal: options.signal }));
+    const rows = asRows(await this.#sender().sendStatement(stmt, { signal: options.signal, read: true }));
     return rows[0] ?? null;
   }
 
   /** How many rows the condition matches. */
   async count(options: ReadOptions = {}): Promise<number> {
     const stmt = this.#countStatement();
-    const rows = asRows(await this.#sender().sendStatement(stmt, { signal: options.signal }));
+    const rows = asRows(await this.#sender().sendStatement(stmt, { signal: options.signal, read: true }));
     const n = rows[0]?.count;
     if (typeof n !== 'number') throw new FenecError(`a count answered no count: ${show(rows)}`, { status: 200 });
     return n;

@@ -33,7 +33,9 @@
  *   hard stop, whether the server answers or not; what could not be given back comes back when its
  *   lease runs out.
  * - `onEvent` sees what the worker does: claimed, start, done, failed, dead, released, lost, retry,
- *   stopped; every event names the worker.
+ *   stopped, and `primary` (with `url`) when its client's primary changed (a replica named it, or the
+ *   one before could not be reached: docs/clients.md, "Replicas and failover"); every event names
+ *   the worker. Claims, acks, extends and fails always go to the client's primary.
  */
 import { FenecError } from './errors.js';
 import type { FenecHttp } from './http.js';
@@ -52,7 +54,7 @@ const GRACE_MS = 1000;
 
 /** What the worker did, as `onEvent` receives it; a field that does not apply is undefined. */
 export interface WorkerEvent {
-  type: 'claimed' | 'start' | 'done' | 'failed' | 'dead' | 'released' | 'lost' | 'retry' | 'stopped';
+  type: 'claimed' | 'start' | 'done' | 'failed' | 'dead' | 'released' | 'lost' | 'retry' | 'stopped' | 'primary';
   /** The worker's name. */
   worker: string;
   /** The job's id. */
@@ -69,6 +71,8 @@ export interface WorkerEvent {
   delayMs?: number;
   /** `retry`, `lost`: the call (claim, ack, extend, fail, dead, release). */
   call?: string;
+  /** `primary`: the server the client sends writes and claims to now. */
+  url?: string;
 }
 
 export interface WorkerOptions {
@@ -190,6 +194,8 @@ export class Worker implements AsyncIterable<Job>, JobHost {
   #active = false;
   #fatal: { error: unknown } | undefined;
   #timers: ReturnType<typeof setTimeout>[] = [];
+  /** The client's primary last seen: a change is a `primary` event. */
+  #primary: string;
 
   /** @internal Use `db.worker(queue, options)`. */
   constructor(db: FenecHttp, queue: string, options: WorkerOptions) {
@@ -197,6 +203,7 @@ export class Worker implements AsyncIterable<Job>, JobHost {
       if (key in REMOVED) throw new FenecError(`the worker option ${REMOVED[key]}`);
     }
     this.#db = db;
+    this.#primary = db.url;
     this.queue = db.from(queue);
     this.name = options.name ?? `w-${hex(8)}`;
     this.batch = whole('batch', options.batch, 10, 1);
@@ -330,6 +337,7 @@ export class Worker implements AsyncIterable<Job>, JobHost {
     } finally {
       bounded.release();
       joined?.release();
+      this.#seenPrimary();
     }
     return rows.map((row) => new Job(this, row, owner));
   }
@@ -413,8 +421,17 @@ export class Worker implements AsyncIterable<Job>, JobHost {
         if (this.#cut.signal.aborted) throw e;
       } finally {
         bounded.release();
+        this.#seenPrimary();
       }
     }
+  }
+
+  /** A `primary` event when the client's primary is not the one last seen. */
+  #seenPrimary(): void {
+    const url = this.#db.url;
+    if (url === this.#primary) return;
+    this.#primary = url;
+    this.#emit({ type: 'primary', url });
   }
 
   #lose(job: Job, call: string): void {

@@ -102,7 +102,7 @@ test('the shapes the contract removed are refused, not silently ignored', () => 
 });
 
 test('every event a run emits has exactly its type\'s fields, named as the contract names them', async () => {
-  // A fake server: the first claim takes four jobs (one to ack after a 503, one that throws, one past
+  // A fake server behind a replica (a `primary` event): the first claim takes four jobs (one to ack after a 503, one that throws, one past
   // its attempts, one whose ack is 412), the second two (the first stops the worker, the second is
   // given back), then claims hold until given up.
   let claims = 0;
@@ -110,6 +110,10 @@ test('every event a run emits has exactly its type\'s fields, named as the contr
   const job = (id, attempts = 1) => ({ id, payload: {}, attempts });
   const fetch = async (url, init) => {
     const { query, params } = JSON.parse(init.body);
+    if (!String(url).startsWith('http://primary.invalid/')) {
+      // the worker is given a replica: its refusal names the primary (a `primary` event)
+      return Response.json({ error: 'this server is a replica' }, { status: 403, headers: { 'fenec-primary': 'http://primary.invalid' } });
+    }
     if (query.endsWith('returning *')) {
       claims++;
       if (claims === 1) return Response.json([job(1), job(2), job(3, 9), job(4)]);

@@ -1,6 +1,7 @@
 """The Python SDK's fault-harness worker: `Worker.run` configured from the environment (docs/workers.md).
 
-Started by `fault-worker.sh` for `conformance/faults.py`. It prints one JSON object per line for every
+Started by `fault-worker.sh` for `conformance/faults.py`; FENEC_SERVERS (a comma-separated list), when
+set, is the client's list of servers, named in the `ready` event. It prints one JSON object per line for every
 event of the worker (`ready` first, `stopped` last) and `end` after each handler call; SIGTERM stops it
 gracefully (drain `FENEC_DRAIN_MS`), SIGINT hard. The handler does what the job's payload says:
 `sleep_ms` (cut short when the lease is lost or on a hard stop), then `throw` or `fail` while the
@@ -65,7 +66,8 @@ def main() -> int:
         finally:
             emit("end", worker=worker.name, id=job.id, owner=job.owner, attempts=job.attempts, ok=ok)
 
-    with Client(os.environ["FENEC_URL"], timeout=timeout) as db:
+    servers = os.environ.get("FENEC_SERVERS")  # a list, the primary first (the failover scenario)
+    with Client(servers.split(",") if servers else os.environ["FENEC_URL"], timeout=timeout) as db:
         worker = Worker(db, os.environ["FENEC_QUEUE"], name=name,
                         batch=int(os.environ.get("FENEC_BATCH", 10)),
                         concurrency=int(os.environ.get("FENEC_CONCURRENCY", 1)),
@@ -77,7 +79,7 @@ def main() -> int:
                         timeout=timeout, keep_done=os.environ.get("FENEC_KEEP_DONE") == "1",
                         on_event=on_event)
         with worker.handle_signals(signal.SIGTERM, hard=(signal.SIGINT,)):
-            emit("ready", worker=worker.name)
+            emit("ready", worker=worker.name, servers=db.servers)
             worker.run(handle)
     return 0
 

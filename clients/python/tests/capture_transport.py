@@ -45,6 +45,7 @@ class Sent:
             assert name.lower() not in self.headers, f"{name} sent twice"
             self.headers[name.lower()] = value.strip()
         self.timeout = request.timeout
+        self.server = request.server  # the base URL of a client given a list (docs/clients.md)
 
 
 def answer(status: int, json: Any = None, headers: Mapping[str, str] | None = None) -> Answer:

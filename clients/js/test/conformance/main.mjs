@@ -6,11 +6,13 @@
 //   FENEC_ONLY       run only the cases and scenarios whose name holds this text
 //   FENEC_URL, FENEC_TOKEN, FENEC_REQUIRE_SERVER=1   the live server of Part B
 //   FENEC_POLICY_URL, FENEC_POLICY_ROOT_TOKEN, FENEC_POLICY_TOKENS, FENEC_POLICY_SCENARIO   the policy server
+//   FENEC_PRIMARY_URL, FENEC_REPLICA_URL, FENEC_REPLICA_SCENARIOS   a primary and its replica (the replica cases)
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { runVectors } from './vectors.mjs';
 import { runScenarios } from './scenarios.mjs';
 import { runPolicyScenario } from './policy.mjs';
+import { runReplicaCases } from './replicas.mjs';
 
 // The repository root, from this file's place (clients/js/test/conformance), never from the cwd.
 const ROOT = fileURLToPath(new URL('../../../../', import.meta.url));
@@ -33,7 +35,9 @@ const s = await runScenarios(scenarios, {
 });
 // The worker under the docs' policy, on the second server run.py started (FENEC_POLICY_*).
 const p = await runPolicyScenario({ only });
-const passed = v.passed + s.passed + p.passed;
-const failed = v.failed + s.failed + p.failed;
+// The replica cases, when run.py started a primary and its replica (FENEC_PRIMARY_URL, ...).
+const r = await runReplicaCases({ only });
+const passed = v.passed + s.passed + p.passed + r.passed;
+const failed = v.failed + s.failed + p.failed + r.failed;
 console.log(`js: ${passed} passed, ${failed} failed`);
 process.exitCode = failed === 0 ? 0 : 1;

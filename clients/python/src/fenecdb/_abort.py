@@ -47,14 +47,12 @@ class AbortableSender:
                 self._sock.shutdown(socket.SHUT_RDWR)
 
     def send(self, request: Request) -> Any:
-        pool = self._db._pool
-        if pool is None:
+        if self._db._pool is None:
             return self._db._send(request)
         with self._lock:
             if self._aborted:
                 raise ConnectionError("the claim was given up: the worker is stopping")
-        status, headers, body = pool.send(request, self)
-        return self._db._wire.answer(request, status, headers, body)
+        return self._db._send(request, self)  # each server it goes to (a list's) tells this its socket
 
     def abort(self) -> None:
         """Give up the claim in flight, and any sent after: its read ends with a ConnectionError."""

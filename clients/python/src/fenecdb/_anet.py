@@ -9,7 +9,8 @@ one the server has closed meanwhile is dropped.
   answer (as a socket's per-read timeout does): `TimeoutError`.
 * Cancellation: a cancelled request closes its connection, so a held claim is given up at once
   and the server hands its job to the next waiting worker (http.md §8.10).
-* Any other failure is `ConnectionError`, and its connection is closed, never reused.
+* Any other failure is `ConnectionError`, and its connection is closed, never reused. A connection
+  that could not be opened raises `_servers.Unsent` / `UnsentTimeout` (nothing was sent).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from ._http11 import Answer, Reader, Target
 from ._net import MAX_IDLE, tls_context
+from ._servers import Unsent, UnsentTimeout
 
 if TYPE_CHECKING:
     from ._wire import Request
@@ -158,13 +160,16 @@ class AsyncPool:
             raise RuntimeError("the client is closed")
         loop = asyncio.get_running_loop()
         data = self.target.encode(request)
-        conn = None
         try:
             conn = self._take(loop) or await self._connect(loop, request.timeout)
+        except TimeoutError as exc:  # nothing was sent: another server of a list may be tried
+            raise UnsentTimeout(f"the connection could not be opened in time: {exc}") from exc
+        except OSError as exc:
+            raise Unsent(f"the connection could not be opened: {exc}") from exc
+        try:
             answer = await conn.exchange(data, request.timeout)
         except BaseException as exc:
-            if conn is not None:
-                conn.close()
+            conn.close()
             if isinstance(exc, TimeoutError):
                 raise TimeoutError(f"the request timed out: {exc}") from exc
             if isinstance(exc, OSError):

@@ -14,19 +14,25 @@ answer `(status, headers, body)` (tests pass a recorder; for `AsyncClient` it ma
 Cancellation: cancelling the task awaiting an `AsyncClient` call abandons the request and
 closes its connection; the server then gives the job the claim would have taken to the next
 waiting worker (http.md §8.10).
+
+Servers: `url` is one base URL or a list of them (a primary and its replicas); `_servers.Route`
+decides, answer by answer, where each call goes (a replica's 403 naming its primary, a server that
+cannot be reached, replica reads with `read_from="replica"`). Each URL has its own pool.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from ._anet import AsyncPool
 from ._http11 import Answer, Target
-from ._net import Pool
+from ._net import Pool, Watch
 from ._query import QueryBase, Returning
+from ._servers import Route, Servers
 from ._wire import Request, Rows, Shared, Wire, check_key
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -68,12 +74,15 @@ class _ClientCore:
     """What both clients share: the url, the wire, the keyed copies and the steps of `query` and `batch`."""
 
     _wire: Wire
-    _url: str
+    _servers: Servers
+    _closed = False  # once closed, no pool is opened for a server named later
 
-    def _setup(self, url: str, token: str | None, timeout: float | None) -> Target:
-        self._url = url.rstrip("/")
+    def _setup(self, url: str | Sequence[str], token: str | None, timeout: float | None,
+               read_from: str) -> Target:
+        self._servers = Servers(url, read_from)
         self._wire = Wire(token, timeout, None, Shared())
-        return Target(self._url)
+        targets = [Target(u) for u in self._servers.urls]  # a bad URL anywhere in the list is refused now
+        return targets[0]
 
     @property
     def seq(self) -> int:
@@ -87,7 +96,13 @@ class _ClientCore:
 
     @property
     def url(self) -> str:
-        return self._url
+        """The server this client sends writes and claims to now: its current primary."""
+        return self._servers.primary
+
+    @property
+    def servers(self) -> list[str]:
+        """Every server this client knows, in its order: those it was given, then any a replica named."""
+        return list(self._servers.urls)
 
     def with_idempotency_key(self, key: str) -> Self:
         """A copy whose writes carry `Idempotency-Key: key`; it shares connections and `seq`."""
@@ -97,27 +112,52 @@ class _ClientCore:
         return copy
 
     def _query(self, text: str, params: Sequence[Any] | None, idempotency_key: str | None,
-               wait: float | None) -> Step[Any]:
-        return self._wire.query(text, params, wait=wait, idempotency_key=idempotency_key), _rows_or_answer
+               wait: float | None, read: bool = False) -> Step[Any]:
+        made = self._wire.query(text, params, wait=wait, idempotency_key=idempotency_key, read=True if read else None)
+        return made, _rows_or_answer
 
     def _batch(self, statements: Iterable[Any], idempotency_key: str | None, wait: float | None) -> Step[Any]:
         return self._wire.batch(statements, wait=wait, idempotency_key=idempotency_key), _same
 
 
 class Client(_ClientCore):
-    """A blocking client: `Client(url, token=None, timeout=30.0)`; one may be shared by threads.
+    """A blocking client: `Client(url, token=None, timeout=30.0, *, read_from="primary")`; one may be
+    shared by threads. `url` is a server's URL or a list of them (docs/clients.md, "Replicas and
+    failover"); `read_from="replica"` sends the builder's reads to a replica of the list.
 
-    `transport` replaces the network: a function from a `Request` to `(status, headers, body)`."""
+    `transport` replaces the network: a function from a `Request` (its `server` the URL it goes to)
+    to `(status, headers, body)`."""
 
-    def __init__(self, url: str = DEFAULT_URL, token: str | None = None, timeout: float | None = 30.0, *,
-                 transport: Send | None = None) -> None:
-        target = self._setup(url, token, timeout)
+    def __init__(self, url: str | Sequence[str] = DEFAULT_URL, token: str | None = None,
+                 timeout: float | None = 30.0, *, read_from: str = "primary", transport: Send | None = None) -> None:
+        target = self._setup(url, token, timeout, read_from)
         self._pool = Pool(target) if transport is None else None
-        self._exchange: Send = transport if transport is not None else self._pool.send  # type: ignore[union-attr]
+        self._pools: dict[str, Pool] = {} if self._pool is None else {self._servers.urls[0]: self._pool}
+        self._transport = transport
 
-    def _send(self, request: Request) -> Any:
-        status, headers, body = self._exchange(request)
-        return self._wire.answer(request, status, headers, body)
+    def _exchange(self, url: str, request: Request, watch: Watch | None) -> Answer:
+        if self._transport is not None:
+            return self._transport(replace(request, server=url))
+        pool = self._pools.get(url)
+        if pool is None:
+            if self._closed:
+                raise RuntimeError("the client is closed")
+            pool = self._pools.setdefault(url, Pool(Target(url)))
+        return pool.send(request, watch)
+
+    def _send(self, request: Request, watch: Watch | None = None) -> Any:
+        route = Route(self._servers, request, self._wire.shared.seq)
+        while True:
+            url, sent = route.target()
+            try:
+                status, headers, body = self._exchange(url, sent, watch)
+            except OSError as exc:
+                if route.unreachable(exc):
+                    continue
+                raise
+            if status in (403, 503, 504) and route.refused(status, headers):
+                continue
+            return self._wire.answer(sent, status, headers, body)
 
     def _run(self, step: Step[T]) -> T:
         request, shape = step
@@ -127,9 +167,10 @@ class Client(_ClientCore):
         return Query(name, self)
 
     def query(self, text: str, params: Sequence[Any] | None = None, *, idempotency_key: str | None = None,
-              wait: float | None = None) -> Any:
-        """One statement as text: its rows, `{"affected": n}` or `{"message": ...}`."""
-        return self._run(self._query(text, params, idempotency_key, wait))
+              wait: float | None = None, read: bool = False) -> Any:
+        """One statement as text: its rows, `{"affected": n}` or `{"message": ...}`. `read=True` says
+        it is a read, which `read_from="replica"` may send to a replica."""
+        return self._run(self._query(text, params, idempotency_key, wait, read))
 
     def batch(self, statements: Iterable[Any], *, idempotency_key: str | None = None,
               wait: float | None = None) -> Any:
@@ -137,8 +178,9 @@ class Client(_ClientCore):
         return self._run(self._batch(statements, idempotency_key, wait))
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
+        self._closed = True
+        for pool in list(self._pools.values()):
+            pool.close()
 
     def __enter__(self) -> Self:
         return self
@@ -150,20 +192,38 @@ class Client(_ClientCore):
 class AsyncClient(_ClientCore):
     """The same calls, awaited: `async with AsyncClient(url) as db: ...`."""
 
-    def __init__(self, url: str = DEFAULT_URL, token: str | None = None, timeout: float | None = 30.0, *,
+    def __init__(self, url: str | Sequence[str] = DEFAULT_URL, token: str | None = None,
+                 timeout: float | None = 30.0, *, read_from: str = "primary",
                  transport: AsyncSend | None = None) -> None:
-        target = self._setup(url, token, timeout)
+        target = self._setup(url, token, timeout, read_from)
         self._pool = AsyncPool(target) if transport is None else None
+        self._pools: dict[str, AsyncPool] = {} if self._pool is None else {self._servers.urls[0]: self._pool}
         self._transport = transport
 
+    async def _exchange(self, url: str, request: Request) -> Answer:
+        if self._transport is not None:
+            made = self._transport(replace(request, server=url))
+            return await made if inspect.isawaitable(made) else made
+        pool = self._pools.get(url)
+        if pool is None:
+            if self._closed:
+                raise RuntimeError("the client is closed")
+            pool = self._pools.setdefault(url, AsyncPool(Target(url)))
+        return await pool.send(request)
+
     async def _send(self, request: Request) -> Any:
-        if self._pool is not None:
-            status, headers, body = await self._pool.send(request)
-        else:
-            assert self._transport is not None
-            made = self._transport(request)
-            status, headers, body = await made if inspect.isawaitable(made) else made
-        return self._wire.answer(request, status, headers, body)
+        route = Route(self._servers, request, self._wire.shared.seq)
+        while True:
+            url, sent = route.target()
+            try:
+                status, headers, body = await self._exchange(url, sent)
+            except OSError as exc:
+                if route.unreachable(exc):
+                    continue
+                raise
+            if status in (403, 503, 504) and route.refused(status, headers):
+                continue
+            return self._wire.answer(sent, status, headers, body)
 
     async def _run(self, step: Step[T]) -> T:
         request, shape = step
@@ -173,16 +233,17 @@ class AsyncClient(_ClientCore):
         return AsyncQuery(name, self)
 
     async def query(self, text: str, params: Sequence[Any] | None = None, *,
-                    idempotency_key: str | None = None, wait: float | None = None) -> Any:
-        return await self._run(self._query(text, params, idempotency_key, wait))
+                    idempotency_key: str | None = None, wait: float | None = None, read: bool = False) -> Any:
+        return await self._run(self._query(text, params, idempotency_key, wait, read))
 
     async def batch(self, statements: Iterable[Any], *, idempotency_key: str | None = None,
                     wait: float | None = None) -> Any:
         return await self._run(self._batch(statements, idempotency_key, wait))
 
     async def aclose(self) -> None:
-        if self._pool is not None:
-            await self._pool.aclose()
+        self._closed = True
+        for pool in list(self._pools.values()):
+            await pool.aclose()
 
     async def __aenter__(self) -> Self:
         return self

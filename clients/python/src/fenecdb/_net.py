@@ -11,6 +11,8 @@ blocking and the kernel keeps the timeout (SO_RCVTIMEO / SO_SNDTIMEO, set when i
 Python's own socket timeout would add a poll() before every send and read. TLS sockets use
 Python's timeout. A failure is the standard library's `TimeoutError`, or `ConnectionError` for
 everything else (refused, cut, TLS, a bad answer); the connection is then closed, never reused.
+A connection that could not be opened at all raises `_servers.Unsent` / `UnsentTimeout` (the same
+two classes beneath): nothing was sent, so a client given a list tries the next server.
 
 Giving up a request from another thread (the blocking worker's `stop()`): the caller passes a
 `Watch`, told the socket before the request is written and told when it is done; shutting that
@@ -28,6 +30,7 @@ import threading
 from typing import TYPE_CHECKING, Protocol
 
 from ._http11 import Answer, Reader, Target
+from ._servers import Unsent, UnsentTimeout
 
 if TYPE_CHECKING:
     from ._wire import Request
@@ -124,10 +127,14 @@ class Pool:
     def send(self, request: Request, watch: Watch | None = None) -> Answer:
         data = self.target.encode(request)
         timeout = request.timeout
-        conn = None
-        keep = False
         try:
             conn = self._take() or self._connect(timeout)
+        except TimeoutError as exc:  # nothing was sent: another server of a list may be tried
+            raise UnsentTimeout(f"the connection could not be opened in time: {exc}") from exc
+        except OSError as exc:
+            raise Unsent(f"the connection could not be opened: {exc}") from exc
+        keep = False
+        try:
             sock = conn.sock
             if watch is not None:
                 watch.attach(sock)
@@ -152,11 +159,10 @@ class Pool:
         finally:
             if watch is not None:
                 watch.detach()
-            if conn is not None:
-                if keep:
-                    self._give_back(conn)
-                else:
-                    conn.close()
+            if keep:
+                self._give_back(conn)
+            else:
+                conn.close()
 
     def close(self) -> None:
         with self._lock:

@@ -52,6 +52,8 @@ class Request:
     body: bytes
     timeout: float | None
     write: bool
+    read: bool = False  # the call says it reads: with read_from="replica" it may go to a replica
+    server: str = ""  # the base URL it goes to (set for a `transport=`, which has no pool per server)
 
 
 def wait_ms(wait: object) -> int | None:
@@ -164,9 +166,10 @@ class Wire:
         is_read = _is_read(text) if read is None else read
         key = check_key(idempotency_key) if idempotency_key is not None else (None if is_read else self.key)
         body = _dump({"query": text, "params": encode(list(params)) if params is not None else []})
+        told = read is True
         if key is None and ms is None:  # the common headers, shared: a request's headers are never changed
-            return Request("/query", self._json, body, self.timeout, not is_read)
-        return Request("/query", self._headers(self._json, ms, key), body, self._timeout(ms), not is_read)
+            return Request("/query", self._json, body, self.timeout, not is_read, told)
+        return Request("/query", self._headers(self._json, ms, key), body, self._timeout(ms), not is_read, told)
 
     def batch(self, statements: Iterable[Any], *, wait: object = None,
               idempotency_key: str | None = None) -> Request:

@@ -146,6 +146,7 @@ class Machine(Generic[J, D]):
         self._running = 0
         self._beating = False  # the heartbeat goes on while true
         self._lock = threading.Lock()
+        self._primary = getattr(db, "url", None)  # the client's primary last seen: a change is a `primary` event
         self._prepare()
 
     @property
@@ -211,6 +212,22 @@ class Machine(Generic[J, D]):
 
     # -- sending, with the retry rule -------------------------------------------------------------
 
+    def _sending(self, send: Send) -> Gen[Any]:
+        """One send; then, whatever came of it, a `primary` event if the client's primary changed
+        meanwhile (a replica named it, or the one before could not be reached)."""
+        try:
+            return (yield send)
+        finally:
+            self._seen_primary()
+
+    def _seen_primary(self) -> None:
+        url = getattr(self.db, "url", None)
+        with self._lock:
+            if url is None or url == self._primary:
+                return
+            self._primary = url
+        self.events.emit("primary", url=url)
+
     def _send(self, call: Call, until: Callable[[], bool], held: bool = False) -> Gen[Any]:
         """Send `call`, retrying the network and 5xx until it is answered, `until()` or a stop's
         deadline passes (each try's timeout cut to what the stop leaves): then `Stopped`. Any
@@ -218,7 +235,7 @@ class Machine(Generic[J, D]):
         pause = Pause(self.options.retry_min, self.options.retry_max)
         while True:
             try:
-                return (yield Send(call, self.clock.cap(), held))
+                return (yield from self._sending(Send(call, self.clock.cap(), held)))
             except Exception as exc:
                 if not retryable(exc):
                     raise
@@ -327,7 +344,7 @@ class Machine(Generic[J, D]):
         if cap is not None and cap <= 0 or not job.begin_settle():
             return
         try:
-            yield Send(self.plan.settle("release", job, self.plan.to_release(job)), cap)
+            yield from self._sending(Send(self.plan.settle("release", job, self.plan.to_release(job)), cap))
         except BaseException:
             job.end_settle(False)
             raise
@@ -344,7 +361,7 @@ class Machine(Generic[J, D]):
             if retry:
                 yield from self._send(call, self._is_hard)
             else:
-                yield Send(call, self.clock.cap())
+                yield from self._sending(Send(call, self.clock.cap()))
         except Exception as exc:
             if lease_lost(exc):
                 if job.mark_lost():
