@@ -17,7 +17,7 @@ object Fenec {
 
     /**
      * A client of the servers at [urls]: a primary and its replicas, in any order. Writes and claims go to its
-     * [FenecRemote.primary], at first the first URL, which follows the servers' answers (a replica's 403 names the
+     * primary ([FenecRemote.url]), at first the first URL, which follows the servers' answers (a replica's 403 names the
      * primary); reads go where [readFrom] says.
      */
     @JvmStatic

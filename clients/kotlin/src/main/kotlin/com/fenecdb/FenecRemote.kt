@@ -54,6 +54,8 @@ internal class Link(
 
     @Synchronized fun current(): String = servers[primary]
 
+    @Synchronized fun list(): List<String> = servers.toList()
+
     /** Puts [url] in the list when it is not there; answers it as listed. */
     @Synchronized fun add(url: String): String {
         val u = url.trimEnd('/')
@@ -118,10 +120,11 @@ enum class ReadFrom {
  * so a held claim takes no job. [withWait] and [withIdempotencyKey] make copies that share connections, [seq] and
  * the servers.
  *
- * Servers ([Fenec.connect] given a list: a primary and its replicas): the client keeps one as its [primary], at
+ * Servers ([Fenec.connect] given a list: a primary and its replicas): the client keeps one as its primary ([url]), at
  * first the first, and sends every write, claim and batch there. Within one call the request moves on when
  *  - a server answers 403 with `Fenec-Primary` (a replica: nothing was done there): to that URL (added to the list
- *    when it is not in it), at once, at most [MAX_HOPS] times, then the 403 is the caller's;
+ *    when it is not in it), at once, at most [MAX_HOPS] times, then the 403 is the caller's; a 403 naming a server
+ *    the call could not reach throws that failure instead (a failover under way: the primary it names is gone);
  *  - a connection cannot be opened (refused, connect timeout: nothing was sent): to the next server of the list,
  *    round robin, until each has failed once in the call (then its error is the caller's). A request that was sent
  *    and whose answer was lost is never re-sent here;
@@ -174,8 +177,11 @@ class FenecRemote internal constructor(
         }
     }
 
-    /** The URL this client sends writes and claims to now (see the class's comment on servers). */
-    val primary: String get() = link.current()
+    /** The server this client sends writes and claims to now: its primary (see the class's comment on servers). */
+    val url: String get() = link.current()
+
+    /** The client's list of servers: the ones it was given, then any primary a replica named. */
+    val servers: List<String> get() = link.list()
 
     /** Calls [fn] with the new primary's URL each time it changes, until the answered function is called. */
     internal fun watchPrimary(fn: (String) -> Unit): () -> Unit = link.watch(fn)
@@ -292,7 +298,7 @@ class FenecRemote internal constructor(
      */
     private suspend fun post(path: String, body: String, contentType: String, key: String?): Reply {
         var url = link.current()
-        val failed = HashSet<String>()
+        val failed = HashMap<String, FenecException>() // the servers this call could not reach, and how
         var hops = 0
         while (true) {
             try {
@@ -301,12 +307,19 @@ class FenecRemote internal constructor(
                 val primary = e.primary
                 when {
                     e.status == 403 && primary != null -> {
-                        url = link.add(primary)
+                        val named = link.add(primary)
+                        failed[named]?.let { unreached ->
+                            // the primary it names could not be reached in this call (a failover under way): that
+                            // failure is the caller's, retried as any connection that could not be opened
+                            link.set(url)
+                            throw unreached
+                        }
+                        url = named
                         if (++hops <= MAX_HOPS) continue
                     }
                     e.status == 0 && e.cause != null && notSent(e.cause!!) && currentCoroutineContext().isActive -> {
-                        failed.add(url)
-                        val (next, untried) = link.after(url, failed)
+                        failed[url] = e
+                        val (next, untried) = link.after(url, failed.keys)
                         url = next
                         if (untried) continue
                     }

@@ -50,10 +50,11 @@ import kotlinx.coroutines.Job as Task
  * settled (its ack or fail answered, the job lost or given back), so an outage re-runs at most `concurrency` jobs.
  *
  * Every call goes through [db]'s primary (it follows a replica's 403 and a server that cannot be reached: see
- * [FenecRemote]); each time the primary changes while [run] runs, a `PRIMARY` event tells its URL.
+ * [FenecRemote]: while a failover is under way, a replica naming a primary that is gone throws that connection's
+ * failure); each time the primary changes while [run] runs, a `PRIMARY` event tells its URL.
  *
- * What is retried: a call that failed on the network, by its `timeout` or with a 5xx (or a replica's 403 that names a
- * primary: a failover under way) is sent again under the same `Idempotency-Key` after a pause (full jitter below a ceiling from `retryMin` doubling to `retryMax`), for as long
+ * What is retried: a call that failed on the network, by its `timeout` or with a 5xx is sent again under the same
+ * `Idempotency-Key` after a pause (full jitter below a ceiling from `retryMin` doubling to `retryMax`), for as long
  * as the worker runs. A 412 on a job's call means its lease was lost (a `LOST` event; the handler is cancelled; a
  * give-back met by a 412 says nothing). Any other answer ends [run]: the worker stops as a graceful stop does, then
  * [run] throws that [FenecException].
@@ -416,10 +417,7 @@ class Worker(val db: FenecRemote, val queue: String, val options: WorkerOptions 
     private fun left(): Duration? = deadline.get()?.let { (it - System.nanoTime()).nanoseconds }
 
     /** A failure worth sending again: the network, a timeout, a 5xx. */
-    // a replica's 403 naming a primary reaches the worker only when its client followed it and the primary was gone:
-    // a failover under way, retried as a 5xx is
-    private fun retryable(e: FenecException): Boolean =
-        e.code == FenecException.Code.IO && (e.status == 0 || e.status >= 500) || e.status == 403 && e.primary != null
+    private fun retryable(e: FenecException): Boolean = e.code == FenecException.Code.IO && (e.status == 0 || e.status >= 500)
 
     /**
      * [call] sent, and sent again per the retry rule. Throws what ends the run (any [FenecException] that is not

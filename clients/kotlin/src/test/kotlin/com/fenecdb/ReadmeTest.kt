@@ -123,7 +123,7 @@ class ReadmeTest {
             val db = Fenec.connect(listOf(replica, primary), readFrom = ReadFrom.REPLICA)
             db.run("create collection notes (text text)") // writes go to the primary, whichever server is named first
             db.from("notes").insert(mapOf("id" to 1, "text" to "hello"))
-            check(db.primary == primary)
+            check(db.url == primary)
             // a read goes to the replica with Fenec-After: db.seq, so it waits there for the insert above
             val note = db.from("notes").where("id", 1).first()
             // readme:end

@@ -63,8 +63,8 @@ class ReplicasTest {
                 assertEquals(1L, keyed.run("put jobs {a: 1}").affected)
                 assertEquals("""{"query":"put jobs {a: 1}","params":[]}""", p.seen.single().body)
                 assertEquals("k1", p.seen.single().headers["idempotency-key"])
-                assertEquals(p.url, db.primary)
-                assertEquals(p.url, keyed.primary)
+                assertEquals(p.url, db.url)
+                assertEquals(p.url, keyed.url)
                 db.run("put jobs {a: 2}")
                 assertEquals(1, r.seen.size)
                 assertEquals(2, p.seen.size)
@@ -101,11 +101,20 @@ class ReplicasTest {
             val db = Fenec.connect(listOf(down1, down2, live.url))
             db.run("put jobs {a: 1}")
             assertEquals(1, live.seen.size)
-            assertEquals(live.url, db.primary)
+            assertEquals(live.url, db.url)
         }
         val e = assertThrows<FenecException> { runBlocking { Fenec.connect(listOf(down1, down2)).run("put jobs {a: 2}") } }
         assertEquals(0, e.status)
         assertEquals(FenecException.Code.IO, e.code)
+        // a replica naming a server this call could not reach: that server's failure is the caller's
+        replicaOf(down1).use { r ->
+            val db = Fenec.connect(listOf(down1, r.url))
+            val gone = assertThrows<FenecException> { runBlocking { db.run("put jobs {a: 3}") } }
+            assertEquals(0, gone.status)
+            assertTrue(gone.message.startsWith(down1), gone.message)
+            assertEquals(1, r.seen.size)
+            assertEquals(r.url, db.url)
+        }
     }
 
     @Test
@@ -150,7 +159,7 @@ class ReplicasTest {
 
                 val down = Fenec.connect(listOf(p.url, nobody()), readFrom = ReadFrom.REPLICA)
                 assertEquals("primary", down.from("jobs").rows().single()["from"])
-                assertEquals(p.url, down.primary)
+                assertEquals(p.url, down.url)
 
                 behind.set(false)
                 Fenec.connect(listOf(p.url, r.url), readFrom = ReadFrom.REPLICA).read("get jobs") // no seq seen yet
@@ -191,7 +200,7 @@ class ReplicasTest {
     }
 
     @Test
-    fun `a replica's 403 naming a primary that is gone is retried until the replica is promoted`() = runBlocking(Dispatchers.Default) {
+    fun `while a replica names a primary that is gone the worker retries, and goes on once the replica is promoted`() = runBlocking(Dispatchers.Default) {
         val gone = nobody()
         val promoted = java.util.concurrent.atomic.AtomicBoolean()
         val acked = java.util.concurrent.atomic.AtomicBoolean()
@@ -213,7 +222,7 @@ class ReplicasTest {
                 worker.stop()
                 run.join()
             }
-            assertEquals(r.url, worker.db.primary)
+            assertEquals(r.url, worker.db.url)
         }
     }
 }

@@ -13,7 +13,6 @@ import kotlinx.coroutines.launch
 import kotlinx.coroutines.runBlocking
 import kotlinx.coroutines.withTimeoutOrNull
 import kotlinx.serialization.json.Json
-import kotlinx.serialization.json.JsonArray
 import kotlinx.serialization.json.JsonObject
 import kotlinx.serialization.json.jsonArray
 import kotlinx.serialization.json.jsonObject
@@ -27,6 +26,7 @@ import java.net.http.HttpResponse
 import java.security.SecureRandom
 import java.util.concurrent.ConcurrentLinkedQueue
 import java.util.concurrent.atomic.AtomicLong
+import kotlin.time.Duration.Companion.milliseconds
 import kotlin.time.Duration.Companion.seconds
 
 /**
@@ -45,6 +45,14 @@ class Replicas(primary: String, replica: String, private val out: (String) -> Un
 
     private val http = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).build()
 
+    /** One case of the file, with what the file's cases share; a number it does not give is the player's own. */
+    class Case(val json: JsonObject, val schema: String, val gauge: String) {
+        fun int(key: String, default: Int): Int = json[key]?.jsonPrimitive?.content?.toIntOrNull() ?: default
+        fun worker(key: String): Long? = json["worker"]?.jsonObject?.get(key)?.jsonPrimitive?.long
+    }
+
+    private lateinit var case: Case
+
     val players: Map<String, suspend (String) -> Unit> = mapOf(
         "replica: writes given only a replica reach the primary" to ::writesThroughReplica,
         "replica: a worker given only a replica works the primary" to ::workerThroughReplica,
@@ -52,22 +60,25 @@ class Replicas(primary: String, replica: String, private val out: (String) -> Un
     )
 
     fun runFile(file: File, only: String?) {
+        lateinit var root: JsonObject
         val cases = try {
-            val root = Json.parseToJsonElement(file.readText())
-            val list = (root as? JsonObject)?.get("scenarios")?.jsonArray ?: root as JsonArray
-            list.map { it.jsonObject }.also { require(it.isNotEmpty()) { "no case" } }
+            root = Json.parseToJsonElement(file.readText()).jsonObject
+            root["cases"]!!.jsonArray.map { it.jsonObject }.also { require(it.isNotEmpty()) { "no case" } }
         } catch (e: Exception) {
             failed++
             out("FAIL $file: a replica scenarios file / ${e.message ?: e}")
             return
         }
+        val schema = root["schema"]?.jsonPrimitive?.content ?: Scenarios.DEFAULT_SCHEMA
+        val gauge = root["held_gauge"]?.jsonPrimitive?.content ?: "fenec_held_requests"
+        val timeout = root["deadline_ms"]?.jsonPrimitive?.long ?: 60_000
         var ok = 0
         var bad = 0
-        for (case in cases) {
-            val name = case["name"]?.jsonPrimitive?.content ?: ""
+        for (json in cases) {
+            val name = json["name"]?.jsonPrimitive?.content ?: ""
             if (only != null && !name.contains(only)) continue
-            val q = case["collection"]?.jsonPrimitive?.content ?: "replica_kotlin_${hex()}"
-            val timeout = case["timeout_ms"]?.jsonPrimitive?.long ?: 60_000
+            val q = json["collection"]?.jsonPrimitive?.content ?: "replica_kotlin_${hex()}"
+            case = Case(json, schema, gauge)
             val problem = players[name]?.let { play ->
                 try {
                     waitingFor = null
@@ -94,7 +105,7 @@ class Replicas(primary: String, replica: String, private val out: (String) -> Un
     /** Drops [q] (a 404 is fine) and creates it as a queue, through [db]. */
     private suspend fun freshQueue(db: com.fenecdb.FenecRemote, q: String) {
         try { db.run("drop collection $q") } catch (e: FenecException) { if (e.code != FenecException.Code.NOT_FOUND) throw e }
-        db.run(Scenarios.DEFAULT_SCHEMA.replace("{q}", q))
+        db.run(case.schema.replace("{q}", q))
     }
 
     /** [q]'s row count at one server alone (with `Fenec-After` when [after] is given), outside the client. */
@@ -108,11 +119,11 @@ class Replicas(primary: String, replica: String, private val out: (String) -> Un
         return Json.parseToJsonElement(r.body()).jsonArray.single().jsonObject["count"]!!.jsonPrimitive.long
     }
 
-    /** The held-request gauge (`fenec_held_requests`) of the server at [url]. */
+    /** The held-request gauge (the file's `held_gauge`) of the server at [url]. */
     private fun heldAt(url: String): Double {
         val r = http.send(HttpRequest.newBuilder(URI.create("$url/_metrics")).GET().build(), HttpResponse.BodyHandlers.ofString())
-        val m = Regex("""(?m)^fenec_held_requests(?:\{[^}]*\})? (\S+)$""").find(r.body())
-            ?: throw Failed("$url/_metrics has fenec_held_requests / it has not")
+        val m = Regex("""(?m)^${Regex.escape(case.gauge)}(?:\{[^}]*\})? (\S+)$""").find(r.body())
+            ?: throw Failed("$url/_metrics has ${case.gauge} / it has not")
         return m.groupValues[1].toDouble()
     }
 
@@ -127,33 +138,47 @@ class Replicas(primary: String, replica: String, private val out: (String) -> Un
         }
     }
 
+    /** A client given the replica alone creates the queue and enqueues its jobs; the primary holds them, and so does
+     * the replica once it holds the last write (`Fenec-After`). The collection is left for the next case. */
     private suspend fun writesThroughReplica(q: String) {
+        val jobs = case.int("jobs", 5).toLong()
         val db = Fenec.connect(listOf(replica))
         freshQueue(db, q)
-        try {
-            val producer = Worker(db, q)
-            repeat(5) { producer.enqueue(mapOf("n" to it)) }
-            check(db.primary == primary) { "primary: $primary / ${db.primary}" }
-            rawCount(primary, q).let { check(it == 5L) { "rows on the primary: 5 / $it" } }
-            check(db.seq > 0) { "the last write's Fenec-Seq: a number / ${db.seq}" }
-            rawCount(replica, q, db.seq).let { check(it == 5L) { "rows on the replica after seq ${db.seq}: 5 / $it" } }
-        } finally {
-            Fenec.connect(primary).run("drop collection $q")
-        }
+        val producer = Worker(db, q)
+        repeat(jobs.toInt()) { producer.enqueue(mapOf("n" to it)) }
+        check(db.url == primary) { "primary: $primary / ${db.url}" }
+        rawCount(primary, q).let { check(it == jobs) { "rows on the primary: $jobs / $it" } }
+        check(db.seq > 0) { "the last write's Fenec-Seq: a number / ${db.seq}" }
+        rawCount(replica, q, db.seq).let { check(it == jobs) { "rows on the replica after seq ${db.seq}: $jobs / $it" } }
     }
 
+    /** A worker given the replica alone works the primary's jobs, is held there when the queue is empty and takes the
+     * jobs put meanwhile; the replica never holds a claim; the worker tells the primary in a PRIMARY event. */
     private suspend fun workerThroughReplica(q: String) {
+        val jobs = case.int("jobs", 5).toLong()
+        val later = case.int("later", 1).toLong()
         val pdb = Fenec.connect(primary)
-        freshQueue(pdb, q)
         try {
             val producer = Worker(pdb, q)
-            repeat(5) { producer.enqueue(mapOf("n" to it)) }
-            // as after the first case: the replica holds the queue (a held claim on a collection a replica does not
+            // the first case's jobs; made here when it did not run (FENEC_ONLY) or left other than it should
+            if (runCatching { rawCount(primary, q) }.getOrNull() != jobs) {
+                freshQueue(pdb, q)
+                repeat(jobs.toInt()) { producer.enqueue(mapOf("n" to it)) }
+            }
+            // the replica holds the queue, as after the first case (a held claim on a collection a replica does not
             // hold yet is answered 404 there, not 403)
-            rawCount(replica, q, pdb.seq).let { check(it == 5L) { "rows on the replica: 5 / $it" } }
+            rawCount(replica, q, pdb.seq.takeIf { it > 0 }).let { check(it == jobs) { "rows on the replica: $jobs / $it" } }
             val seen = ConcurrentLinkedQueue<WorkerEvent>()
             val processed = AtomicLong()
-            val worker = Worker(Fenec.connect(listOf(replica)), q, WorkerOptions(concurrency = 1, wait = 30.seconds, onEvent = { seen.add(it) }))
+            val defaults = WorkerOptions()
+            val options = WorkerOptions(
+                concurrency = case.worker("concurrency")?.toInt() ?: 1,
+                batch = case.worker("batch")?.toInt() ?: defaults.batch,
+                wait = case.worker("wait_ms")?.milliseconds ?: 30.seconds,
+                lease = case.worker("lease_ms")?.milliseconds ?: defaults.lease,
+                onEvent = { seen.add(it) },
+            )
+            val worker = Worker(Fenec.connect(listOf(replica)), q, options)
             var failure: Throwable? = null
             val run = CoroutineScope(Dispatchers.Default).launch {
                 try { worker.run { processed.incrementAndGet() } } catch (e: Throwable) { failure = e }
@@ -161,12 +186,15 @@ class Replicas(primary: String, replica: String, private val out: (String) -> Un
             try {
                 fun replicaHeld() = heldAt(replica).let { if (it != 0.0) "held claims on the replica: 0 / $it" else null }
                 fun ran(problem: String?) = problem?.let { p -> failure?.let { "$p (run threw $it)" } ?: p }
-                until { ran(rawCount(primary, q).let { if (processed.get() < 5 || it != 0L) "5 jobs processed and acked / ${processed.get()} processed, $it rows left" else null }) }
+                fun workedOff(n: Long) = ran(rawCount(primary, q).let {
+                    if (processed.get() < n || it != 0L) "$n jobs processed and acked / ${processed.get()} processed, $it rows left" else null
+                })
+                until { workedOff(jobs) }
                 until { replicaHeld() }
                 until { heldAt(primary).let { if (it < 1) "the worker's claim held on the primary / $it" else null } }
                 until { replicaHeld() }
-                producer.enqueue(mapOf("n" to 5))
-                until { ran(if (processed.get() < 6) "the job put while held processed / ${processed.get()} of 6" else null) }
+                for (i in 0 until later) producer.enqueue(mapOf("n" to jobs + i))
+                until { workedOff(jobs + later) }
                 until { replicaHeld() }
             } finally {
                 worker.stop()
@@ -179,14 +207,17 @@ class Replicas(primary: String, replica: String, private val out: (String) -> Un
         }
     }
 
+    /** A client given both servers, reading from the replica, writes row 1 over with the builder and reads it back by
+     * id, each round answered with the round just written. */
     private suspend fun readsOnReplica(q: String) {
         val db = Fenec.connect(listOf(primary, replica), readFrom = ReadFrom.REPLICA)
         freshQueue(db, q)
         try {
-            for (i in 1L..20L) {
-                db.from(q).insert(mapOf("id" to i, "payload" to mapOf("round" to i)))
-                val row = db.from(q).where("id", i).first()
-                check((row?.get("payload") as? Map<*, *>)?.get("round") == i) { "round $i: the row just written / $row" }
+            for (i in 1L..case.int("rounds", 20).toLong()) {
+                db.from(q).insert(mapOf("id" to 1, "payload" to mapOf("round" to i), "run_at" to com.fenecdb.Computed.expr("now()")))
+                val rows = db.from(q).where("id", 1).rows()
+                check(rows.size == 1) { "round $i: one row / $rows" }
+                check((rows.single()["payload"] as? Map<*, *>)?.get("round") == i) { "round $i: the row just written / ${rows.single()}" }
             }
         } finally {
             db.run("drop collection $q")
