@@ -6,24 +6,46 @@ package fenecdb
 // A call is bounded by the caller's ctx and by the client timeout; on a client made by Wait the timeout
 // is extended by the wait it sends, so a held claim is never cut short by the client's own timeout.
 // Cancelling ctx abandons the request and closes its connection, which gives a held claim up at the
-// server. Copies made by Wait and IdempotencyKey share the connections and the seq of their parent.
+// server. Copies made by Wait and IdempotencyKey share the connections, the seq and the servers of their
+// parent.
+//
+// Servers (New's url, then WithServers'): the client keeps one of them as its primary, at first the
+// first, and sends every write, claim and batch there. Within one call the request moves on when
+//   - a server answers 403 with Fenec-Primary (a replica: nothing was done there): that URL becomes the
+//     primary (added to the list when it is not in it) and the request is sent there at once, at most
+//     maxHops times in one call, then the 403 is the caller's; a 403 naming a server the call could not
+//     reach answers that failure instead (a failover under way: the primary it names is gone);
+//   - a connection cannot be opened (nothing was sent): the next server of the list, round robin, and
+//     the request is sent there, until each server has failed once in the call (then its error is the
+//     caller's). A request that was sent and whose answer was lost is never re-sent here;
+//   - a server answers 503 with Retry-After while the list has several: the 503 is the caller's, and its
+//     next request goes to the next server.
+// and the server the call ended on becomes the primary, for every copy at once.
+// With WithReadFrom(Replica) the builder's reads (Rows, First, Count, RowsAs) and Read go to a server of
+// the list that is not the primary, with Fenec-After: Seq() once the client has seen a seq, so they see
+// this client's own writes; a 504 (the replica is behind) or a replica that cannot be reached sends the
+// read to the primary.
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// Client talks to one FenecDB server. It is safe for concurrent use.
+// Client talks to a FenecDB server, or to a primary and its replicas. It is safe for concurrent use.
 type Client struct {
-	base    string
+	route   *route // shared by every copy
 	token   string
 	timeout time.Duration
 	hc      *http.Client
@@ -54,6 +76,30 @@ func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = 
 // claim outlasts a fixed timeout, and this client bounds each request itself.
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
 
+// WithServers adds servers after New's url: the primary and replicas of one database, in any order. The
+// client's primary is at first New's url and follows the servers' answers (see URL).
+func WithServers(urls ...string) Option {
+	return func(c *Client) {
+		for _, u := range urls {
+			c.route.add(u)
+		}
+	}
+}
+
+// ReadFrom says where a client sends its reads.
+type ReadFrom int
+
+const (
+	// Primary: every request goes to the primary (the default).
+	Primary ReadFrom = iota
+	// Replica: the builder's reads and Read go to a server of the list that is not the primary, with
+	// Fenec-After so that they see this client's own writes; to the primary when none answers in time.
+	Replica
+)
+
+// WithReadFrom says where reads go: Primary (the default) or Replica.
+func WithReadFrom(r ReadFrom) Option { return func(c *Client) { c.route.readFrom = r } }
+
 var defaultHTTP = &http.Client{Transport: &http.Transport{
 	Proxy:               nil, // a database client speaks to its server, not through an environment proxy
 	MaxIdleConnsPerHost: 64,
@@ -61,8 +107,11 @@ var defaultHTTP = &http.Client{Transport: &http.Transport{
 }}
 
 // New makes a client of the server at url, such as "http://127.0.0.1:8080". A trailing / is ignored.
+// WithServers gives it more servers of the same database.
 func New(url string, opts ...Option) *Client {
-	c := &Client{base: strings.TrimRight(url, "/"), timeout: 30 * time.Second, hc: defaultHTTP, seq: new(atomic.Int64)}
+	c := &Client{route: &route{watchers: map[int]func(string){}}, timeout: 30 * time.Second, hc: defaultHTTP,
+		seq: new(atomic.Int64)}
+	c.route.add(url)
 	for _, o := range opts {
 		o(c)
 	}
@@ -70,6 +119,17 @@ func New(url string, opts ...Option) *Client {
 		c.hc = defaultHTTP
 	}
 	return c
+}
+
+// URL is the server this client sends writes and claims to now: its primary (see the package's comment
+// on servers).
+func (c *Client) URL() string { return c.route.current() }
+
+// Servers is the client's list of servers: New's url, WithServers', then any primary a replica named.
+func (c *Client) Servers() []string {
+	c.route.mu.Lock()
+	defer c.route.mu.Unlock()
+	return slices.Clone(c.route.servers)
 }
 
 // Seq is the highest change counter (Fenec-Seq) this client and its copies have seen.
@@ -163,24 +223,103 @@ func encodeBody(text string, params []any) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// send posts one body and reads the answer; a status of 400 or more is an *Error.
+// maxHops: the 403s naming a primary one call follows; the next is the caller's error.
+const maxHops = 2
+
+// send posts one body to the primary and reads the answer; a status of 400 or more is an *Error. It
+// follows a replica's 403 to the primary it names, and a connection that could not be opened to the
+// next server (see the package's comment on servers).
 func (c *Client) send(ctx context.Context, path, contentType string, body []byte) (answer, error) {
 	if c.err != nil {
 		return answer{}, c.err
 	}
+	ctx, cancel := c.bound(ctx)
+	defer cancel()
+	return c.toPrimary(ctx, path, contentType, body)
+}
+
+// bound gives ctx the client's timeout, with the wait on top for a held request.
+func (c *Client) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if c.timeout > 0 {
-		limit := c.timeout
-		if c.hasWait {
-			limit += c.wait
-		}
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, limit)
-		defer cancel()
+	if c.timeout <= 0 {
+		return ctx, func() {}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(body))
+	limit := c.timeout
+	if c.hasWait {
+		limit += c.wait
+	}
+	return context.WithTimeout(ctx, limit)
+}
+
+// toPrimary sends to the primary, following a replica's 403 and moving on from a server it cannot
+// reach, and makes the server it ended on the primary once, at the end of the call: concurrent calls
+// and the primary event see a change, not each hop of a failover under way.
+func (c *Client) toPrimary(ctx context.Context, path, contentType string, body []byte) (answer, error) {
+	url := c.route.current()
+	failed := map[string]error{} // the servers this call could not reach, and how
+	for hops := 0; ; {
+		a, err := c.post(ctx, url, path, contentType, body, 0)
+		var e *Error
+		switch {
+		case errors.As(err, &e) && e.Status == http.StatusForbidden && e.Primary != "":
+			named := c.route.add(e.Primary)
+			if unreached := failed[named]; unreached != nil {
+				// the primary it names could not be reached in this call (a failover under way): that
+				// failure is the caller's, retried as any connection that could not be opened
+				c.route.set(url)
+				return a, unreached
+			}
+			url = named
+			if hops++; hops <= maxHops {
+				continue
+			}
+		case notSent(err) && ctx.Err() == nil:
+			failed[url] = err
+			next, untried := c.route.after(url, failed)
+			url = next
+			if untried {
+				continue
+			}
+		case errors.As(err, &e) && e.Status == http.StatusServiceUnavailable && e.retryAfter:
+			url, _ = c.route.after(url, nil) // the next attempt tries another server
+		}
+		c.route.set(url)
+		return a, err
+	}
+}
+
+// sendRead posts a read: to a replica with Fenec-After under WithReadFrom(Replica), to the primary
+// when the replica is behind (504) or cannot be reached, or when there is no replica to ask.
+func (c *Client) sendRead(ctx context.Context, body []byte) (answer, error) {
+	if c.err != nil {
+		return answer{}, c.err
+	}
+	ctx, cancel := c.bound(ctx)
+	defer cancel()
+	if c.route.readFrom == Replica {
+		if url, ok := c.route.replica(); ok {
+			a, err := c.post(ctx, url, "/query", "application/json", body, c.seq.Load())
+			var e *Error
+			if err == nil || !(notSent(err) || errors.As(err, &e) && e.Status == http.StatusGatewayTimeout) ||
+				ctx.Err() != nil {
+				return a, err
+			}
+		}
+	}
+	return c.toPrimary(ctx, "/query", "application/json", body)
+}
+
+// notSent tells a request whose connection could not be opened: nothing reached a server.
+func notSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// post sends one request to the server at url (after > 0: with Fenec-After) and reads its answer.
+func (c *Client) post(ctx context.Context, url, path, contentType string, body []byte, after int64) (answer, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+path, bytes.NewReader(body))
 	if err != nil {
 		return answer{}, fmt.Errorf("fenecdb: %w", err)
 	}
@@ -198,6 +337,9 @@ func (c *Client) send(ctx context.Context, path, contentType string, body []byte
 	if c.hasWait {
 		req.Header.Set("Fenec-Wait", strconv.FormatInt(c.wait.Milliseconds(), 10))
 	}
+	if after > 0 {
+		req.Header.Set("Fenec-After", strconv.FormatInt(after, 10))
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return answer{}, fmt.Errorf("fenecdb: POST %s: %w", path, err)
@@ -208,7 +350,12 @@ func (c *Client) send(ctx context.Context, path, contentType string, body []byte
 		return answer{}, fmt.Errorf("fenecdb: POST %s: reading the answer: %w", path, err)
 	}
 	if resp.StatusCode >= 400 {
-		return answer{}, serverError(resp.StatusCode, data)
+		e := serverError(resp.StatusCode, data)
+		if resp.StatusCode == http.StatusForbidden {
+			e.Primary = strings.TrimRight(strings.TrimSpace(resp.Header.Get("Fenec-Primary")), "/")
+		}
+		e.retryAfter = resp.Header.Get("Retry-After") != ""
+		return answer{}, e
 	}
 	a := answer{body: data, replayed: strings.EqualFold(resp.Header.Get("Idempotent-Replayed"), "true")}
 	if s := resp.Header.Get("Fenec-Seq"); s != "" {
@@ -249,18 +396,31 @@ func serverError(status int, body []byte) *Error {
 	return e
 }
 
-// run sends one statement to /query.
-func (c *Client) run(ctx context.Context, text string, params []any) (answer, error) {
+// run sends one statement to /query: to the primary, or where reads go when it is a read.
+func (c *Client) run(ctx context.Context, text string, params []any, read bool) (answer, error) {
 	body, err := encodeBody(text, params)
 	if err != nil {
 		return answer{}, err
 	}
+	if read {
+		return c.sendRead(ctx, body)
+	}
 	return c.send(ctx, "/query", "application/json", body)
 }
 
-// Query runs one statement of text and answers its rows (nil for an answer that is not rows).
+// Query runs one statement of text on the primary and answers its rows (nil for an answer that is not rows).
 func (c *Client) Query(ctx context.Context, text string, params ...any) ([]Row, error) {
-	a, err := c.run(ctx, text, params)
+	return c.query(ctx, text, params, false)
+}
+
+// Read runs one statement of text that cannot write (a get) where reads go (WithReadFrom), and answers
+// its rows. A replica refuses a statement that writes.
+func (c *Client) Read(ctx context.Context, text string, params ...any) ([]Row, error) {
+	return c.query(ctx, text, params, true)
+}
+
+func (c *Client) query(ctx context.Context, text string, params []any, read bool) ([]Row, error) {
+	a, err := c.run(ctx, text, params, read)
 	if err != nil {
 		return nil, err
 	}
@@ -274,7 +434,7 @@ func (c *Client) Query(ctx context.Context, text string, params ...any) ([]Row, 
 
 // Exec runs one statement of text and answers what it wrote.
 func (c *Client) Exec(ctx context.Context, text string, params ...any) (Result, error) {
-	a, err := c.run(ctx, text, params)
+	a, err := c.run(ctx, text, params, false)
 	if err != nil {
 		return Result{}, err
 	}
@@ -376,7 +536,7 @@ func (q *Query) sendRead(ctx context.Context, first, count bool) (answer, error)
 	if err != nil {
 		return answer{}, err
 	}
-	return db.run(ctx, text, params)
+	return db.run(ctx, text, params, true)
 }
 
 // Rows sends the read and answers its rows.
@@ -493,9 +653,98 @@ func (q *Query) sendWrite(ctx context.Context, text string, params []any) (Resul
 	if err != nil {
 		return Result{}, err
 	}
-	a, err := db.run(ctx, text, params)
+	a, err := db.run(ctx, text, params, false)
 	if err != nil {
 		return Result{}, err
 	}
 	return toResult(a)
+}
+
+// route is the servers of a client and its copies, and which is the primary now.
+type route struct {
+	readFrom ReadFrom // set by New's options, read only after
+
+	mu       sync.Mutex
+	servers  []string
+	primary  int
+	reads    int // the round robin of replica reads
+	watchers map[int]func(url string)
+	watchID  int
+}
+
+// add puts url in the list when it is not there, and answers it as listed.
+func (r *route) add(url string) string {
+	url = strings.TrimRight(url, "/")
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !slices.Contains(r.servers, url) {
+		r.servers = append(r.servers, url)
+	}
+	return url
+}
+
+func (r *route) current() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.servers[r.primary]
+}
+
+// after answers the server after from, round robin, that is not in failed; with every server failed,
+// the one right after from, and false.
+func (r *route) after(from string, failed map[string]error) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	start := max(0, slices.Index(r.servers, from))
+	for k := 1; k <= len(r.servers); k++ {
+		if s := r.servers[(start+k)%len(r.servers)]; failed[s] == nil {
+			return s, true
+		}
+	}
+	return r.servers[(start+1)%len(r.servers)], false
+}
+
+// set makes url (one of the list) the primary, and tells the watchers when it changed.
+func (r *route) set(url string) {
+	r.mu.Lock()
+	i := slices.Index(r.servers, url)
+	if i < 0 || r.primary == i {
+		r.mu.Unlock()
+		return
+	}
+	r.primary = i
+	watchers := make([]func(string), 0, len(r.watchers))
+	for _, w := range r.watchers {
+		watchers = append(watchers, w)
+	}
+	r.mu.Unlock()
+	for _, w := range watchers {
+		w(url)
+	}
+}
+
+// replica answers the next server, round robin, that is not the primary; false when there is none.
+func (r *route) replica() (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k := 0; k < len(r.servers); k++ {
+		r.reads = (r.reads + 1) % len(r.servers)
+		if r.reads != r.primary {
+			return r.servers[r.reads], true
+		}
+	}
+	return "", false
+}
+
+// watch calls fn with the new primary's URL each time it changes, until the answered func is called.
+func (r *route) watch(fn func(url string)) func() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.watchID++
+	id := r.watchID
+	r.watchers[id] = fn
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		delete(r.watchers, id) // a second call finds nothing to delete
+	}
 }

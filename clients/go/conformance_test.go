@@ -2,7 +2,8 @@ package fenecdb
 
 // TestConformance is the shared suite's entry (conformance.md Part C): the builder vectors of
 // FENEC_VECTORS, then the worker scenarios of FENEC_SCENARIOS against FENEC_URL, then the worker under the
-// docs' policy against FENEC_POLICY_URL (policy_test.go), then exactly one summary
+// docs' policy against FENEC_POLICY_URL (policy_test.go), then, when FENEC_REPLICA_SCENARIOS is set, the
+// replica cases against FENEC_PRIMARY_URL and FENEC_REPLICA_URL (replica_scenarios_test.go), then exactly one summary
 // line `go: N passed, M failed` on standard output. conformance.sh runs it so that the line reaches
 // standard output unchanged.
 
@@ -37,6 +38,10 @@ func TestConformance(t *testing.T) {
 	s := runScenariosFile(os.Stdout, scenarios, os.Getenv("FENEC_URL"), os.Getenv("FENEC_REQUIRE_SERVER") == "1")
 	pOK, pFail := runPolicyFile(os.Stdout, os.Getenv("FENEC_REQUIRE_SERVER") == "1")
 	passed, failed := v.ok+v.elsewhere+s.ok+pOK, v.fail+s.fail+pFail
+	if path := os.Getenv("FENEC_REPLICA_SCENARIOS"); path != "" {
+		r := runReplicaScenariosFile(os.Stdout, path, os.Getenv("FENEC_PRIMARY_URL"), os.Getenv("FENEC_REPLICA_URL"))
+		passed, failed = passed+r.ok, failed+r.fail
+	}
 	fmt.Printf("go: %d passed, %d failed\n", passed, failed)
 	if failed > 0 {
 		t.Fail()

@@ -318,7 +318,7 @@ func TestWorkerEventsFollowTheContract(t *testing.T) {
 			continue
 		}
 		switch key {
-		case "error", "type", "worker", "owner", "call":
+		case "error", "type", "worker", "owner", "call", "url":
 			if sf.Type.Kind() != reflect.String {
 				t.Errorf("Event.%s is a %s, not a text", name, sf.Type)
 			}
@@ -350,7 +350,7 @@ func TestWorkerEventsFollowTheContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	consts := map[string]bool{"evClaimed": true, "evStart": true, "evDone": true, "evFailed": true, "evDead": true,
-		"evReleased": true, "evLost": true, "evRetry": true, "evStopped": true, "kind": true}
+		"evReleased": true, "evLost": true, "evRetry": true, "evPrimary": true, "evStopped": true, "kind": true}
 	for _, f := range pkgs["fenecdb"].Files {
 		ast.Inspect(f, func(n ast.Node) bool {
 			var key, value ast.Expr

@@ -6,7 +6,8 @@ package fenecdb
 //	├── *QueryError   a chain the builder refused before sending (clients.md §5); no request was made.
 //	│                 Message is the exact text of the rule, with no prefix.
 //	├── *Error        a refusal the server answered: Status (the HTTP status), Code (named below),
-//	│                 Message (the body's "error"), At and Completed (a batch that stopped; At is -1 otherwise).
+//	│                 Message (the body's "error"), At and Completed (a batch that stopped; At is -1 otherwise),
+//	│                 Primary (the primary a replica's 403 names).
 //	└── wrapped context.Canceled / context.DeadlineExceeded, and network errors, as the standard library
 //	    gives them (find them with errors.Is).
 //
@@ -36,7 +37,7 @@ type Code string
 const (
 	CodeBadRequest   Code = "bad_request"  // 400: does not parse, bad parameter, a claim the server cannot hold
 	CodeUnauthorized Code = "unauthorized" // 401: no token, or a wrong one
-	CodeForbidden    Code = "forbidden"    // 403: outside the token's rules; a write on a read-only server
+	CodeForbidden    Code = "forbidden"    // 403: outside the token's rules; a write on a read-only server or a replica
 	CodeNotFound     Code = "not_found"    // 404: collection or field not there
 	CodeConflict     Code = "conflict"     // 409: id or @unique value taken
 	CodeUnmet        Code = "unmet"        // 412: a require not met; nothing of it landed
@@ -80,6 +81,11 @@ type Error struct {
 	Message   string
 	At        int // the index of the statement that stopped a batch, from 0; -1 otherwise
 	Completed int // statements of a stopped batch that stayed applied (0: a batch lands whole)
+	// Primary: a replica's 403 names its primary here (its Fenec-Primary header); nothing was done there.
+	// The client follows it by itself; it reaches the caller only past the hops one call may take.
+	Primary string
+
+	retryAfter bool // the answer had Retry-After
 }
 
 func (e *Error) Error() string {

@@ -32,6 +32,14 @@ func TestMain(m *testing.M) {
 		}
 		_ = flag.Set("test.skip", skip)
 	}
+	if os.Getenv("FENECDB_REPLICA_URL") == "" && flag.Lookup("test.run").Value.String() != "^TestConformance$" {
+		fmt.Println("SKIP go example of a primary and its replica (ExampleWithReadFrom): FENECDB_REPLICA_URL is not set")
+		skip := "^ExampleWithReadFrom$"
+		if prev := flag.Lookup("test.skip").Value.String(); prev != "" {
+			skip = prev + "|" + skip
+		}
+		_ = flag.Set("test.skip", skip)
+	}
 	os.Exit(m.Run())
 }
 
@@ -43,6 +51,28 @@ func ExampleNew() {
 		fenecdb.WithTimeout(30*time.Second),         // per request; the default; 0 for none
 		fenecdb.WithHTTPClient(hc))                  // optional
 	_ = db
+}
+
+// A primary and its replica: the client given the replica first finds the primary by itself (the
+// replica's 403 names it), and reads its own writes from the replica.
+func ExampleWithReadFrom() {
+	ctx := context.Background()
+	primary, replica := os.Getenv("FENECDB_PRIMARY_URL"), os.Getenv("FENECDB_REPLICA_URL")
+	db := fenecdb.New(replica, fenecdb.WithServers(primary), fenecdb.WithReadFrom(fenecdb.Replica))
+	_, _ = db.Exec(ctx, "drop collection notes") // writes go to the primary, whichever server is named first
+	if _, err := db.Exec(ctx, "create collection notes (text text)"); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := db.From("notes").Insert(ctx, fenecdb.D("id", 1, "text", "hello")); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(db.URL() == primary)
+	// a read goes to the replica with Fenec-After: db.Seq(), so it waits there for the put above
+	row, err := db.From("notes").Where("id", "=", 1).First(ctx)
+	fmt.Println(row["text"], err)
+	// Output:
+	// true
+	// hello <nil>
 }
 
 // The claim of a worker, written by the builder: values are parameters, names are checked.

@@ -270,7 +270,7 @@ func TestLiveIdempotency(t *testing.T) {
 func TestLiveOwnScenarios(t *testing.T) {
 	db := liveClient(t)
 	var out bytes.Buffer
-	tally := runScenariosFile(&out, filepath.Join("testdata", "worker-scenarios.json"), db.base, true)
+	tally := runScenariosFile(&out, filepath.Join("testdata", "worker-scenarios.json"), db.URL(), true)
 	if tally.fail > 0 || tally.ok == 0 {
 		t.Fatalf("scenarios:\n%s", out.String())
 	}

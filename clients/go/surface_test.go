@@ -27,7 +27,7 @@ var agreedAPI = []string{
 	"Client.Batch", "Client.Exec", "Client.From", "Client.IdempotencyKey", "Client.Query", "Client.Seq",
 	"Client.Wait", "WithHTTPClient", "WithTimeout", "WithToken", "WriteOption", "Job", "Worker", "Worker.Ack",
 	"Worker.Claim", "Worker.Enqueue", "Worker.Extend", "Worker.Fail", "Worker.Run", "Worker.Shutdown", "Worker.Close",
-	"Event",
+	"Event", "WithServers", "WithReadFrom", "ReadFrom", "Primary", "Replica", "Client.URL", "Client.Servers", "Client.Read",
 }
 
 func TestExportedNames(t *testing.T) {

@@ -106,6 +106,7 @@ type Job struct {
 //	released  a job was given back on a stop: unstarted, or cancelled at the drain's end or a hard stop
 //	lost      a job's lease was lost (Call: the extend, ack, fail or dead answered 412); its handler's ctx is cancelled
 //	retry     a call (Call) failed on the network, by its timeout or with a 5xx (Error); sent again after Delay
+//	primary   the client's primary changed (URL: the server writes and claims go to now)
 //	stopped   Run is about to return; the last event of a Run
 type Event struct {
 	Type     string        // one of the types above
@@ -117,6 +118,7 @@ type Event struct {
 	Error    string        // failed, dead: the handler's message; retry: the network's or the server's
 	Delay    time.Duration // retry: the pause before the next try; failed: until the job is ready again
 	Call     string        // lost, retry: claim, ack, extend, fail, dead or release
+	URL      string        // primary: the new primary's URL
 }
 
 // The event types, as the contract names them (Event.Type).
@@ -129,11 +131,13 @@ const (
 	evReleased = "released"
 	evLost     = "lost"
 	evRetry    = "retry"
+	evPrimary  = "primary"
 	evStopped  = "stopped"
 )
 
 // eventTypes lists every type an Event may have; the contract test checks it against the contract.
-var eventTypes = []string{evClaimed, evStart, evDone, evFailed, evDead, evReleased, evLost, evRetry, evStopped}
+var eventTypes = []string{evClaimed, evStart, evDone, evFailed, evDead, evReleased, evLost, evRetry, evPrimary,
+	evStopped}
 
 // The calls a retry or lost event names (Event.Call), and the first word of each call's Idempotency-Key.
 const (

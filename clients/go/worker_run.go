@@ -34,7 +34,12 @@ package fenecdb
 // full jitter), the claim under the same owner and Idempotency-Key so that a retry after a lost answer is
 // answered the jobs the first try took. Acks, fails, dead letters and give backs have keys of their own,
 // and so has each job's extend at each beat; an extend is tried again after at most a Heartbeat.
-// Any other refusal (a 4xx but a lost lease's 412) stops the run gracefully and Run returns it.
+// Any other refusal (a 4xx but a lost lease's 412) stops the run gracefully and Run returns it. A
+// replica's 403 never reaches the worker while a failover is under way: the client follows it, and one
+// naming a primary that cannot be reached answers that connection's failure, retried as above.
+//
+// Every call goes through the client's primary (client.go: it follows a replica's 403 and a server that
+// cannot be reached); each time the primary changes while Run runs, a primary event tells its URL.
 
 import (
 	"context"
@@ -80,6 +85,8 @@ func (w *Worker) Run(ctx context.Context, handle func(ctx context.Context, j Job
 		return nil
 	}
 	defer w.stops.remove(r)
+	unwatch := r.db.route.watch(func(url string) { w.emit(Event{Type: evPrimary, URL: url}) })
+	defer unwatch()
 	if ctx.Err() != nil {
 		r.stopGracefully() // stopped before it began: not even one claim
 	}
@@ -99,6 +106,7 @@ func (w *Worker) Run(ctx context.Context, handle func(ctx context.Context, j Job
 			r.runBatch(jobs)
 		}
 	}
+	unwatch() // stopped is the last event
 	w.emit(Event{Type: evStopped})
 	return r.firstErr()
 }

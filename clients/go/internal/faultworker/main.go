@@ -3,7 +3,8 @@
 // environment, with a handler that does what each job's payload asks, and prints every event as one
 // JSON line on stdout. SIGTERM stops it gracefully, SIGINT at once; either way it exits 0.
 //
-// Environment: FENEC_URL, FENEC_QUEUE, FENEC_WORKER, FENEC_BATCH, FENEC_CONCURRENCY, FENEC_LEASE_MS,
+// Environment: FENEC_URL, FENEC_SERVERS (when set, the client's servers, comma-separated, the primary
+// first: its `ready` line then names them, `servers`), FENEC_QUEUE, FENEC_WORKER, FENEC_BATCH, FENEC_CONCURRENCY, FENEC_LEASE_MS,
 // FENEC_WAIT_MS, FENEC_HEARTBEAT_MS, FENEC_MAX_ATTEMPTS, FENEC_DRAIN_MS, FENEC_BACKOFF_MS (a failed job
 // comes back after FENEC_BACKOFF_MS × attempts²), FENEC_TIMEOUT_MS (each request; a held claim gets the
 // wait on top), FENEC_KEEP_DONE=1 (acked jobs kept, marked done). A payload is {"sleep_ms": n, "throw": bool, "fail": "message", "fail_times": n}.
@@ -18,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -34,13 +36,16 @@ func main() {
 
 func run() error {
 	url, queue := os.Getenv("FENEC_URL"), os.Getenv("FENEC_QUEUE")
+	if list := os.Getenv("FENEC_SERVERS"); list != "" {
+		url = list
+	}
 	if url == "" || queue == "" {
 		return errors.New("FENEC_URL and FENEC_QUEUE are required")
 	}
 	out := &lines{worker: os.Getenv("FENEC_WORKER"), out: os.Stdout}
 	backoff := ms("FENEC_BACKOFF_MS")
 	w := &fenecdb.Worker{
-		DB:           fenecdb.New(url, fenecdb.WithTimeout(0)), // the worker's Timeout bounds each request
+		DB:           client(url),
 		Queue:        queue,
 		Name:         out.worker,
 		Batch:        int64(num("FENEC_BATCH")),
@@ -69,8 +74,18 @@ func run() error {
 			}
 		}
 	}()
-	out.print(map[string]any{"event": "ready"})
+	out.print(map[string]any{"event": "ready", "servers": w.DB.Servers()})
 	return w.Run(context.Background(), out.handle)
+}
+
+// client is the worker's client of the servers in urls (comma-separated, the primary first). Its timeout is off: the
+// worker's Timeout bounds each request.
+func client(urls string) *fenecdb.Client {
+	list := strings.Split(urls, ",")
+	for i := range list {
+		list[i] = strings.TrimSpace(list[i])
+	}
+	return fenecdb.New(list[0], fenecdb.WithTimeout(0), fenecdb.WithServers(list[1:]...))
 }
 
 // handle does what the payload asks: sleep (cut short when the job's ctx ends), then panic, fail or succeed.
@@ -132,7 +147,7 @@ func (o *lines) event(e fenecdb.Event) {
 	if e.ID != nil {
 		m["id"] = e.ID
 	}
-	if e.Type != "claimed" && e.Type != "retry" && e.Type != "stopped" {
+	if e.Type != "claimed" && e.Type != "retry" && e.Type != "stopped" && e.Type != "primary" {
 		m["attempts"] = e.Attempts
 	}
 	if e.Type == "claimed" {
@@ -143,6 +158,9 @@ func (o *lines) event(e fenecdb.Event) {
 	}
 	if e.Call != "" {
 		m["call"] = e.Call
+	}
+	if e.URL != "" {
+		m["url"] = e.URL
 	}
 	if e.Type == "retry" || e.Type == "failed" {
 		m["delay_ms"] = e.Delay.Milliseconds()

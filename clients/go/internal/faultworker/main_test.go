@@ -58,6 +58,7 @@ func TestEventLines(t *testing.T) {
 	o := &lines{worker: "w", out: &out}
 	o.event(fenecdb.Event{Type: "retry", Owner: "w:3", Error: "refused", Call: "claim", Delay: 250 * time.Millisecond})
 	o.event(fenecdb.Event{Type: "done", ID: int64(4), Owner: "w:3", Attempts: 2})
+	o.event(fenecdb.Event{Type: "primary", URL: "http://127.0.0.1:8081"})
 	o.event(fenecdb.Event{Type: "stopped"})
 	var got []map[string]any
 	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
@@ -76,8 +77,19 @@ func TestEventLines(t *testing.T) {
 	if got[1]["event"] != "done" || got[1]["id"] != 4.0 || got[1]["attempts"] != 2.0 {
 		t.Errorf("done: %v", got[1])
 	}
-	if _, has := got[2]["owner"]; got[2]["event"] != "stopped" || has {
-		t.Errorf("stopped: %v", got[2])
+	if _, has := got[2]["attempts"]; got[2]["event"] != "primary" || got[2]["url"] != "http://127.0.0.1:8081" || has {
+		t.Errorf("primary: %v", got[2])
+	}
+	if _, has := got[3]["owner"]; got[3]["event"] != "stopped" || has {
+		t.Errorf("stopped: %v", got[3])
+	}
+}
+
+// TestClientOfSeveralServers: FENEC_SERVERS's servers, comma-separated, are the client's, the first its primary.
+func TestClientOfSeveralServers(t *testing.T) {
+	db := client("http://127.0.0.1:1/, http://127.0.0.1:2")
+	if db.URL() != "http://127.0.0.1:1" || strings.Join(db.Servers(), " ") != "http://127.0.0.1:1 http://127.0.0.1:2" {
+		t.Fatalf("primary %s of %v", db.URL(), db.Servers())
 	}
 }
 

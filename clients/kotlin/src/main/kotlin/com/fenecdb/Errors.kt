@@ -4,10 +4,10 @@ package com.fenecdb
  * The one error type of the client, and the one place a status becomes a code.
  *
  *   RuntimeException
- *   └── FenecException(code, message, status, at, completed)
+ *   └── FenecException(code, message, status, at, completed, primary)
  *         code BUILDER    a chain the builder refuses; raised at the step, before any request; status 0
  *         code QUERY      400: the statement does not parse, a bad parameter, a claim the server cannot hold
- *         code DENIED     401 / 403
+ *         code DENIED     401 / 403 (a replica's 403 names its primary in `primary`)
  *         code NOT_FOUND  404
  *         code DUPLICATE  409
  *         code UNMET      412: a `require n` not met (a batch holding it was put back)
@@ -25,8 +25,16 @@ class FenecException(
     val at: Int? = null,
     /** How many statements of a stopped batch stayed applied (always 0: a batch lands whole); null otherwise. */
     val completed: Int? = null,
+    /**
+     * The primary a replica's 403 names (its `Fenec-Primary`): nothing was done there. The client follows it by
+     * itself; it reaches the caller only past the hops one call may take. Null otherwise.
+     */
+    val primary: String? = null,
     cause: Throwable? = null,
 ) : RuntimeException(message, cause) {
+
+    /** The answer had `Retry-After`. */
+    internal var retryAfter = false
 
     enum class Code { BUILDER, QUERY, DENIED, NOT_FOUND, DUPLICATE, UNMET, IO }
 

@@ -49,6 +49,10 @@ import kotlinx.coroutines.Job as Task
  * hand each `heartbeat`, and claims again once the batch is settled. A concurrency slot is freed only once its job is
  * settled (its ack or fail answered, the job lost or given back), so an outage re-runs at most `concurrency` jobs.
  *
+ * Every call goes through [db]'s primary (it follows a replica's 403 and a server that cannot be reached: see
+ * [FenecRemote]: while a failover is under way, a replica naming a primary that is gone throws that connection's
+ * failure); each time the primary changes while [run] runs, a `PRIMARY` event tells its URL.
+ *
  * What is retried: a call that failed on the network, by its `timeout` or with a 5xx is sent again under the same
  * `Idempotency-Key` after a pause (full jitter below a ceiling from `retryMin` doubling to `retryMax`), for as long
  * as the worker runs. A 412 on a job's call means its lease was lost (a `LOST` event; the handler is cancelled; a
@@ -104,6 +108,7 @@ class Worker(val db: FenecRemote, val queue: String, val options: WorkerOptions 
         val caller = currentCoroutineContext().minusKey(Task)
         val handlers = CoroutineScope(caller + SupervisorJob())
         val finished = AtomicBoolean()
+        val unwatch = db.watchPrimary { url -> emit(WorkerEvent(Type.PRIMARY, name, url = url)) }
         try {
             coroutineScope {
                 // the run's coroutine cancelled is the hard stop: the deadline is now, and so is every give-back's
@@ -129,6 +134,7 @@ class Worker(val db: FenecRemote, val queue: String, val options: WorkerOptions 
         } finally {
             handlers.cancel(CancellationException("the worker stopped"))
             running.set(false)
+            unwatch() // STOPPED is the last event
             emit(WorkerEvent(Type.STOPPED, name))
         }
         fatal.get()?.let { throw it }

@@ -84,6 +84,8 @@ data class WorkerEvent(
     val error: String? = null,
     val delay: Duration? = null,
     val call: String? = null,
+    /** [Type.PRIMARY]: the new primary's URL. */
+    val url: String? = null,
 ) {
     enum class Type {
         /** A claim took [count] jobs. */
@@ -102,6 +104,8 @@ data class WorkerEvent(
         LOST,
         /** A [call] failed on the network, by its timeout or with a 5xx; it is sent again after [delay]. */
         RETRY,
+        /** The client's primary changed: writes and claims go to [url] now. */
+        PRIMARY,
         /** [Worker.run] returns. */
         STOPPED;
 

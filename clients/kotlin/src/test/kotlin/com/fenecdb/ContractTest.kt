@@ -151,7 +151,8 @@ class ContractTest {
     @Test
     fun `each event a worker emits carries exactly its type's fields`() = runBlocking(Dispatchers.Default) {
         // a batch of five: 3 is past max attempts (dead unrun); 1 is acked after its first ack is cut (retry, done);
-        // 2 throws (failed); 4's ack meets a 412 (lost), and its handler stops the worker, so 5 is given back
+        // 2 throws (failed); 4's ack meets a 412 (lost), and its handler stops the worker, so 5 is given back; the
+        // worker is given a replica alone, whose 403 names the primary (primary)
         val batch = """[{"id":1,"payload":{},"attempts":1},{"id":2,"payload":{},"attempts":1},{"id":3,"payload":{},"attempts":9},
             {"id":4,"payload":{},"attempts":1},{"id":5,"payload":{},"attempts":1}]"""
         val acks = AtomicInteger()
@@ -164,14 +165,17 @@ class ContractTest {
                 else -> Scripted.affected
             }
         }.use { server ->
+            val replica = Scripted { _, _ -> Reply.Answer(403, """{"error":"a replica"}""", mapOf("Fenec-Primary" to server.url)) }
             lateinit var worker: Worker
-            worker = Worker(Fenec.connect(server.url), "jobs", WorkerOptions(name = "w7", batch = 5, wait = Duration.ZERO,
+            worker = Worker(Fenec.connect(listOf(replica.url)), "jobs", WorkerOptions(name = "w7", batch = 5, wait = Duration.ZERO,
                 retryMin = 1.milliseconds, retryMax = 2.milliseconds, onEvent = { seen.add(it) }))
-            withTimeout(45_000) {
-                worker.run { job ->
-                    when (job.id) {
-                        2L -> throw IllegalStateException("smtp timeout")
-                        4L -> worker.stop()
+            replica.use {
+                withTimeout(45_000) {
+                    worker.run { job ->
+                        when (job.id) {
+                            2L -> throw IllegalStateException("smtp timeout")
+                            4L -> worker.stop()
+                        }
                     }
                 }
             }
@@ -193,6 +197,7 @@ class ContractTest {
         assertEquals(listOf(1L), byType[WorkerEvent.Type.DONE]!!.map { it.id })
         assertEquals(listOf(5L), byType[WorkerEvent.Type.RELEASED]!!.map { it.id })
         assertEquals(5, byType[WorkerEvent.Type.CLAIMED]!!.single().count)
+        assertEquals(1, byType[WorkerEvent.Type.PRIMARY]!!.size)
     }
 
     @Test

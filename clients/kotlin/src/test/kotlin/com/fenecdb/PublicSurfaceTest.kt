@@ -10,7 +10,7 @@ class PublicSurfaceTest {
     private val agreed = setOf(
         "Answer", "BatchAnswer", "Computed", "Computed\$Expr", "Computed\$Inc", "Cond", "Fenec", "FenecException",
         "FenecException\$Code", "FenecRemote", "Job", "JobQueue", "JobQueue\$Counts", "Query", "Row", "Rows",
-        "Statement", "Worker", "WorkerEvent", "WorkerEvent\$Type", "WorkerOptions",
+        "ReadFrom", "Statement", "Worker", "WorkerEvent", "WorkerEvent\$Type", "WorkerOptions",
     )
 
     @Test

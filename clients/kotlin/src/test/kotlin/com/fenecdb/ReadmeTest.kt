@@ -113,6 +113,25 @@ class ReadmeTest {
     }
 
     @Test
+    fun `a client of a primary and its replica runs`() = runBlocking<Unit> {
+        ReplicaPair().use { pair ->
+            System.setProperty("fenecdb.primary", pair.primary)
+            System.setProperty("fenecdb.replica", pair.replica)
+            // readme:begin
+            val primary = System.getProperty("fenecdb.primary", "http://127.0.0.1:8080")
+            val replica = System.getProperty("fenecdb.replica", "http://127.0.0.1:8081")
+            val db = Fenec.connect(listOf(replica, primary), readFrom = ReadFrom.REPLICA)
+            db.run("create collection notes (text text)") // writes go to the primary, whichever server is named first
+            db.from("notes").insert(mapOf("id" to 1, "text" to "hello"))
+            check(db.url == primary)
+            // a read goes to the replica with Fenec-After: db.seq, so it waits there for the insert above
+            val note = db.from("notes").where("id", 1).first()
+            // readme:end
+            assertEquals("hello", note?.get("text"))
+        }
+    }
+
+    @Test
     fun `errors read as codes`() = runBlocking {
         val db = Fenec.connect(LiveServer.url())
         var said = ""

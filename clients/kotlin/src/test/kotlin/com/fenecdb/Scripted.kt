@@ -12,7 +12,7 @@ import java.util.concurrent.Executors
  */
 class Scripted(private val answer: (key: String?, body: String) -> Reply) : AutoCloseable {
     sealed class Reply {
-        class Answer(val status: Int, val json: String) : Reply()
+        class Answer(val status: Int, val json: String, val headers: Map<String, String> = emptyMap()) : Reply()
         object Cut : Reply()
         object Freeze : Reply()
     }
@@ -31,6 +31,7 @@ class Scripted(private val answer: (key: String?, body: String) -> Reply) : Auto
                 is Reply.Freeze -> { thaw.await(); ex.close() }
                 is Reply.Answer -> {
                     val bytes = r.json.toByteArray()
+                    r.headers.forEach { (k, v) -> ex.responseHeaders.add(k, v) }
                     ex.sendResponseHeaders(r.status, bytes.size.toLong())
                     ex.responseBody.use { it.write(bytes) }
                 }

@@ -5,7 +5,8 @@ import kotlin.system.exitProcess
 
 /**
  * The SDK's conformance run (conformance.md Part C): the vectors runner, the scenario runner, then the worker under
- * the docs' policy ([Policy], on the second server run.py starts), then exactly one line `kotlin: N passed, M failed` on standard output.
+ * the docs' policy ([Policy], on the second server run.py starts), then, when `FENEC_REPLICA_SCENARIOS` is set, the
+ * replica cases against `FENEC_PRIMARY_URL` and `FENEC_REPLICA_URL` ([Replicas]), then exactly one line `kotlin: N passed, M failed` on standard output.
  * Exits 0 exactly when M is 0.
  */
 object Conformance {
@@ -43,8 +44,14 @@ object Conformance {
         val policy = Policy()
         policy.run(requireServer = System.getenv("FENEC_REQUIRE_SERVER") == "1")
 
-        val passed = vectors.passed + scenarios.passed + policy.passed
-        val failed = vectors.failed + scenarios.failed + policy.failed
+        var passed = vectors.passed + scenarios.passed + policy.passed
+        var failed = vectors.failed + scenarios.failed + policy.failed
+        System.getenv("FENEC_REPLICA_SCENARIOS")?.takeIf { it.isNotEmpty() }?.let { path ->
+            val replicas = Replicas(System.getenv("FENEC_PRIMARY_URL") ?: "", System.getenv("FENEC_REPLICA_URL") ?: "")
+            replicas.runFile(File(path).absoluteFile, only)
+            passed += replicas.passed
+            failed += replicas.failed
+        }
         System.out.flush()
         println("kotlin: $passed passed, $failed failed")
         System.out.flush()

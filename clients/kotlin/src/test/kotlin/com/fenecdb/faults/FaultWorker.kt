@@ -22,7 +22,7 @@ import kotlin.time.Duration.Companion.milliseconds
 
 /*
  * The Kotlin SDK's fault worker, which conformance/faults.py starts through fault-worker.sh: the SDK's own [Worker],
- * configured from FENEC_* variables, its handler doing what each job's payload says, every event one JSON line on
+ * configured from FENEC_* variables (FENEC_SERVERS, when set, its client's servers, comma-separated), its handler doing what each job's payload says, every event one JSON line on
  * standard output. SIGTERM stops it gracefully, SIGINT hard; either way it prints `stopped` and exits 0.
  * It lives with the tests so that it stays out of the SDK's public surface.
  */
@@ -33,6 +33,7 @@ private fun json(value: Any?): kotlinx.serialization.json.JsonElement = when (va
     null -> JsonNull
     is Number -> JsonPrimitive(value)
     is Boolean -> JsonPrimitive(value)
+    is List<*> -> kotlinx.serialization.json.JsonArray(value.map { json(it) })
     else -> JsonPrimitive(value.toString())
 }
 
@@ -91,13 +92,15 @@ fun main() {
         onEvent = { e: WorkerEvent ->
             line(mapOf("event" to e.type.label, "worker" to e.worker, "id" to e.id, "owner" to e.owner, "attempts" to e.attempts,
                 "error" to e.error, "delay_ms" to e.delay?.inWholeMilliseconds, "count" to e.count, "call" to e.call,
-                "t" to System.currentTimeMillis()))
+                "url" to e.url, "t" to System.currentTimeMillis()))
         },
     )
-    val worker = Worker(Fenec.connect(url, timeout = timeout), queueName, options)
+    // FENEC_SERVERS, when set: the client's servers, comma-separated, the primary first (named in `ready`)
+    val servers = (env("FENEC_SERVERS") ?: url).split(',').map { it.trim() }.filter { it.isNotEmpty() }
+    val worker = Worker(Fenec.connect(servers, timeout = timeout), queueName, options)
 
     // `ready` comes first: the worker's own events follow it
-    line(mapOf("event" to "ready", "worker" to name, "t" to System.currentTimeMillis()))
+    line(mapOf("event" to "ready", "worker" to name, "servers" to worker.db.servers, "t" to System.currentTimeMillis()))
     var failure: Throwable? = null
     val running = CoroutineScope(Dispatchers.Default).launch {
         try {
