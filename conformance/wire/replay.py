@@ -276,6 +276,7 @@ class Item:
         self.contended = False  # its collection's jobs were raced for by workers on several connections
         self.raced = False  # answered the other side of that race (accepted; see Replay.verdicts)
         self.sent_at: float | None = None  # when the replay wrote it
+        self.written = asyncio.Event()  # its last byte written (a request in several writes: after the last)
 
     def name(self) -> str:
         return f"conn {self.conn} #{self.i}" if not self.idle else f"conn {self.conn} (idle)"
@@ -502,6 +503,8 @@ class Replay:
         item.sent_at = self.wall()
         if len(item.segments) > 1:  # the rest as the client wrote it, its recorded gaps apart
             self.tasks.append(asyncio.ensure_future(self.rest(conn, item)))
+        else:
+            item.written.set()
         if item.answered or not conn.client_first:
             self.tasks.append(asyncio.ensure_future(self.deadline(item, max(item.latency, item.wait_s) + SLACK)))
 
@@ -509,12 +512,15 @@ class Replay:
         first_t = item.segments[0][1]
         started = self.wall()
         at = item.segments[0][0]
-        for n, seg_t in item.segments[1:]:
-            await self.until(self.now() + started + max(seg_t - first_t, 0.0002) - self.wall())
-            if conn.writer is None or conn.writer.is_closing():
-                return
-            conn.writer.write(item.request[at:at + n])
-            at += n
+        try:
+            for n, seg_t in item.segments[1:]:
+                await self.until(self.now() + started + max(seg_t - first_t, 0.0002) - self.wall())
+                if conn.writer is None or conn.writer.is_closing():
+                    return
+                conn.writer.write(item.request[at:at + n])
+                at += n
+        finally:
+            item.written.set()
 
     async def close(self, conn: Conn) -> None:
         """The client's close, at its turn: what it had not been answered stays unanswered."""
@@ -522,6 +528,8 @@ class Replay:
             conn.closed.set()
             return
         for item in conn.items:
+            if item.sent_at is not None:
+                await item.written.wait()  # written whole before the close when recorded, in its writes
             if item.answered and item.request and not item.done.is_set():
                 await item.done.wait()  # answered before the close when recorded (its deadline bounds this)
         if conn.server_eof_at is not None:
