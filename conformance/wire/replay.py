@@ -277,6 +277,7 @@ class Item:
         self.raced = False  # answered the other side of that race (accepted; see Replay.verdicts)
         self.sent_at: float | None = None  # when the replay wrote it
         self.written = asyncio.Event()  # its last byte written (a request in several writes: after the last)
+        self.woken_across = False  # a held claim another connection wrote a request to while it waited
 
     def name(self) -> str:
         return f"conn {self.conn} #{self.i}" if not self.idle else f"conn {self.conn} (idle)"
@@ -397,6 +398,7 @@ class Replay:
             if it.wait_s and it.answered_t is not None and it.send_t is not None:
                 lo, hi = bisect.bisect_right(times, it.send_t), bisect.bisect_left(times, it.answered_t)
                 if any(sends[k][1] != it.conn for k in range(lo, hi)):
+                    it.woken_across = True
                     n += 1
         return n
 
@@ -667,14 +669,16 @@ class Replay:
     @staticmethod
     def held_difference(item: Item) -> str | None:
         """A claim sent with Fenec-Wait that was held when recorded (answered HELD_S or more after it
-        was written) must be held again, and one answered at once (under PROMPT_S) answered at once;
-        between the two nothing is said (how long a wake takes is not the front's to keep)."""
+        was written) must be held again, and one answered at once (under PROMPT_S) answered at once,
+        unless another connection wrote a request while it waited: then it may have been woken by that
+        request, which a late answer before it can delay in the replay; between the two nothing is said
+        (how long a wake takes is not the front's to keep)."""
         if not item.wait_s or item.got is None or item.sent_at is None:
             return None
         took = item.got["at"] - item.sent_at
         if item.latency >= HELD_S and took < PROMPT_S:
             return f"answered at once ({took * 1000:.0f} ms); recorded: held {item.latency * 1000:.0f} ms"
-        if item.latency < PROMPT_S and took >= HELD_S:
+        if item.latency < PROMPT_S and took >= HELD_S and not item.woken_across:
             return f"held {took * 1000:.0f} ms; recorded: answered at once ({item.latency * 1000:.0f} ms)"
         return None
 
