@@ -1,8 +1,11 @@
 """Shared fixtures: a capture transport for unit tests (no server), and one live
-`fenec-server` on a free loopback port for the tests that talk to a real one."""
+`fenec-server` on a free loopback port for the tests that talk to a real one (or, with
+FENEC_TEST_URL set, the server at that address, started by someone else: the wire corpus records
+the live tests through its proxy so, conformance/wire/README.md)."""
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +25,10 @@ def capture() -> Capture:
 
 @pytest.fixture(scope="session")
 def server_url() -> Iterator[str]:
+    given = os.environ.get("FENEC_TEST_URL")
+    if given:
+        yield given.rstrip("/")
+        return
     proc, url, _reader = launch("--http", "127.0.0.1:0", timeout=30, cwd=ROOT)
     try:
         yield url
