@@ -66,6 +66,12 @@ FLAGS: list[tuple[str, str | None, str]] = [
     ("--sync-replicas <n>", "0", "a primary answers a write once n replicas hold it on their disks, else 503 "
      "after --sync-replicas-wait"),
     ("--sync-replicas-wait <s>", "10", "how long a write's answer waits for --sync-replicas"),
+    ("--etcd <url>[,<url>...]", "none", "join a cluster whose primary is elected through etcd (needs --cluster, "
+     "--advertise, --replication-token, --file)"),
+    ("--cluster <name>", "none", "the cluster's name: its keys in etcd are under /fenec/<name>/"),
+    ("--advertise <url>", "none", "the http:// URL the other members and the clients reach this server at"),
+    ("--lease-ttl <s>", "3", "the leader's etcd lease: a primary that cannot renew it stops acknowledging "
+     "writes before it lapses; a new primary is elected after it does"),
     ("--http-cors <origin>", "none", "send CORS headers for this origin (* allowed)"),
     ("--busy-poll <us>", "100", "after an answer, poll the sockets this many microseconds before sleeping "
      "(0 = off; by default off where the server may use only one CPU)"),
@@ -83,7 +89,7 @@ VALUE_FLAGS = {"--file", "-f", "--http", "--sync", "--auto-compact", "--max-conn
                "--idempotency-ttl", "--http-token", "--http-cors", "--slow-ms", "--jwt-secret", "--jwt-secret-file",
                "--jwt-require-exp", "--jwt-max-age", "--policy", "--mint-token", "--admin-token", "--auth-delay",
                "--access-log", "--busy-poll", "--replication-token", "--replica-of", "--replication-buffer",
-               "--sync-replicas", "--sync-replicas-wait"}
+               "--sync-replicas", "--sync-replicas-wait", "--etcd", "--cluster", "--advertise", "--lease-ttl"}
 SWITCHES = {"--insecure", "--http-read-only", "--no-mmap", "--no-checkpoint", "--ping", "--help", "-h",
             "--promote"}
 NEXT_TIER = {"--jwt-keys", "--max-memory", "--audit", "--metrics"}
@@ -319,7 +325,8 @@ def _main(argv: list[str]) -> int:
     from .replication.identity import Identity, refusal
 
     identity = Identity(path) if path else None
-    if path and identity is not None and not opts.get("replica-of") and not opts.get("promote"):
+    if path and identity is not None and not opts.get("replica-of") and not opts.get("promote") \
+            and not opts.get("etcd"):  # a cluster's member follows or leads as elected
         why = refusal(path, identity)
         if why is not None:
             say(f"could not open {why}")
@@ -343,6 +350,14 @@ def _main(argv: list[str]) -> int:
         node = Node(db, identity, replication.token, primary=replication.primary,
                     buffer_bytes=replication.buffer_bytes, sync_replicas=replication.sync_replicas,
                     sync_wait_s=replication.sync_wait_s)
+        if replication.etcd:
+            from .replication.cluster import Cluster
+            from .replication.node import NO_PRIMARY
+
+            node.cluster = Cluster(node, replication.etcd, replication.cluster, replication.advertise,
+                                   ttl=replication.lease_ttl)
+            db.set_read_only(True, NO_PRIMARY)  # until the election: lead or follow
+            db.engine.catalog.schedules.stop_firing()
     from . import gc_policy
 
     gc_policy.apply()  # the jobs just read are never walked by the cycle collector (gc_policy.py)
@@ -424,7 +439,10 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
     if opts.get("http-read-only"):
         auth += ", read only"
     if node is not None:
-        auth += f", replica of {node.primary}" if node.primary else ", primary of replicas"
+        if node.cluster is not None:
+            auth += f", member of cluster {node.cluster.name} as {node.cluster.advertise}"
+        else:
+            auth += f", replica of {node.primary}" if node.primary else ", primary of replicas"
 
     class Server(uvicorn.Server):
         async def startup(self, sockets: Any = None) -> None:
@@ -434,6 +452,8 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
                 sweeping=(lambda: node.role == "primary") if node is not None else None)
             if node is not None:
                 node.start()
+                if node.cluster is not None:
+                    node.cluster.start()
             say(f"fenec-server {ver}: {path or 'in memory'}  [sync={sync_label}, busy-poll={busy_label}, "
                 f"engine={engine_label}]")
             old = compiled.stale()
@@ -467,6 +487,8 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
             self.should_exit = True
             if node is not None:
                 node.closing = True  # the replication streams end
+                if node.cluster is not None:
+                    node.cluster.leading_until = 0.0  # nothing acknowledged from now on
             loop.call_soon_threadsafe(app.shutdown)
 
     server = Server(config)
@@ -479,6 +501,8 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
         runner = asyncio.run
     runner(server.serve(sockets=[sock]))
     if node is not None:
+        if node.cluster is not None:
+            node.cluster.stop()  # the lease revoked: the others elect at once
         node.stop()  # the follower's last record applied whole, before the file closes
     return shut_down(db)
 
