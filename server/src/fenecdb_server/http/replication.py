@@ -296,6 +296,20 @@ def attach(app: App, node: Node) -> None:
     app.config.replication = node
     node.delay = app.delay
     app.config.door_only = node.quorum is not None or node.cluster is not None  # the door waits, or gates
+
+    def stepped_down() -> None:  # on the cluster's thread: its held claims answered now, on the loop
+        lines, driver = app.lines, app.driver
+        if lines is None or driver is None:
+            return
+
+        def answer_held() -> None:
+            if not lines.closing:
+                lines.shutdown()  # each held claim answered its last answer (nothing taken) ...
+                lines.closing = False  # ... and held claims taken again once this server leads anew
+
+        driver.loop.call_soon_threadsafe(answer_held)
+
+    node.stepped_down.append(stepped_down)
     if not node.primary:
         return
     header = (b"fenec-primary", node.primary.encode())

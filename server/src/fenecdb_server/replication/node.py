@@ -49,6 +49,7 @@ class Node:
         self.closing = False
         self.delay: Any = None  # the server's auth delay before a 401 (http/auth.py AuthDelay), set by the CLI
         self.promoted: list[Callable[[], None]] = []  # told once a replica is promoted
+        self.stepped_down: list[Callable[[], None]] = []  # told each time a cluster's primary stops leading
         self.appliers: list[Callable[[int], None]] = []  # told each change a replica applies
         self._mutex = threading.Lock()
         self.cluster: Any = None  # the cluster this server is a member of (cluster.py), set by the CLI
@@ -186,7 +187,10 @@ class Node:
         finally:
             engine.lock.release_write()
         engine.catalog.schedules.stop_firing()
-        self._unfeed()
+        if self.feed is not None:
+            self._unfeed()
+            for tell in self.stepped_down:
+                tell()
 
     def _unfeed(self) -> None:
         feed = self.feed
