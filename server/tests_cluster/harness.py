@@ -232,10 +232,13 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
-def record_times(name: str, times: list[float]) -> None:
-    """The failover times measured, printed (pytest -s) and appended where FENEC_FAILOVER_TIMES names."""
-    line = (f"{name}: {len(times)} failovers, a new primary taking writes after p50 {percentile(times, 0.5):.2f} s, "
-            f"max {max(times):.2f} s")
+def record_times(name: str, times: list[float], elected: list[float] | None = None) -> None:
+    """The failover times measured, printed (pytest -s) and appended where FENEC_FAILOVER_TIMES names:
+    to a new primary elected (`elected`), and to the first write a client had acknowledged by it."""
+    line = f"{name}: {len(times)} failovers"
+    if elected:
+        line += f"; elected after p50 {percentile(elected, 0.5):.2f} s, max {max(elected):.2f} s"
+    line += f"; first write acknowledged after p50 {percentile(times, 0.5):.2f} s, max {max(times):.2f} s"
     print(line)
     out = os.environ.get("FENEC_FAILOVER_TIMES")
     if out:
