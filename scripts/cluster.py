@@ -89,6 +89,7 @@ def main() -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupted)
+    signal.signal(signal.SIGINT, interrupted)  # even where it was started ignoring it (in the background)
     try:
         with open(where / "etcd.log", "ab") as out:
             procs.append(subprocess.Popen(

@@ -29,7 +29,7 @@ from fault_layer import Proxy  # noqa: E402
 TOKEN = "cluster-secret"
 START_S = 60.0
 DEADLINE_S = 30.0
-TTL = 2  # the lease, seconds (--lease-ttl)
+TTL = int(os.environ.get("FENEC_LEASE_TTL", "2"))  # the lease, seconds (--lease-ttl)
 ETCD = shutil.which("etcd")
 JOBS = "create collection jobs (payload json, run_at timestamp @sorted, owner text)"
 CLAIM = "set jobs {owner: $1, run_at: now() + 60000} where run_at <= now() order run_at limit 1 returning id, payload"

@@ -303,6 +303,8 @@ def attach(app: App, node: Node) -> None:
             return
 
         def answer_held() -> None:
+            if node.quorum is not None:
+                node.quorum.release()  # the writes waiting for replicas: 503 now, not after the wait
             if not lines.closing:
                 lines.shutdown()  # each held claim answered its last answer (nothing taken) ...
                 lines.closing = False  # ... and held claims taken again once this server leads anew
