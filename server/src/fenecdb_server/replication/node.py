@@ -147,7 +147,10 @@ class Node:
             run_write(engine, first)
             self.feed = Feed(self.db, self.buffer_bytes)
             self.feed.attach()
-            engine.catalog.schedules.start_firing()
+            schedules = engine.catalog.schedules
+            schedules.start_firing()
+            if schedules.changed is not None:  # the timer slept on the due times it knew: a replica's
+                schedules.changed()  # replayed ones never woke it
         for tell in self.promoted:
             tell()
 
