@@ -3,8 +3,9 @@ and three real members under `--sync-replicas 1`, with three writers and a worke
 records the history checker reads (history.py): no acknowledged write lost, no ack undone, nothing
 acknowledged by a deposed primary; and a new primary taking writes within 10 s of each fault.
 
-FENEC_FAILOVERS sets the SIGKILL test's rounds (default 3; `make failover` runs 20). Without an
-`etcd` on PATH every test here is skipped (scripts/test_all.py prints the part's SKIP line).
+FENEC_FAILOVERS sets the SIGKILL test's rounds (default 3; `make failover` and the failover part of
+scripts/test_all.py run 20), FENEC_LEASE_TTL the members' lease (default 2 s). Without an `etcd` on
+PATH every test here is skipped (scripts/test_all.py prints the part's SKIP line).
 """
 
 from __future__ import annotations
