@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import compiled
 from .plan.schema import did_you_mean
+from .replication import options as replication_flags
 
 if TYPE_CHECKING:
     from .database import Database
@@ -57,21 +58,7 @@ FLAGS: list[tuple[str, str | None, str]] = [
     ("--admin-token <value>", "none", "may read /_metrics and /_metrics/recent, and nothing else"),
     ("--auth-delay <ms>", "100", "delay before a 401, doubled per refusal from an address, max 5 s; 0 = off"),
     ("--http-read-only", "off", "every write over HTTP is refused 403"),
-    ("--replication-token <value>", "env FENEC_REPLICATION_TOKEN", "serve /_replication to replicas that present "
-     "it (needs --file, refuses --sync off); a replica's token for its primary"),
-    ("--replica-of <url>", "none", "follow the primary at this http:// URL into --file; every write is refused 403"),
-    ("--promote", "off", "open a replica's file as a writable server: its history forks"),
-    ("--replication-buffer <MiB>", "64", "records kept in memory for replicas behind; one further behind is sent "
-     "an image"),
-    ("--sync-replicas <n>", "0", "a primary answers a write once n replicas hold it on their disks, else 503 "
-     "after --sync-replicas-wait"),
-    ("--sync-replicas-wait <s>", "10", "how long a write's answer waits for --sync-replicas"),
-    ("--etcd <url>[,<url>...]", "none", "join a cluster whose primary is elected through etcd (needs --cluster, "
-     "--advertise, --replication-token, --file)"),
-    ("--cluster <name>", "none", "the cluster's name: its keys in etcd are under /fenec/<name>/"),
-    ("--advertise <url>", "none", "the http:// URL the other members and the clients reach this server at"),
-    ("--lease-ttl <s>", "3", "the leader's etcd lease: a primary that cannot renew it stops acknowledging "
-     "writes before it lapses; a new primary is elected after it does"),
+    *replication_flags.HELP,
     ("--http-cors <origin>", "none", "send CORS headers for this origin (* allowed)"),
     ("--busy-poll <us>", "100", "after an answer, poll the sockets this many microseconds before sleeping "
      "(0 = off; by default off where the server may use only one CPU)"),
@@ -88,10 +75,9 @@ VALUE_FLAGS = {"--file", "-f", "--http", "--sync", "--auto-compact", "--max-conn
                "--max-answer-rows", "--max-write-rows",
                "--idempotency-ttl", "--http-token", "--http-cors", "--slow-ms", "--jwt-secret", "--jwt-secret-file",
                "--jwt-require-exp", "--jwt-max-age", "--policy", "--mint-token", "--admin-token", "--auth-delay",
-               "--access-log", "--busy-poll", "--replication-token", "--replica-of", "--replication-buffer",
-               "--sync-replicas", "--sync-replicas-wait", "--etcd", "--cluster", "--advertise", "--lease-ttl"}
+               "--access-log", "--busy-poll", *replication_flags.VALUE_FLAGS}
 SWITCHES = {"--insecure", "--http-read-only", "--no-mmap", "--no-checkpoint", "--ping", "--help", "-h",
-            "--promote"}
+            *replication_flags.SWITCHES}
 NEXT_TIER = {"--jwt-keys", "--max-memory", "--audit", "--metrics"}
 NOT_IN_PROJECT = {"--dir", "--http-max-streams", "--http-keepalive", "--changes", "--cdc"}
 KNOWN = sorted(f for f in VALUE_FLAGS | SWITCHES if f.startswith("--"))  # what an unknown flag is likened to
@@ -345,19 +331,9 @@ def _main(argv: list[str]) -> int:
         say(f"promoted: {path} takes writes from change {db.seq} on (history {history})")
     node = None
     if replication is not None and identity is not None:
-        from .replication.node import Node
+        from .replication.node import from_flags
 
-        node = Node(db, identity, replication.token, primary=replication.primary,
-                    buffer_bytes=replication.buffer_bytes, sync_replicas=replication.sync_replicas,
-                    sync_wait_s=replication.sync_wait_s)
-        if replication.etcd:
-            from .replication.cluster import Cluster
-            from .replication.node import NO_PRIMARY
-
-            node.cluster = Cluster(node, replication.etcd, replication.cluster, replication.advertise,
-                                   ttl=replication.lease_ttl)
-            db.set_read_only(True, NO_PRIMARY)  # until the election: lead or follow
-            db.engine.catalog.schedules.stop_firing()
+        node = from_flags(db, identity, replication)
     from . import gc_policy
 
     gc_policy.apply()  # the jobs just read are never walked by the cycle collector (gc_policy.py)

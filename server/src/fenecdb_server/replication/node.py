@@ -25,6 +25,7 @@ from .quorum import Quorum
 
 if TYPE_CHECKING:
     from ..database import Database
+    from .options import Flags
 
 
 def refusal_message(primary: str) -> str:
@@ -32,6 +33,20 @@ def refusal_message(primary: str) -> str:
 
 
 NO_PRIMARY = "this cluster has no primary now (an election is under way): retry shortly"
+
+
+def from_flags(db: Database, identity: Identity, flags: Flags) -> Node:
+    """The node the command line's replication flags ask for; with `--etcd`, a cluster's member,
+    writes refused until it is elected or follows (cluster.py)."""
+    node = Node(db, identity, flags.token, primary=flags.primary, buffer_bytes=flags.buffer_bytes,
+                sync_replicas=flags.sync_replicas, sync_wait_s=flags.sync_wait_s)
+    if flags.etcd:
+        from .cluster import Cluster
+
+        node.cluster = Cluster(node, flags.etcd, flags.cluster, flags.advertise, ttl=flags.lease_ttl)
+        db.set_read_only(True, NO_PRIMARY)
+        db.engine.catalog.schedules.stop_firing()
+    return node
 
 
 class Node:

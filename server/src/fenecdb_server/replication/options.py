@@ -6,6 +6,28 @@ from __future__ import annotations
 import os
 from typing import Any
 
+# the replication flags' lines of `fenec-server --help` (cli.py FLAGS: flag, default, what it does)
+HELP: list[tuple[str, str | None, str]] = [
+    ("--replication-token <value>", "env FENEC_REPLICATION_TOKEN", "serve /_replication to replicas that present "
+     "it (needs --file, refuses --sync off); a replica's token for its primary"),
+    ("--replica-of <url>", "none", "follow the primary at this http:// URL into --file; every write is refused 403"),
+    ("--promote", "off", "open a replica's file as a writable server: its history forks"),
+    ("--replication-buffer <MiB>", "64", "records kept in memory for replicas behind; one further behind is sent "
+     "an image"),
+    ("--sync-replicas <n>", "0", "a primary answers a write once n replicas hold it on their disks, else 503 "
+     "after --sync-replicas-wait"),
+    ("--sync-replicas-wait <s>", "10", "how long a write's answer waits for --sync-replicas"),
+    ("--etcd <url>[,<url>...]", "none", "join a cluster whose primary is elected through etcd (needs --cluster, "
+     "--advertise, --replication-token, --file)"),
+    ("--cluster <name>", "none", "the cluster's name: its keys in etcd are under /fenec/<name>/"),
+    ("--advertise <url>", "none", "the http:// URL the other members and the clients reach this server at"),
+    ("--lease-ttl <s>", "3", "the leader's etcd lease: a primary that cannot renew it stops acknowledging "
+     "writes before it lapses; a new primary is elected after it does"),
+]
+VALUE_FLAGS = {"--replication-token", "--replica-of", "--replication-buffer", "--sync-replicas",
+               "--sync-replicas-wait", "--etcd", "--cluster", "--advertise", "--lease-ttl"}
+SWITCHES = {"--promote"}
+
 
 class BadFlags(Exception):
     def __init__(self, message: str) -> None:
