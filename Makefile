@@ -35,7 +35,7 @@ serve: $(SERVE_STAMP) ## install the server in .venv and serve on 127.0.0.1:$(PO
 cluster: $(SERVE_STAMP) ## etcd and three servers electing a primary on 127.0.0.1:8081-8083 (docs/operations.md, Failover; etcd on PATH)
 	$(BIN)/python scripts/cluster.py
 
-failover: $(STAMP) ## the failover tests against a real etcd, with 20 SIGKILL failovers (FAILOVERS=n; a few minutes)
+failover: $(STAMP) ## the failover tests against a real etcd, with 20 SIGKILL failovers (FAILOVERS=n; 2-4 minutes)
 	FENEC_FAILOVERS=$(or $(FAILOVERS),20) $(BIN)/python -m pytest -s server/tests_cluster
 
 test: $(STAMP) ## set up .venv and run every test of every part whose toolchain is present

@@ -1,6 +1,6 @@
 """`make cluster`: etcd and three `fenec-server` members of one cluster on this machine, to try failover.
 
-    python scripts/cluster.py [--dir ./cluster-data] [--port 8081] [--etcd-port 2379]
+    python scripts/cluster.py [--dir ./cluster-data] [--port 8081] [--etcd-port 2379] [--etcd-peer-port 2380]
 
 Starts etcd (its data in <dir>/etcd) and three members on 127.0.0.1:<port>, <port>+1, <port>+2
 (files <dir>/m1.fenec ..., `--sync-replicas 1`, `--sync always`, replication token `try-me`, or
@@ -64,6 +64,7 @@ def main() -> int:
     ap.add_argument("--dir", default="./cluster-data")
     ap.add_argument("--port", type=int, default=8081)
     ap.add_argument("--etcd-port", type=int, default=2379)
+    ap.add_argument("--etcd-peer-port", type=int, default=2380)
     args = ap.parse_args()
     etcd = shutil.which("etcd")
     if etcd is None:
@@ -72,7 +73,7 @@ def main() -> int:
     where = Path(args.dir)
     where.mkdir(parents=True, exist_ok=True)
     client = f"http://127.0.0.1:{args.etcd_port}"
-    peer = f"http://127.0.0.1:{args.etcd_port + 1}"
+    peer = f"http://127.0.0.1:{args.etcd_peer_port}"
     procs: list[subprocess.Popen[bytes]] = []
 
     def stop_all() -> None:

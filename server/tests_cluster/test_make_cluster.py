@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.client
 import json
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -27,12 +28,23 @@ def query(port: int, text: str, headers: dict[str, str] | None = None) -> tuple[
         conn.close()
 
 
+def three_free() -> int:
+    """A port whose next two are free too (0: not found this time)."""
+    base = free_port()
+    for port in (base + 1, base + 2):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return 0
+    return base
+
+
 def test_make_cluster_starts_three_members_and_stops_them(tmp_path: Path) -> None:
-    base = free_port()  # and the two after it: free as a rule on a test machine
-    etcd_port = free_port()
+    base = wait_for("three free ports in a row", three_free)
     proc = subprocess.Popen([sys.executable, str(SCRIPT), "--dir", str(tmp_path), "--port", str(base),
-                             "--etcd-port", str(etcd_port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+                             "--etcd-port", str(free_port()), "--etcd-peer-port", str(free_port())],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     try:
         assert proc.stdout is not None
