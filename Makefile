@@ -8,7 +8,7 @@ PORT ?= 8080
 FILE ?= ./data.fenec
 PY_PARTS := server/pyproject.toml $(wildcard clients/python/pyproject.toml clients/python/requirements-test.txt)
 
-.PHONY: help serve test test-server test-dashboard check fuzz queue-bench conformance conformance-vectors queue-compare
+.PHONY: help serve cluster failover test test-server test-dashboard check fuzz queue-bench conformance conformance-vectors queue-compare
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -31,6 +31,12 @@ venv: $(STAMP)
 
 serve: $(SERVE_STAMP) ## install the server in .venv and serve on 127.0.0.1:$(PORT) with $(FILE) (PORT=8080, FILE=./data.fenec)
 	$(BIN)/fenec-server --file $(FILE) --http 127.0.0.1:$(PORT)
+
+cluster: $(SERVE_STAMP) ## etcd and three servers electing a primary on 127.0.0.1:8081-8083 (docs/operations.md, Failover; etcd on PATH)
+	$(BIN)/python scripts/cluster.py
+
+failover: $(STAMP) ## the failover tests against a real etcd, with 20 SIGKILL failovers (FAILOVERS=n; 2-4 minutes)
+	FENEC_FAILOVERS=$(or $(FAILOVERS),20) $(BIN)/python -m pytest -s server/tests_cluster
 
 test: $(STAMP) ## set up .venv and run every test of every part whose toolchain is present
 	$(BIN)/python scripts/test_all.py

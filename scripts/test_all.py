@@ -104,6 +104,13 @@ def main() -> int:
     # the tests that replace a function inside the engine, on its sources (conftest.py: `sources`)
     record("server-sources", run("server-sources", [python, "-m", "pytest", "-m", "sources", "server/tests"],
                                  extra_env={"FENECDB_PURE_PYTHON": "1"}))
+    # failover through etcd (server/tests_cluster): a real etcd (Debian's etcd-server) and three servers,
+    # 20 SIGKILL failovers among the faults; a few minutes
+    if shutil.which("etcd") is None:
+        skip("failover", "no 'etcd' on PATH")
+    else:
+        record("failover", run("failover", [python, "-m", "pytest", "server/tests_cluster"],
+                               extra_env={"FENEC_FAILOVERS": "20"}))
     # the queue-compare table's statistics and writer (no peer server needed)
     record("bench", run("bench", [python, "-m", "pytest", "bench/compare"]))
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import compiled
 from .plan.schema import did_you_mean
+from .replication import options as replication_flags
 
 if TYPE_CHECKING:
     from .database import Database
@@ -57,15 +58,7 @@ FLAGS: list[tuple[str, str | None, str]] = [
     ("--admin-token <value>", "none", "may read /_metrics and /_metrics/recent, and nothing else"),
     ("--auth-delay <ms>", "100", "delay before a 401, doubled per refusal from an address, max 5 s; 0 = off"),
     ("--http-read-only", "off", "every write over HTTP is refused 403"),
-    ("--replication-token <value>", "env FENEC_REPLICATION_TOKEN", "serve /_replication to replicas that present "
-     "it (needs --file, refuses --sync off); a replica's token for its primary"),
-    ("--replica-of <url>", "none", "follow the primary at this http:// URL into --file; every write is refused 403"),
-    ("--promote", "off", "open a replica's file as a writable server: its history forks"),
-    ("--replication-buffer <MiB>", "64", "records kept in memory for replicas behind; one further behind is sent "
-     "an image"),
-    ("--sync-replicas <n>", "0", "a primary answers a write once n replicas hold it on their disks, else 503 "
-     "after --sync-replicas-wait"),
-    ("--sync-replicas-wait <s>", "10", "how long a write's answer waits for --sync-replicas"),
+    *replication_flags.HELP,
     ("--http-cors <origin>", "none", "send CORS headers for this origin (* allowed)"),
     ("--busy-poll <us>", "100", "after an answer, poll the sockets this many microseconds before sleeping "
      "(0 = off; by default off where the server may use only one CPU)"),
@@ -82,10 +75,9 @@ VALUE_FLAGS = {"--file", "-f", "--http", "--sync", "--auto-compact", "--max-conn
                "--max-answer-rows", "--max-write-rows",
                "--idempotency-ttl", "--http-token", "--http-cors", "--slow-ms", "--jwt-secret", "--jwt-secret-file",
                "--jwt-require-exp", "--jwt-max-age", "--policy", "--mint-token", "--admin-token", "--auth-delay",
-               "--access-log", "--busy-poll", "--replication-token", "--replica-of", "--replication-buffer",
-               "--sync-replicas", "--sync-replicas-wait"}
+               "--access-log", "--busy-poll", *replication_flags.VALUE_FLAGS}
 SWITCHES = {"--insecure", "--http-read-only", "--no-mmap", "--no-checkpoint", "--ping", "--help", "-h",
-            "--promote"}
+            *replication_flags.SWITCHES}
 NEXT_TIER = {"--jwt-keys", "--max-memory", "--audit", "--metrics"}
 NOT_IN_PROJECT = {"--dir", "--http-max-streams", "--http-keepalive", "--changes", "--cdc"}
 KNOWN = sorted(f for f in VALUE_FLAGS | SWITCHES if f.startswith("--"))  # what an unknown flag is likened to
@@ -319,7 +311,8 @@ def _main(argv: list[str]) -> int:
     from .replication.identity import Identity, refusal
 
     identity = Identity(path) if path else None
-    if path and identity is not None and not opts.get("replica-of") and not opts.get("promote"):
+    if path and identity is not None and not opts.get("replica-of") and not opts.get("promote") \
+            and not opts.get("etcd"):  # a cluster's member follows or leads as elected
         why = refusal(path, identity)
         if why is not None:
             say(f"could not open {why}")
@@ -338,11 +331,9 @@ def _main(argv: list[str]) -> int:
         say(f"promoted: {path} takes writes from change {db.seq} on (history {history})")
     node = None
     if replication is not None and identity is not None:
-        from .replication.node import Node
+        from .replication.node import from_flags
 
-        node = Node(db, identity, replication.token, primary=replication.primary,
-                    buffer_bytes=replication.buffer_bytes, sync_replicas=replication.sync_replicas,
-                    sync_wait_s=replication.sync_wait_s)
+        node = from_flags(db, identity, replication)
     from . import gc_policy
 
     gc_policy.apply()  # the jobs just read are never walked by the cycle collector (gc_policy.py)
@@ -424,7 +415,10 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
     if opts.get("http-read-only"):
         auth += ", read only"
     if node is not None:
-        auth += f", replica of {node.primary}" if node.primary else ", primary of replicas"
+        if node.cluster is not None:
+            auth += f", member of cluster {node.cluster.name} as {node.cluster.advertise}"
+        else:
+            auth += f", replica of {node.primary}" if node.primary else ", primary of replicas"
 
     class Server(uvicorn.Server):
         async def startup(self, sockets: Any = None) -> None:
@@ -434,6 +428,8 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
                 sweeping=(lambda: node.role == "primary") if node is not None else None)
             if node is not None:
                 node.start()
+                if node.cluster is not None:
+                    node.cluster.start()
             say(f"fenec-server {ver}: {path or 'in memory'}  [sync={sync_label}, busy-poll={busy_label}, "
                 f"engine={engine_label}]")
             old = compiled.stale()
@@ -467,6 +463,8 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
             self.should_exit = True
             if node is not None:
                 node.closing = True  # the replication streams end
+                if node.cluster is not None:
+                    node.cluster.leading_until = 0.0  # nothing acknowledged from now on
             loop.call_soon_threadsafe(app.shutdown)
 
     server = Server(config)
@@ -479,6 +477,8 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
         runner = asyncio.run
     runner(server.serve(sockets=[sock]))
     if node is not None:
+        if node.cluster is not None:
+            node.cluster.stop()  # the lease revoked: the others elect at once
         node.stop()  # the follower's last record applied whole, before the file closes
     return shut_down(db)
 

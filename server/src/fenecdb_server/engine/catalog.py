@@ -51,6 +51,7 @@ class Catalog:
         self.cache_mutex = threading.Lock()  # the parse and plan caches' writers (a reader takes none)
         self.schedules = Schedules()  # recurring puts (schedules.py)
         self.controls = Controls()  # paused queues, caps and rate limits (controls.py, limits.py)
+        self.term = 0  # the highest failover term this file's records named (records.py op `T`)
 
     def now(self) -> int:
         return int(self.clock())

@@ -22,6 +22,8 @@ in the order they were made. Each op is a JSON array, its code first:
                                             (engine/schedules.py)            (state null)
     ["q", coll, queue, state]               pause, resume, limit, unlimit    the queue's controls set
                                             (controls.py)                    to `state`
+    ["T", term]                             a server elected primary in a    the catalog's term raised
+                                            cluster (replication/cluster.py) to `term`
 
 Fields:
 * `coll`: the collection's name. `id`: the row's id, a positive integer.
@@ -40,6 +42,9 @@ Fields:
   the statement, `{"paused": bool, "limits": [[kind, n, per_ms, by], ...]}` (kind `leased` or
   `claimed`; `per_ms` the window of a `claimed` limit, else null; `by` a field or null), or null
   when none is left (engine/controls.py). An `x` op forgets the collection's controls too.
+* `term`: the failover term (a positive integer) whose primary wrote the records after this one,
+  until the next `T` op: the first record of each term, so that a replica knows the term of what
+  it applies and refuses a stream of a lower one.
 * `key`: the Idempotency-Key, already namespaced (http/idempotency.py); `hash`: the request's hash
   in hex; `at`: epoch ms it was stored; `ttl_ms`: how long it is kept; `answers`: the engine's
   answers, one per statement (a list of rows, or an object such as `{"affected": 1}`).
@@ -49,8 +54,8 @@ Fields:
   written.
 
 Snapshot: `{"s": S, "colls": [coll, ...], "queues": [[coll, queue, state], ...], "idem": [key, ...],
-"idem_bytes": n, "schedules": [[name, state], ...]}` (`queues` absent in snapshots written before
-queue controls; `schedules` left out when there are none), each coll
+"idem_bytes": n, "schedules": [[name, state], ...], "term": n}` (`queues` absent in snapshots written
+before queue controls; `schedules` left out when there are none, `term` when it is 0), each coll
 `{"schema": schema, "next": next_id, "rows": [[id, row], ...], "bytes": n}` (rows in id order,
 `bytes` the size of its `rows` array; a row of a collection with no bytes field and no null is
 written as it is stored, so it also holds `"id": id`, which reading skips), each key `[key, hash, at, ttl_ms, answers]` (or, written up
@@ -186,6 +191,8 @@ def replay(eng: State, payload: bytes) -> tuple[int, list]:
             eng.keys.forget(op[1])
         elif kind == "h":
             schedules.replay(eng.catalog, op[1], op[2])
+        elif kind == "T":
+            eng.catalog.term = max(eng.catalog.term, int(op[1]))
         else:
             raise FenecError("io", f"a record of change {rec['s']} holds an unknown op {kind!r}")
     eng.seq = rec["s"]
@@ -203,6 +210,7 @@ def snapshot_state(eng: State) -> dict:
         "idem": list(eng.keys.items()),
         "schedules": schedules.snapshot(eng.catalog),
         "queues": eng.catalog.controls.to_json(),
+        "term": eng.catalog.term,
     }
 
 
@@ -245,7 +253,10 @@ def snapshot_pieces(state: dict, pause: Callable[[], None] | None = None,
     idem_bytes = len(idem_json)
     yield b'],"queues":%b,"idem":%b,"idem_bytes":%d' % (dumps(state.get("queues") or []), idem_json, idem_bytes)
     scheduled = state.get("schedules")
-    yield b',"schedules":%b}' % dumps(scheduled) if scheduled else b"}"
+    if scheduled:
+        yield b',"schedules":%b' % dumps(scheduled)
+    term = int(state.get("term") or 0)
+    yield b',"term":%d}' % term if term else b"}"
     if sizes is not None:
         sizes["rows"] = rows_sizes
         sizes["keys"] = (idem_bytes, len(state["idem"]))
@@ -312,6 +323,7 @@ def load_snapshot(eng: State, payload: bytes) -> tuple[dict[str, tuple[int, int]
     idem_bytes = snap.get("idem_bytes")
     if idem_bytes is None:
         idem_bytes = len(_slow_dumps(snap["idem"]).encode("utf-8", "surrogatepass"))
+    eng.catalog.term = max(eng.catalog.term, int(snap.get("term", 0)))
     eng.seq = snap["s"]
     eng.catalog.schema_changed()
     return sizes, (idem_bytes, len(snap["idem"]))

@@ -262,6 +262,10 @@ class AsgiDoor:
             from .replication import confirm
 
             answer = await confirm(node, answer)
+        if node is not None and node.cluster is not None:
+            from .replication import gate
+
+            answer = gate(node, answer)
         await self.send_answer(send, answer, req)
 
     async def off_loop(self, req: Request, raw: bytes) -> Answer | Held:

@@ -12,7 +12,8 @@
 * `POST /_replication/ack?replica=<id>&seq=<n>`: a replica's follower says its disk holds change n
   (replication/quorum.py); `{"ok":true}`, or 404 when no stream of that replica is open.
 
-Under `--sync-replicas N`, `confirm` holds each answer carrying a `Fenec-Seq` until N replicas hold
+In a cluster (`--etcd`), `gate` has the last word on every answer to `/query` and `/batch` (fencing,
+the term, the primary's name). Under `--sync-replicas N`, `confirm` holds each answer carrying a `Fenec-Seq` until N replicas hold
 that change (a write's, or what a read-only `/batch` read), or answers 503 after the wait.
 
 And `wait_after`, read-your-writes (http.md §7): a `/query` or `/batch` with `Fenec-After: <n>` runs
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import FenecError
 from ..replication.feed import KEEPALIVE, KEEPALIVE_S, Replica, frames
+from ..replication.node import NO_PRIMARY
 from ..storage.format import FILE_HEADER_SIZE, file_header
 from . import errors as E
 from .bodies import dumps
@@ -123,7 +125,8 @@ async def stream(node: Node, scope: MutableMapping[str, Any], send: Send) -> Non
     await send({"type": "http.response.start", "status": E.OK, "headers": [
         (b"content-type", b"application/octet-stream"),
         (b"fenec-history", node.identity.history.encode()), (b"fenec-seq", str(feed.seq).encode()),
-        (b"fenec-sync-replicas", str(node.quorum.needed if node.quorum is not None else 0).encode())]})
+        (b"fenec-sync-replicas", str(node.quorum.needed if node.quorum is not None else 0).encode()),
+        (b"fenec-term", str(node.db.engine.catalog.term).encode())]})
     await send({"type": "http.response.body", "body": file_header(), "more_body": True})
     feed.replicas.add(replica)
     loop = asyncio.get_running_loop()
@@ -257,6 +260,33 @@ async def confirm(node: Node, answer: Answer) -> Answer:
         seq=seq), [(b"retry-after", b"1")])
 
 
+def gate(node: Node, answer: Answer) -> Answer:
+    """In a cluster (replication/cluster.py), the last word on an answer to `/query` or `/batch`:
+    it carries `Fenec-Term`; a write this server made as primary is refused 503 once its lease
+    may have lapsed (fencing: nothing is acknowledged after); a refusal names the primary
+    (`Fenec-Primary`), or, while none is known, is a 503 with `Retry-After`."""
+    from .exchange import Answer
+
+    cluster = node.cluster
+    if cluster is None:
+        return answer
+    extra = [(b"fenec-term", str(cluster.term).encode())]
+    leader = cluster.leader if cluster.leader != cluster.advertise else ""
+    if leader:
+        extra.append((b"fenec-primary", leader.encode()))
+    status = answer.status
+    if status < E.FIRST_REFUSAL:
+        seq = next((int(v) for k, v in answer.headers if k == b"fenec-seq"), 0)
+        if seq and cluster.fenced(seq):
+            return Answer(E.UNAVAILABLE, E.body(
+                "this server's lease as the cluster's primary lapsed before the write was confirmed: it may be "
+                "lost; retry with the same Idempotency-Key", seq=seq), [(b"retry-after", b"1"), *extra])
+    elif status == E.FORBIDDEN and node.db.read_only and not leader:
+        return Answer(E.UNAVAILABLE, E.body(NO_PRIMARY), [(b"retry-after", b"1"), *extra])
+    answer.headers = [*answer.headers, *extra]
+    return answer
+
+
 def attach(app: App, node: Node) -> None:
     """Replication's hooks in the app (the command line calls it once, before serving): the node
     its routes answer from, the auth delay its 401s wait, the door for every answer that waits
@@ -265,7 +295,23 @@ def attach(app: App, node: Node) -> None:
 
     app.config.replication = node
     node.delay = app.delay
-    app.config.door_only = node.quorum is not None  # answers wait for replicas: the door can wait
+    app.config.door_only = node.quorum is not None or node.cluster is not None  # the door waits, or gates
+
+    def stepped_down() -> None:  # on the cluster's thread: its held claims answered now, on the loop
+        lines, driver = app.lines, app.driver
+        if lines is None or driver is None:
+            return
+
+        def answer_held() -> None:
+            if node.quorum is not None:
+                node.quorum.release()  # the writes waiting for replicas: 503 now, not after the wait
+            if not lines.closing:
+                lines.shutdown()  # each held claim answered its last answer (nothing taken) ...
+                lines.closing = False  # ... and held claims taken again once this server leads anew
+
+        driver.loop.call_soon_threadsafe(answer_held)
+
+    node.stepped_down.append(stepped_down)
     if not node.primary:
         return
     header = (b"fenec-primary", node.primary.encode())

@@ -15,6 +15,11 @@ each time the log's fsync covers more of the records applied, one post for all t
 covered; under `--sync <ms>` the acker syncs them itself first (one fdatasync for all that came
 meanwhile), rather than keep its primary's answers waiting for the period.
 
+In a cluster (cluster.py) the stream's `Fenec-Term` header names the term of the primary sending it:
+a stream of a term below the highest this replica has seen (`floor`: in etcd, or in a record it
+applied) is refused, and so is the rest of a stream once a higher term is known, so that no record
+of a deposed primary is applied after its successor was elected.
+
 Silence longer than `SILENCE_S` (the primary sends a keep-alive every second) ends the
 connection: a frozen primary or a cut link is found within it, and the follower reconnects,
 asking for what it missed, after a pause that grows from 0.1 s to 2 s while it fails.
@@ -53,7 +58,7 @@ class Follower:
     """Follows the primary at `url` into `db` (started by `start`, stopped by `stop`)."""
 
     def __init__(self, db: Database, identity: Identity, url: str, token: str,
-                 applied: Callable[[int], None] | None = None) -> None:
+                 applied: Callable[[int], None] | None = None, floor: Callable[[], int] | None = None) -> None:
         parts = urllib.parse.urlsplit(url)
         self.db = db
         self.identity = identity
@@ -62,6 +67,8 @@ class Follower:
         self.port = parts.port or 80
         self.token = token
         self.applied = applied  # told each change number applied (read-your-writes waiters)
+        self.floor = floor  # () -> the lowest term a stream may carry (a cluster's; None: no terms)
+        self.term = 0  # the term of the stream followed now (its Fenec-Term)
         self.connected = False
         self.last_contact = 0.0  # time.time() of the last bytes from the primary (0: never)
         self.primary_seq = 0  # the primary's change number, as it last said (its stream's head, then records)
@@ -134,6 +141,8 @@ class Follower:
         self.primary_seq = int(resp.getheader("fenec-seq") or 0)
         self.acking = int(resp.getheader("fenec-sync-replicas") or 0) > 0
         self.acked = 0  # a new stream: its first ack says where this replica stands
+        self.term = int(resp.getheader("fenec-term") or 0)
+        self._check_term()
         if _read(resp, FILE_HEADER_SIZE) != file_header():
             raise StreamBroken("the stream does not start with a data file's header")
         self.connected = True
@@ -151,15 +160,23 @@ class Follower:
             if word & SNAPSHOT_BIT:
                 self._image(payload)
                 imaged = True
+                if self.floor is not None:  # a cluster's member: the file is the image, of this history
+                    self.identity.follow(self.url, history)
                 continue
             if not payload:  # a keep-alive: the primary has no record on its disk past ours
                 self.primary_seq = self.db.seq
                 self.level_at = self.last_contact
                 continue
+            self._check_term()
             if not imaged and self.identity.history != history:
                 self.identity.follow(self.url, history)
             self._apply(payload)
             imaged = False
+
+    def _check_term(self) -> None:
+        if self.floor is not None and self.term < self.floor():
+            raise StreamBroken(f"the stream's term {self.term} is below {self.floor()}, the highest seen: "
+                               "its primary was deposed")
 
     def _apply(self, payload: bytes) -> None:
         engine = self.db.engine

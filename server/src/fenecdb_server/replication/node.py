@@ -4,6 +4,11 @@
 file's identity (identity.py), and the primary's feed (feed.py) or the replica's follower
 (follower.py). A replica's database is read-only, its refusals naming the primary
 (`refusal_message`); promotion stops the follower, forks the history and lifts that.
+
+In a cluster (`--etcd`, cluster.py) the election drives the node instead of the command line:
+`lead(term)` (a promotion that also writes the term's first record), `follow(url)` (a primary
+steps down, or a replica changes primaries) and `vacant()` (no primary known: no feed, no
+follower, every write refused until the election ends).
 """
 
 from __future__ import annotations
@@ -20,10 +25,28 @@ from .quorum import Quorum
 
 if TYPE_CHECKING:
     from ..database import Database
+    from .options import Flags
 
 
 def refusal_message(primary: str) -> str:
     return f"this server is a replica: send writes and claims to its primary, {primary}"
+
+
+NO_PRIMARY = "this cluster has no primary now (an election is under way): retry shortly"
+
+
+def from_flags(db: Database, identity: Identity, flags: Flags) -> Node:
+    """The node the command line's replication flags ask for; with `--etcd`, a cluster's member,
+    writes refused until it is elected or follows (cluster.py)."""
+    node = Node(db, identity, flags.token, primary=flags.primary, buffer_bytes=flags.buffer_bytes,
+                sync_replicas=flags.sync_replicas, sync_wait_s=flags.sync_wait_s)
+    if flags.etcd:
+        from .cluster import Cluster
+
+        node.cluster = Cluster(node, flags.etcd, flags.cluster, flags.advertise, ttl=flags.lease_ttl)
+        db.set_read_only(True, NO_PRIMARY)
+        db.engine.catalog.schedules.stop_firing()
+    return node
 
 
 class Node:
@@ -41,8 +64,10 @@ class Node:
         self.closing = False
         self.delay: Any = None  # the server's auth delay before a 401 (http/auth.py AuthDelay), set by the CLI
         self.promoted: list[Callable[[], None]] = []  # told once a replica is promoted
+        self.stepped_down: list[Callable[[], None]] = []  # told each time a cluster's primary stops leading
         self.appliers: list[Callable[[int], None]] = []  # told each change a replica applies
         self._mutex = threading.Lock()
+        self.cluster: Any = None  # the cluster this server is a member of (cluster.py), set by the CLI
         # --sync-replicas: the answers of writes wait for that many replicas' disks (quorum.py)
         self.quorum = Quorum(lambda: self.feed, sync_replicas, sync_wait_s) if sync_replicas > 0 else None
         if primary:
@@ -51,7 +76,9 @@ class Node:
 
     @property
     def role(self) -> str:
-        return "replica" if self.follower is not None else "primary"
+        if self.follower is not None:
+            return "replica"
+        return "primary" if self.feed is not None or self.cluster is None else "candidate"
 
     def allows(self, authorization: str | None) -> bool:
         """Whether `Authorization` carries the replication token (compared in constant time)."""
@@ -60,6 +87,8 @@ class Node:
         return hmac.compare_digest(authorization[7:].strip().encode(), self.token)
 
     def start(self) -> None:
+        if self.cluster is not None:
+            return  # the election decides (cluster.py)
         if self.follower is not None:
             self.follower.start()
         else:
@@ -97,7 +126,7 @@ class Node:
         server that is a primary already)."""
         with self._mutex:
             follower = self.follower
-            if follower is None:
+            if follower is None or self.cluster is not None:  # in a cluster the election promotes
                 return {"promoted": False, "seq": self.db.seq, "history": self.identity.history}
             follower.stop()
             self.follower = None
@@ -109,6 +138,95 @@ class Node:
         for tell in self.promoted:
             tell()
         return {"promoted": True, "seq": self.db.seq, "history": history}
+
+    # -- driven by the cluster's election (cluster.py) --
+
+    def lead(self, term: int) -> None:
+        """Elected primary for `term`: stop following, fork the history (a tail another server
+        wrote past this one's changes is never taken as this one's), write the term's first
+        record (op `T`), take writes, fire schedules and feed replicas."""
+        from ..engine.engine import run_write
+
+        with self._mutex:
+            self._unfollow()
+            self._unfeed()
+            self.primary = ""
+            self.identity.promote(self.db.seq)
+            engine = self.db.engine
+            engine.set_read_only(False)
+
+            def first(blk: Any) -> None:
+                engine.catalog.term = max(engine.catalog.term, term)
+                blk.ops.append(["T", term])
+
+            run_write(engine, first)
+            self.feed = Feed(self.db, self.buffer_bytes)
+            self.feed.attach()
+            schedules = engine.catalog.schedules
+            schedules.start_firing()
+            if schedules.changed is not None:  # the timer slept on the due times it knew: a replica's
+                schedules.changed()  # replayed ones never woke it
+        for tell in self.promoted:
+            tell()
+
+    def follow(self, url: str) -> None:
+        """Follow the primary at `url` (stepping down if this one leads): writes refused, naming it."""
+        with self._mutex:
+            if self.follower is not None and self.follower.url == url:
+                return
+            self._step_down(refusal_message(url))
+            self._unfollow()
+            self.primary = url
+            self.follower = Follower(self.db, self.identity, url, self.token.decode(), applied=self._applied,
+                                     floor=self._floor)
+            self.follower.start()
+
+    def vacant(self) -> None:
+        """No primary known: no feed, no follower (its change number final, for the election's
+        ranking), every write refused 503 until one is elected."""
+        with self._mutex:
+            self._step_down(NO_PRIMARY)
+            self._unfollow()
+            self.primary = ""
+
+    def _floor(self) -> int:
+        """The lowest term a stream may carry: the highest this server has seen."""
+        cluster = self.cluster
+        seen = cluster.term if cluster is not None else 0
+        return max(seen, self.db.engine.catalog.term)
+
+    def _step_down(self, message: str) -> None:
+        """Writes refused with `message` (under the write lock: none is half-way), schedules
+        off, the feed taken out from between the engine and its log (its streams end)."""
+        engine = self.db.engine
+        engine.lock.acquire_write()
+        try:
+            engine.set_read_only(True, message)
+        finally:
+            engine.lock.release_write()
+        engine.catalog.schedules.stop_firing()
+        if self.feed is not None:
+            self._unfeed()
+            for tell in self.stepped_down:
+                tell()
+
+    def _unfeed(self) -> None:
+        feed = self.feed
+        if feed is None:
+            return
+        self.feed = None
+        engine = self.db.engine
+        engine.lock.acquire_write()
+        try:
+            if engine.appender is feed:
+                engine.appender = feed.inner
+        finally:
+            engine.lock.release_write()
+
+    def _unfollow(self) -> None:
+        follower, self.follower = self.follower, None
+        if follower is not None:
+            follower.stop()
 
     def status(self) -> dict[str, Any]:
         out: dict[str, Any] = {"role": self.role, "seq": self.db.seq, "history": self.identity.history}
@@ -122,4 +240,6 @@ class Node:
             if self.quorum is not None:
                 out["sync_replicas"] = self.quorum.needed
                 out["synced"] = self.quorum.held()
+        if self.cluster is not None:
+            out["cluster"] = self.cluster.describe()
         return out

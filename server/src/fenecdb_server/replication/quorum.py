@@ -56,6 +56,14 @@ class Quorum:
             if not fut.done():
                 fut.set_result(True)
 
+    def release(self) -> None:
+        """On the loop: every answer waiting now is refused at once (a cluster's primary that
+        steps down: no replica acks it any more, cluster.py)."""
+        waiting, self._waiting = self._waiting, []
+        for _, _, fut in waiting:
+            if not fut.done():
+                fut.set_result(False)
+
     async def wait(self, seq: int) -> bool:
         """True once N replicas hold change `seq`; False after `wait_s` without."""
         if seq <= self.held():

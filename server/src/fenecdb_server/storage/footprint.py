@@ -87,7 +87,7 @@ class Footprint:
                 self._key_bytes += key
                 self._keys += 1
                 rest -= key
-            elif kind in ("c", "i"):
+            elif kind in ("c", "i", "T"):  # T: a failover term, a number (records.py)
                 rest -= len(str(op))
             else:
                 rest -= _OTHER_OP + len(op[1])
