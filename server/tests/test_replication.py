@@ -156,6 +156,8 @@ def test_a_replica_serves_reads_and_refuses_every_write_naming_its_primary(pair:
         r.query(CLAIM, ["w1"]),
         r.query(CLAIM, ["w1"], headers={"fenec-wait": "2000"}),
         r.batch(["get jobs", "put jobs {payload: 3}"]),
+        # a held claim on a collection the replica has not received: still the replica's refusal, not a 404
+        r.query(CLAIM.replace("set jobs", "set later"), ["w1"], headers={"fenec-wait": "2000"}),
     ]
     for code, headers, body in refusals:
         assert code == 403, body

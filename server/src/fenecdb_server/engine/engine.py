@@ -329,6 +329,8 @@ class Engine:
         parsed = self.texts.statements(statements, block=len(statements) > 1)
         if scope is not None:
             self._authorize(parsed, len(statements) > 1, scope)
+        if self.read_only and any(s.writes for _, s, _ in parsed):
+            raise FenecError("denied", self.read_only_message)  # before the collection is looked up
         return make_hold(self.catalog, parsed, scope=scope)
 
     def observe(self, note: Callable[[int, list], None], locked: bool = False) -> int:
