@@ -57,6 +57,7 @@ COMPILED = [
     "fenecdb_server/ql/literals.py",
     "fenecdb_server/storage/footprint.py",
     "fenecdb_server/storage/format.py",
+    "fenecdb_server/storage/group_commit.py",
     "fenecdb_server/storage/log.py",
     "fenecdb_server/http/app.py",
     "fenecdb_server/http/asgi.py",

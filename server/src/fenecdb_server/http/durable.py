@@ -37,7 +37,7 @@ stands aside, so a write that runs off the loop (a large request, a held claim's
 a `/batch` in a worker thread, the sweeper, a compaction) waits in its own thread by group
 commit, as the in-process `Database` always does, and no ticket is ever left to a caller that
 could drop it. If the sync running is one the loop started, that thread reaps it itself
-(`Log._await_sync`) rather than wait for the loop, which may be the very thread waiting. An
+(`GroupCommit.await_sync`) rather than wait for the loop, which may be the very thread waiting. An
 Idempotency-Key replay waits like a write (the engine makes it wait for the last record
 appended), as the write it answers for may be in this very turn. A read is not pending: it may
 see a write whose fdatasync has not finished (as it could before, from another thread).
@@ -52,7 +52,7 @@ it up only at the interpreter's 5 ms switch interval (8 writers: 5 859-6 583 wri
 `storage/sync_thread.py` needs the GIL to finish.
 
 A failed fdatasync fails every write pending on it with the log's "outcome unknown" 500, and the
-log refuses every later write (`Log._finish_ring`, `Log._lead_sync`), as before.
+log refuses every later write (`GroupCommit.begin`, `GroupCommit.lead`), as before.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..storage import StorageFailed
-from ..storage.log import Deferred
+from ..storage.group_commit import Deferred
 
 
 class TurnSync:
