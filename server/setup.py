@@ -54,6 +54,7 @@ COMPILED = [
     "fenecdb_server/plan/operators.py",
     "fenecdb_server/ql/escapes.py",
     "fenecdb_server/ql/literal_nodes.py",
+    "fenecdb_server/ql/literal_scan.py",
     "fenecdb_server/ql/literals.py",
     "fenecdb_server/storage/footprint.py",
     "fenecdb_server/storage/format.py",
