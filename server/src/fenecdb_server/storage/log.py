@@ -83,8 +83,8 @@ a crash leaves them, and they read as the end. A backup (`Database.backup`) is a
 written afresh, never a copy of the file, so it holds no zeros either.
 
 There is no in-process write buffer (server.md §3 allows one of about 1 MB): handing each
-record to the OS costs about 2.2 µs per append with the syscall (measured, 90-byte payload),
-cheap enough for the claim path, and it means a process kill loses nothing acknowledged
+record to the OS is one syscall an append, cheap beside the claim it records (bench/README.md,
+"Numbers the code's comments used to carry"), and it means a process kill loses nothing acknowledged
 under any policy, `off` included. An exclusive flock on the open file keeps a second server
 off it. Every OS call goes through the file layer (`files.py`) so tests can inject faults.
 

@@ -9,7 +9,7 @@ from .files import OsFiles
 
 # The file grows in steps of this many bytes, reserved ahead of the appends (posix_fallocate): an
 # append then neither grows the file nor makes its fdatasync write the inode (bench/README.md,
-# "Preallocation", has what that saves).
+# "Numbers the code's comments used to carry", has what that saves).
 PREALLOCATE = 4 << 20
 
 
