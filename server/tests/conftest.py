@@ -1,4 +1,5 @@
-"""Shared helpers for the server's tests: a clock the test moves, and a full dump of a database.
+"""Shared helpers for the server's tests: a clock the test moves, a full dump of a database, and
+the harness of the in-process tests with threads (`Caller`, `until`, `held`).
 
 The clock starts where the spec's examples start (`fenecql.md` conventions: 2026-05-03T09:20:00Z,
 epoch ms 1777800000000) and moves only when a test says so, so `now()` answers are exact.
@@ -7,6 +8,8 @@ epoch ms 1777800000000) and moves only when a test says so, so `now()` answers a
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 
 import pytest
 
@@ -62,6 +65,43 @@ class TestClock:
     def set(self, ms: int) -> None:
         with self._lock:
             self._ms = ms
+
+
+def until(cond: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Wait for `cond` under a generous deadline, never for a time to pass."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in 30 s"
+        time.sleep(0.002)
+
+
+def held(db) -> int:
+    """The claims held in process (`Database.query(..., wait=)`) waiting now."""
+    waiting = db._in_process
+    return waiting.lines.held if waiting is not None else 0
+
+
+class Caller:
+    """A thread making one call; its answer or error kept."""
+
+    def __init__(self, fn: Callable[[], object]) -> None:
+        self.answer: object = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
+        self.thread.start()
+
+    def _run(self, fn: Callable[[], object]) -> None:
+        try:
+            self.answer = fn()
+        except BaseException as e:
+            self.error = e
+
+    def result(self) -> object:
+        self.thread.join(30)
+        assert not self.thread.is_alive(), "no answer in 30 s"
+        if self.error is not None:
+            raise self.error
+        return self.answer
 
 
 def reopen(path: str) -> tuple[bytes | None, list[bytes]]:

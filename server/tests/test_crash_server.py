@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from fenecdb_server.storage.log import PREALLOCATE
+from fenecdb_server.storage.preallocation import PREALLOCATE
 
 SERVER = Path(sys.executable).parent / "fenec-server"
 START_TIMEOUT = 30.0

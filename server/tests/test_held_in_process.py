@@ -5,52 +5,17 @@ are either far past the test (30 s) or the point of the test."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import Caller, held, until
 from fenecdb_server import Database, FenecError
 
 JOBS = "create collection jobs (payload json, run_at timestamp @sorted, owner text)"
 CLAIM = ("set jobs {owner: $1, run_at: now() + 30000} where run_at <= now() and owner = null "
          "order run_at limit 1 returning id, owner")
 README = Path(__file__).resolve().parents[1] / "README.md"
-
-
-def until(cond: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in 30 s"
-        time.sleep(0.002)
-
-
-def held(db: Database) -> int:
-    waiting = db._in_process
-    return waiting.lines.held if waiting is not None else 0
-
-
-class Caller:
-    """A thread making one call; its answer or error kept."""
-
-    def __init__(self, fn: Callable[[], object]) -> None:
-        self.answer: object = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
-        self.thread.start()
-
-    def _run(self, fn: Callable[[], object]) -> None:
-        try:
-            self.answer = fn()
-        except BaseException as e:
-            self.error = e
-
-    def result(self) -> object:
-        self.thread.join(30)
-        assert not self.thread.is_alive(), "no answer in 30 s"
-        if self.error is not None:
-            raise self.error
-        return self.answer
 
 
 @pytest.fixture

@@ -2,7 +2,8 @@
 answer nobody reads is cut and frees its memory, connections that present no token cannot keep
 a token holder out, and a large statement is bounded by ceilings a user can raise and does not
 stop `/_health`. Every wait is for a condition with a generous deadline, and nothing is timed:
-what is asserted is counted (connections, bytes received, health answers inside a claim's run)."""
+what is asserted is counted (connections, bytes received) or a share of a statement's own run
+(the loop's longest wait inside it)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -166,38 +168,52 @@ def test_idle_connections_without_a_token_do_not_keep_a_token_holder_out() -> No
         assert s.stop() == 0
 
 
+def health_during(s: Server, send: Callable[[httpx.Client], httpx.Response]) -> tuple[httpx.Response, float, int]:
+    """Run `send` on a connection of its own while a poller asks `/_health` on another, one
+    request after another. Answer its response, the event loop's longest wait inside its run
+    (from its send to the first health answer, between two, or from the last to its answer) as
+    a share of the run, and the health answers inside it. A ratio of the run's own length, never
+    a time: a machine twice as fast, or twice as loaded, reads the same; no answer at all inside
+    the run is one wait as long as the run, 1.0."""
+    stop = threading.Event()
+    waits: list[tuple[float, float]] = []
+
+    def poll() -> None:
+        with s.client() as h:
+            while not stop.is_set():
+                t0 = time.perf_counter()
+                assert h.get("/_health").status_code == 200
+                waits.append((t0, time.perf_counter()))
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        wait_for(lambda: len(waits) >= 5)
+        with s.client() as c:
+            t0 = time.perf_counter()
+            r = send(c)
+            t1 = time.perf_counter()
+    finally:
+        stop.set()
+        poller.join(DEADLINE)
+    inside = [(start, end) for start, end in waits if start > t0 and end < t1]
+    ends = [t0] + [end for _, end in inside] + [t1]
+    longest = max(b - a for a, b in zip(ends, ends[1:], strict=False))
+    return r, longest / (t1 - t0), len(inside)
+
+
 def test_health_answers_while_a_large_claim_runs() -> None:
     """A claim of 50 000 rows ran on the event loop, and `/_health` waited for all of it; now it
-    runs in a worker thread, and health checks are answered one after another while it runs.
-    Counted, not timed: on the loop, no health check could both start and end inside the claim
-    (at most the one or two read before the claim's run began)."""
+    runs in a worker thread, and health checks are answered while it runs. On the loop, no health
+    check could both start and end inside the claim: the loop's longest wait was the whole run."""
     s = Server("--max-write-rows", "0")
     try:
         with s.client() as c:
             q(c, JOBS)
             load(c, 50_000)
-        stop = threading.Event()
-        waits: list[tuple[float, float]] = []
-
-        def poll() -> None:
-            with s.client() as h:
-                while not stop.is_set():
-                    t0 = time.perf_counter()
-                    assert h.get("/_health").status_code == 200
-                    waits.append((t0, time.perf_counter()))
-
-        poller = threading.Thread(target=poll)
-        poller.start()
-        wait_for(lambda: len(waits) >= 5)
-        with s.client() as c:
-            t0 = time.perf_counter()
-            r = q(c, claim(50_000), "w")
-            t1 = time.perf_counter()
-        stop.set()
-        poller.join(DEADLINE)
+        r, share, answers = health_during(s, lambda c: q(c, claim(50_000), "w"))
         assert r.status_code == 200 and len(r.json()) == 50_000
-        inside = [(start, end) for start, end in waits if start > t0 and end < t1]
-        assert len(inside) >= 3, (len(inside), t1 - t0)
+        assert share < LONGEST_SHARE["claim"], (share, answers)
     finally:
         assert s.stop() == 0
 
@@ -206,7 +222,7 @@ PACED_ROWS = 100_000
 # What each statement sends: a claim with no body to read and a put whose body is read in one call,
 # so that the statement's run is most of the time between its send and its answer. (A /batch's
 # body is read line by line before its run, which left the loop turns even when the run gave none.)
-LONGEST_SHARE = {"claim": 0.8, "put": 0.45}  # of the run, the loop's longest wait (the test below)
+LONGEST_SHARE = {"claim": 0.8, "put": 0.45}  # of the run, the loop's longest wait (health_during)
 PACED = {
     "claim": {"query": claim(PACED_ROWS).replace(" returning *", ""), "params": ["w"]},
     "put": {"query": "put jobs $1", "params": [[{"attempts": 0}] * PACED_ROWS]},
@@ -219,45 +235,20 @@ def test_a_large_statement_hands_the_loop_a_turn_every_thousand_rows(kind: str) 
     (pacing.py). Compiled, the worker thread used to hold the GIL from the statement's first row
     to its last (compiled code passes none of the interpreter's switch points), and the health
     checks sent meanwhile were answered before or after its run: 7 to 14 between the statement's
-    send and its answer, measured. Compared with the run's own length, never with a time: a
-    health poller on its own connection, and no wait of the loop inside the run (to the first
-    answer, between two, after the last) past a share of the run: a ratio, so a machine twice as
-    fast, or twice as loaded, reads the same. No answer at all is one wait as long as the run."""
+    send and its answer, measured. Compared with the run's own length (`health_during`): no wait
+    of the loop inside the run past a share of it."""
     s = Server("--max-write-rows", "0")
     try:
         with s.client() as c:
             q(c, JOBS)
             if kind == "claim":
                 load(c, PACED_ROWS)
-        stop = threading.Event()
-        waits: list[tuple[float, float]] = []
-
-        def poll() -> None:
-            with s.client() as h:
-                while not stop.is_set():
-                    t0 = time.perf_counter()
-                    assert h.get("/_health").status_code == 200
-                    waits.append((t0, time.perf_counter()))
-
-        poller = threading.Thread(target=poll)
-        poller.start()
-        wait_for(lambda: len(waits) >= 5)
-        with s.client() as c:
-            t0 = time.perf_counter()
-            r = c.post("/query", json=PACED[kind], timeout=DEADLINE)
-            t1 = time.perf_counter()
-        stop.set()
-        poller.join(DEADLINE)
+        r, share, answers = health_during(s, lambda c: c.post("/query", json=PACED[kind], timeout=DEADLINE))
         assert r.status_code == 200 and r.json() == {"affected": PACED_ROWS}, r.text[:200]
-        inside = [(start, end) for start, end in waits if start > t0 and end < t1]
-        # The loop's longest wait inside the statement's run: from its send to the first health
-        # answer, between two answers, or from the last to its answer, as a share of the run.
         # Holding the GIL from the first row to the last made it 0.98 of a claim's run and 0.72 of
         # a put's (the start commit, compiled); paced, 0.50-0.52 and 0.13: what is left is one
         # unpaced step, the claim's record encoded in one call (bench/pacing_stretches.py).
-        ends = [t0] + [end for _, end in inside] + [t1]
-        longest = max(b - a for a, b in zip(ends, ends[1:], strict=False))
-        assert longest < LONGEST_SHARE[kind] * (t1 - t0), (kind, len(inside), longest, t1 - t0)
+        assert share < LONGEST_SHARE[kind], (kind, share, answers)
     finally:
         assert s.stop() == 0
 

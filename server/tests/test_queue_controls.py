@@ -7,12 +7,11 @@ database; nothing waits for a time to pass but under a 30 s deadline."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import TestClock
+from conftest import Caller, TestClock, held, until
 from fenecdb_server import Database, FenecError
 from fenecdb_server.policy import Policy
 
@@ -23,39 +22,6 @@ CLAIM = ("set jobs {owner: $1, run_at: now() + 30000, attempts: attempts + 1} "
 ACK = "del jobs where id = $1 and owner = $2 require 1"
 LEASED = "get jobs where run_at > now() and owner != null count"
 THREADS = 16
-
-
-def until(cond: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in 30 s"
-        time.sleep(0.002)
-
-
-def held(db: Database) -> int:
-    waiting = db._in_process
-    return waiting.lines.held if waiting is not None else 0
-
-
-class Caller:
-    def __init__(self, fn: Callable[[], object]) -> None:
-        self.answer: object = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
-        self.thread.start()
-
-    def _run(self, fn: Callable[[], object]) -> None:
-        try:
-            self.answer = fn()
-        except BaseException as e:
-            self.error = e
-
-    def result(self) -> object:
-        self.thread.join(30)
-        assert not self.thread.is_alive(), "no answer in 30 s"
-        if self.error is not None:
-            raise self.error
-        return self.answer
 
 
 def put_jobs(db: Database, n: int, **fields: object) -> None:

@@ -16,7 +16,7 @@ from fenecdb_server.errors import FenecError
 from fenecdb_server.storage import CorruptLog, Log, StorageFailed
 from fenecdb_server.storage.files import FaultyFiles
 from fenecdb_server.storage.format import FILE_HEADER_SIZE, RECORD_HEADER_SIZE, file_header, record_header
-from fenecdb_server.storage.log import PREALLOCATE
+from fenecdb_server.storage.preallocation import PREALLOCATE
 
 
 def payloads(n: int, seed: int = 7) -> list[bytes]:

@@ -21,13 +21,13 @@ The policy (`apply`, once the data file is open):
 * A bulk write (a request body over 64 KiB: `put jobs $1` of thousands of documents) runs with
   automatic collection held off (`held_off`, below), and what is alive once it has stored its
   rows is frozen (`after_bulk`): the rows it stored are never walked. Without it the young
-  generations walked each new row two or three times: 19 % of the server's time while loading
-  (a py-spy sample of `put jobs $1` of 10 000 documents, one after another).
+  generations walked each new row two or three times, a large part of the server's time while
+  loading (bench/README.md, "Numbers the code's comments used to carry").
 
 * A large statement (parsed and run off the event loop, or in process a text over LARGE_TEXT
   characters) runs with automatic collection held off too (`held_off`): its hundreds of thousands of
   AST nodes made the collector walk them, holding the GIL for the whole pass (the loop stopped
-  answering for 187 ms at a time behind a 1 MB statement), and they are freed by reference counting
+  answering for the whole pass behind a 1 MB statement), and they are freed by reference counting
   once it is answered (a text that large is never cached). While one runs, the interpreter offers
   the GIL every 1 ms instead of every 5: a request the loop answers takes the GIL several times.
 

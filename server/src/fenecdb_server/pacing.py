@@ -12,9 +12,10 @@ hand-over comes only between two chunks.
 
 `hand_over` lets the GIL go with `os.sched_yield()`: a thread that asked for it past the switch
 interval takes it then (the interpreter switches by force when asked), and this thread takes it
-back after it. It costs 1.5 us with nobody waiting, where `time.sleep(0)` (database.py's
-`_hand_over`, for a snapshot's encoding) costs 70-85 us, its timer's slack, which at every chunk
-of every loop of a large claim would have cost a fifth of its run.
+back after it. With nobody waiting it costs one system call, where `time.sleep(0)` (database.py's
+`_hand_over`, for a snapshot's encoding) costs its timer's slack, which at every chunk of every
+loop of a large claim would have cost a large share of its run (bench/README.md, "Numbers the
+code's comments used to carry").
 """
 
 from __future__ import annotations

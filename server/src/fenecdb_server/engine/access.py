@@ -387,7 +387,8 @@ def _walk(coll: Collection, q: Query, env: Env, need: int, bounds: tuple | None,
         idx = coll.index(tgt)
         if bounds is not None and filt is None and not q.access.walk_desc and type(idx) is PackedIndex:
             # Every entry of the range is a row the filter keeps: the page is the range's head,
-            # read as one slice (a claim's ten rows: 12–23 µs as a walk, 2–5 µs as this, measured).
+            # read as one slice, a fraction of a walk's cost (bench/README.md, "Numbers the code's
+            # comments used to carry").
             lo, li, hi, hi_incl = bounds
             return idx.page(lo, li, hi, hi_incl, need, rows)
         if bounds is None:

@@ -80,7 +80,7 @@ def _document(schema: Schema, d: dict) -> dict:
 def _bulk_documents(schema: Schema, src: list[dict]) -> list[dict]:
     """`_document` of each, through each field's converter (`C.coercer`) looked up by name; a
     document naming anything else (its `id`, a path, a field the schema lacks) goes the
-    general way. Measured in process, 10 000 jobs a statement: tests/unit/test_bulk_documents.py
+    general way, the slower one for a statement of many documents; tests/unit/test_bulk_documents.py
     holds the two ways to the same rows and the same refusals."""
     get = {name: C.coercer(f.type) for name, f in schema.fields.items()}.get
     out = []

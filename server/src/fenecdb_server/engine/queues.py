@@ -104,8 +104,8 @@ def value_of(shape: Shape, row: dict) -> str:
 
 def counts(shape: Shape, rows: Iterable[dict], now: int) -> dict[str, dict[str, int]]:
     """Per queue value: each state's count and `oldest_ready_ms` (0 when none is ready).
-    One pass over the rows (100 000 jobs in 5 queue values: 75-92 ms on the shared 2-core test
-    machine), which `stats` makes over a list of them copied under the shared lock."""
+    One pass over the rows (long on a large queue), which `stats` makes over a list of them copied
+    under the shared lock."""
     out: dict[str, dict[str, int]] = {}
     ready_f, done_f, error_f, queue_f = shape.ready, shape.done, shape.error, shape.queue
     oldest: dict[str, int] = {}
@@ -154,8 +154,8 @@ class Tally:
     PENDING_ROWS changed rows wait, classifies them (a bulk load of blocks of 1 000 jobs with no
     scrape kept 4 096 blocks, four million rows, alive, when the bound was 4 096 blocks). A few
     blocks at a time, their rows are still in the CPU's caches: over HTTP, claim + ack with 4 and
-    8 workers went from 40 000-40 800 to 42 300-43 900 jobs/s with the bound at 8 instead of 4 096,
-    the claim's p50 and p99 unchanged (bench/README.md). A block's undo list holds each changed
+    8 workers were faster with the bound at 8 than at 4 096, the claim's p50 and p99 unchanged
+    (bench/README.md, "Numbers the code's comments used to carry"). A block's undo list holds each changed
     row as it was before (its first entry per id), its ops the rows as written (the last)."""
 
     PENDING_MAX = 8
@@ -347,8 +347,8 @@ def stats(eng: Catalog, seq: int) -> dict:
                     st.update(_totals(per), queues=per)
                 else:
                     # rows are never changed in place: a list of them now is a consistent
-                    # copy, counted after the lock is let go (100 000 rows: 2-7 ms to copy
-                    # under it, against 75-92 ms to count there)
+                    # copy, counted after the lock is let go (a copy holds the lock for a small
+                    # part of what counting under it would)
                     scans.append((st, shape, list(coll.rows.values())))
             out["collections"][name] = st
     for st, shape, rows in scans:

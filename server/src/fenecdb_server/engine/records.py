@@ -48,7 +48,7 @@ Fields:
 * `key`: the Idempotency-Key, already namespaced (http/idempotency.py); `hash`: the request's hash
   in hex; `at`: epoch ms it was stored; `ttl_ms`: how long it is kept; `answers`: the engine's
   answers, one per statement (a list of rows, or an object such as `{"affected": 1}`).
-  A file written before the answers were kept (up to commit 52ba4c8) holds
+  A file written by a server from before the answers were kept holds
   `["k", key, hash, status, body, at, ttl_ms]`: the HTTP status and body (its bytes decoded with
   `surrogateescape`), replayed as they were (`Stored.raw`). The 7-element form is read, never
   written.

@@ -8,9 +8,9 @@ Why not `SortedList`: it keeps a positional index that every write updates in a 
 that the next positional read rebuilds, and it moves keys one at a time. A claim moves a page of
 keys at once: the ten it takes are next to each other (the first ten of the range), and the ten it
 puts back, with the same `run_at`, are too. So `remove_sorted` deletes them with one slice and
-`add_sorted` splices them in with one, when they fall in one run (they almost always do). Measured
-over 1 000 000 keys: moving ten keys cost about 30 µs through SortedList, one by one (3.0 µs a
-move); here it costs about 2 µs as two slices (bench/README.md, the in-process section).
+`add_sorted` splices them in with one, when they fall in one run (they almost always do): two
+slices cost about what one move of a key does (bench/README.md, "Numbers the code's comments used
+to carry").
 
 Nothing here is built lazily, so readers that share the engine's read lock never write: there is
 no positional index for two of them to build at once. Counting a range sums the lengths of the

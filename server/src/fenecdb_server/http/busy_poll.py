@@ -3,14 +3,13 @@
 A worker's next request follows its answer within tens of microseconds: the client reads the
 answer, acks or claims again, and writes. If the server's loop has gone to sleep in `epoll_wait`
 meanwhile, the request has to wake it: the kernel schedules the process back onto a CPU that may
-have idled into a deeper state, and the process resumes with cold caches. Measured over HTTP on a
-2-core machine, that sleep and wake is a quarter of a claim's round trip (bench/README.md, "Busy
-polling", alternated in one sitting: claim 10 p50 0.192-0.203 ms without, 0.142 ms with a 100 µs
-window; claim + ack with one worker 20 300-20 500 jobs/s without, 27 600-28 200 with).
+have idled into a deeper state, and the process resumes with cold caches. Over HTTP that sleep
+and wake is a large part of a claim's round trip (bench/README.md, "Busy polling", has the
+numbers).
 
 So each answer written (`touch`, from http/protocol.py's `_write_answer`) pushes a deadline
 `window` ahead (counted from the answer, not from the request's arrival: a window counted from the
-arrival ran out while the request was served, and measured no faster), and while
+arrival ran out while the request was served, and was no faster), and while
 the deadline is ahead the loop is kept from sleeping: `_spin` re-queues itself with `call_soon`,
 and a loop with a ready callback polls its sockets with a zero timeout. A request that arrives in
 the window is read on the next poll. Once the window has passed with nothing read, the spin
@@ -19,12 +18,11 @@ request every few seconds spends at most one window of one core on each.
 
 It is a trade of CPU for latency, so it stands down where the CPU is needed elsewhere:
 - while an fdatasync runs on the log's ring (`--sync always`, http/durable.py): the kernel runs
-  an AIO sync in a worker on the CPU that submitted it, the very CPU the spin would hold (measured
-  with the spin left on: eight writers of durable puts fell from 9 400 to 5 600 writes/s, and one
-  writer with every sync on the AIO from 2 900 to 1 800). The thread of storage/sync_thread.py
+  an AIO sync in a worker on the CPU that submitted it, the very CPU the spin would hold (with
+  the spin left on, durable puts were far slower). The thread of storage/sync_thread.py
   may run on another CPU, but on a busy machine it shares the loop's: with the spin left on
-  during its syncs, eight writers measured 6 490-7 200 writes/s against 6 590-7 380 with it
-  standing down (alternated, one sitting), so it stands down for either;
+  during its syncs, eight writers were no faster than with it standing down, so it stands down
+  for either (bench/README.md, "Numbers the code's comments used to carry");
 - by default, when the process may run on a single CPU (its affinity, or its cgroup's quota):
   there the client it waits for may need that CPU to send the request (cli.py decides).
 """

@@ -21,12 +21,10 @@ the more writes share one fdatasync, and the loop is never idle for a disk.
 
 A turn with a lone write syncs it in place (`Log.sync_upto`, the loop waits): with nothing to
 overlap, the ring's round trip (submit, the eventfd's wake, reap) only adds to the answer's
-time. Measured over HTTP, one writer of puts: 2 950 writes/s in place, 2 545 through the ring;
-eight writers: 9 850-10 230 writes/s with the rule as here, 9 020-9 100 with every sync in
-place, 9 620-10 000 with every sync on the ring (this 2-core machine, one sitting). Starting
-the sync at a write's append rather than after the turn was tried with the thread: one writer
-2 550-2 780 writes/s against 2 790-2 920, eight 5 920-6 850 against 7 320-7 360 (processes of the
-Python client, on a 2-core AMD machine, one sitting); the turn's flush stays. Where there is neither the thread nor an
+time: over HTTP one writer is faster in place, and eight writers faster with the rule as here
+than with every sync in place or every sync on the ring. Starting the sync at a write's append
+rather than after the turn was tried with the thread and was slower for one writer and for
+eight; the turn's flush stays (bench/README.md, "Numbers the code's comments used to carry"). Where there is neither the thread nor an
 AIO fdatasync, every sync runs in place, as it did before.
 
 The `TurnSync.deferred()` scope (`Log.deferred`) is what keeps `Database.execute` from waiting
@@ -37,22 +35,21 @@ stands aside, so a write that runs off the loop (a large request, a held claim's
 a `/batch` in a worker thread, the sweeper, a compaction) waits in its own thread by group
 commit, as the in-process `Database` always does, and no ticket is ever left to a caller that
 could drop it. If the sync running is one the loop started, that thread reaps it itself
-(`Log._await_sync`) rather than wait for the loop, which may be the very thread waiting. An
+(`GroupCommit.await_sync`) rather than wait for the loop, which may be the very thread waiting. An
 Idempotency-Key replay waits like a write (the engine makes it wait for the last record
 appended), as the write it answers for may be in this very turn. A read is not pending: it may
 see a write whose fdatasync has not finished (as it could before, from another thread).
 
 Why not a thread: measured over HTTP (bench/durable_syscalls.py, strace counts; bench/README.md),
-the former hand-off of every write to a 4-thread pool cost 31-37 futex calls a write with 8
-writers and a third `write` (the pool waking the loop), and only 1.2-1.3 writes shared an
+the former hand-off of every write to a 4-thread pool cost tens of futex calls a write with 8
+writers and a third `write` (the pool waking the loop), and barely more than one write shared an
 fsync: the threads fought over the GIL while the server was CPU-bound. A single syncer thread
 was tried twice and dropped: it needs the GIL back to say it is done, and the busy loop gives
-it up only at the interpreter's 5 ms switch interval (8 writers: 5 859-6 583 writes/s against
-7 235-7 349 with the sync in place, same sitting). Neither the kernel's AIO nor the C thread of
-`storage/sync_thread.py` needs the GIL to finish.
+it up only at the interpreter's 5 ms switch interval (fewer writes/s than the sync in place).
+Neither the kernel's AIO nor the C thread of `storage/sync_thread.py` needs the GIL to finish.
 
 A failed fdatasync fails every write pending on it with the log's "outcome unknown" 500, and the
-log refuses every later write (`Log._finish_ring`, `Log._lead_sync`), as before.
+log refuses every later write (`GroupCommit.begin`, `GroupCommit.lead`), as before.
 """
 
 from __future__ import annotations
@@ -63,7 +60,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..storage import StorageFailed
-from ..storage.log import Deferred
+from ..storage.group_commit import Deferred
 
 
 class TurnSync:

@@ -38,9 +38,10 @@ def _digits(raw: bytes) -> bytes | None:
 
 
 # Past these a request is handled in a worker thread, so that the loop goes on answering the
-# others (the GIL is handed back to it every switch interval). A parse costs ~5 us a byte of dense
-# text (`in [1, 1, ...]`), so 2 KiB on the loop is at most ~10 ms; a claim's text (~150 bytes) is
-# parsed once and cached, and never leaves the loop.
+# others (the GIL is handed back to it every switch interval). A parse's time grows with the text's
+# bytes, so the text's limit bounds what one parse holds the loop for (bench/README.md, "Numbers
+# the code's comments used to carry"); a claim's text (~150 bytes) is parsed once and cached, and
+# never leaves the loop.
 OFF_LOOP_BODY = 64 << 10
 OFF_LOOP_TEXT = 2 << 10
 # On the loop a statement may answer or write this many rows; one that would pass it is put back

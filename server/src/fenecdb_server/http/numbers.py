@@ -7,10 +7,11 @@ so: it reads an integer past 64 bits as a float (`12345678901234567890123` becam
 or, up to 2^64 - 1, as an int the engine cannot hold. So a body with a run of 19 or more digits
 (the only place such an integer can be; also a long fraction, or digits inside text) is read by
 `json` instead, each integer checked as it is read; every other body goes to orjson as before.
-The test is one pass over the bytes (`_long_digits`: 0.19 us for a claim's body). A large
-body is searched a slice at a time (`_SLICE`): one search of 16 MB held the GIL for 120 ms, so
-the event loop stopped answering while a worker thread read a large body; between slices the
-interpreter may switch threads, so no one search holds it for more than about 2 ms.
+The test is one pass over the bytes (`_long_digits`). A large body is searched a slice at a
+time (`_SLICE`): one search of a whole large body held the GIL from its first byte to its last,
+so the event loop stopped answering while a worker thread read it; between slices the
+interpreter may switch threads, so no one search holds it for more than a slice's
+(bench/README.md, "Numbers the code's comments used to carry").
 """
 
 from __future__ import annotations
@@ -27,9 +28,8 @@ except ImportError:  # pragma: no cover - orjson is optional
     orjson = None  # type: ignore[assignment]
 
 # every digit read as "0", every other byte as " ": a run of 19 digits is then a run of 19 zeros,
-# found by bytes.find (a C substring search), 11 times faster than the regex [0-9]{19} on a bulk
-# put's body (0.056 against 0.61 us a document) and 4 times on a claim's (0.19 against 0.78 us):
-# the regex tried every start inside every 13-digit timestamp
+# found by bytes.find (a C substring search), several times faster than the regex [0-9]{19},
+# which tried every start inside every 13-digit timestamp
 _DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
 _RUN = b"0" * 19
 _SHOWN = 24  # digits of a refused integer quoted in the error

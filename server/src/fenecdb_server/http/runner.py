@@ -25,7 +25,7 @@ from ..engine.rwlock import Busy
 from ..errors import FenecError
 from ..held import HeldClaim, Outcome
 from ..held.port import Claim
-from ..storage.log import Deferred
+from ..storage.group_commit import Deferred
 from . import errors as E
 from .auth import Auth
 from .bodies import PIECE_ROWS, pieces, render

@@ -237,7 +237,7 @@ def _c(e: A.Expr, ctx: Ctx) -> Fn:  # noqa: C901 - a dispatch over node kinds
                 if not isinstance(i, (A.Lit, A.Param, A.Claim, A.ListExpr, A.ObjectExpr)):
                     raise qerr("a list holds literals, parameters and claims only")
             if all(isinstance(i, A.Lit) for i in e.items):
-                # no function per item: half a million of them, freed at once, held the GIL 30 ms
+                # no function per item: a large list's functions, freed at once, held the GIL for the whole free
                 consts = [i.value for i in e.items if isinstance(i, A.Lit)]  # all are: the test narrows for mypy
                 return _in_consts(lf, consts)
             fns = [_c(i, ctx) for i in e.items]

@@ -1,8 +1,8 @@
 """The LALR tables of `grammar.lark`, kept between runs so that a start does not rebuild them.
 
-Analysing the grammar costs about 0.2-0.5 s at every import of the server (measured: the largest
-part of `fenec-server --help`); lark can save the analysed parser and load it back in about
-30 ms. `build()` uses lark's own cache with a path of ours:
+Analysing the grammar is the largest part of a start of the server (`fenec-server --help`); lark
+can save the analysed parser and load it back in a small part of that time (bench/README.md,
+"Numbers the code's comments used to carry"). `build()` uses lark's own cache with a path of ours:
 
     $XDG_CACHE_HOME/fenecdb/  (else ~/.cache/fenecdb/)   created 0700
       parser-<sha256 of the grammar, 16 hex>.lark-cache

@@ -72,8 +72,8 @@ class _Guard(PostLex):
 
 
 # The transformer runs inside the LALR parser, as each rule is reduced: no parse tree is built
-# and walked after (measured on `in [1, 1, ...]`: the tree and its walk were a third of the time
-# and most of the memory of a parse).
+# and walked after: a tree and its walk would be a large part of a parse's time and most of its
+# memory (bench/README.md, "Numbers the code's comments used to carry").
 _LARK = build_parser(_GRAMMAR, parser="lalr", lexer="contextual", propagate_positions=False, maybe_placeholders=False,
                      transformer=_TRANSFORMER, postlex=_Guard())
 

@@ -10,7 +10,7 @@
     2. Copy the live file's bytes from the mark to its current end, again
        while more than 1 MiB arrived meanwhile (appends go on).            (no lock)
     3. Preallocate the side file a step past its end, as the live file is
-       (log.py), and fsync it.                                            (no lock)
+       (preallocation.py), and fsync it.                                            (no lock)
     4. Take the log's lock (appends wait): copy the last few records,
        fsync again if any, wait out a group-commit fsync in flight,
        rename the side file over the file, switch appends to it.           (log lock, briefly)
@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import FenecError
 from .format import FILE_HEADER_SIZE, RECORD_HEADER_SIZE, check_size, file_header, record_head
+from .preallocation import reserve
 
 if TYPE_CHECKING:
     from .files import OsFiles
@@ -97,15 +98,12 @@ def _copy(files: OsFiles, src: int, dst: int, start: int, end: int, at: int) -> 
 def _preallocate(lg: Log, fd: int, end: int) -> int:
     """Reserve the side file up to the next step past `end`; answer its size. Where the OS
     cannot, the file stays at `end` (appends grow it, as `Log._grow` says)."""
-    step = lg.preallocate
-    if not step:
+    if not lg.preallocate:
         return end
-    target = (end // step + 1) * step
     try:
-        lg.files.allocate(fd, end, target - end)
+        return reserve(lg.files, fd, end, end, lg.preallocate)
     except OSError:
         return end
-    return target
 
 
 def run(lg: Log, snapshot: bytes | list[bytes], mark: tuple[int, int]) -> dict[str, int]:
@@ -138,18 +136,19 @@ def run(lg: Log, snapshot: bytes | list[bytes], mark: tuple[int, int]) -> dict[s
             if end > copied:
                 pos += _copy(files, lg._fd, side, copied, end, pos)
                 files.fsync(side)
-            with lg._cond:
-                while lg._syncing:
-                    lg._await_sync()
+            commit = lg.commit
+            with commit.cond:
+                while commit.syncing:
+                    commit.await_sync()
                 files.lock(side)
                 files.rename(lg.side_path, lg.path)
                 swapped = True
                 lg._swap(side, pos, snapshot_end, lg._records - mark_records, allocated)
-                lg._cond.notify_all()  # waiters' records are in the fsynced new file
+                commit.cond.notify_all()  # waiters' records are in the fsynced new file
             try:
                 files.fsync_dir(lg.path)
             except OSError as error:
-                raise lg._fail(f"fsync of the directory after compaction failed: {error}",
+                raise commit.fail(f"fsync of the directory after compaction failed: {error}",
                                "the compacted file is in place, its rename may not survive a power loss") from error
             held = time.perf_counter() - locked
     except Exception as error:

@@ -2,10 +2,10 @@
 `IOCB_CMD_FDSYNC`), its completion told through an eventfd an event loop can watch.
 
 Why: under `--sync always` the HTTP server's loop used to sit idle for each turn's fdatasync
-(0.12-0.14 ms on this machine's virtual disk, about one request's CPU), and requests read
+(on a virtual disk, about one request's CPU), and requests read
 meanwhile waited in the kernel. A thread doing the fdatasync would need the GIL back to say it
 is done, and a busy loop hands the GIL over only at the interpreter's switch interval (5 ms):
-measured slower (`http/durable.py`). Here the kernel runs the fdatasync on its own worker and
+slower (`http/durable.py`). Here the kernel runs the fdatasync on its own worker and
 bumps the eventfd; no Python thread and no GIL are involved until the loop reads it.
 
 The log uses it where the thread of `sync_thread.py` was not built (an install without a
