@@ -116,11 +116,9 @@ class Engine:
         return int(self._clock())
 
     def until(self, moment: int) -> float:
-        """Seconds from now to `moment` (ms on this clock), to the wall clock's own precision
-        rather than the whole ms `now()` counts: a timer set for it is not up to 1 ms late."""
-        if self._clock is wall_ms:
-            return (moment - time.time() * 1000) / 1000
-        return (moment - self._clock()) / 1000
+        """Seconds from now to `moment` (ms), to the wall clock's precision: a timer is not 1 ms late."""
+        now = time.time() * 1000 if self._clock is wall_ms else self._clock()
+        return (moment - now) / 1000
 
     def set_read_only(self, flag: bool, message: str | None = None) -> None:
         self.read_only, self.read_only_message = bool(flag), message or READ_ONLY
