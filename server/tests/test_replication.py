@@ -350,6 +350,14 @@ def test_sync_replicas_answer_a_write_once_a_replica_holds_it_else_503(tmp_path:
             # answered: the replica said its disk holds it, so it has it now, no wait
             assert r.status()["seq"] >= seq
         assert p.status()["synced"] >= seq
+        # answered on the transport's direct path, as every write without replicas (no ASGI cycle)
+        conn = http.client.HTTPConnection("127.0.0.1", p.port, timeout=30)
+        conn.request("GET", "/_metrics")
+        metrics = conn.getresponse().read().decode()
+        conn.close()
+        direct = next(int(float(line.split()[1])) for line in metrics.splitlines()
+                      if line.startswith("fenec_http_direct_total "))
+        assert direct >= 10
         r.kill()
         code, _, body = p.query("put jobs {payload: 'lone', run_at: now()}")
         assert code == 503 and body["seq"] == seq + 1

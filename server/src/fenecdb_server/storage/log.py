@@ -69,7 +69,9 @@ turn are described in `sync.py`). The log's syncs are fdatasync (fsync where the
 it): only data changed, or the size, which fdatasync covers too; a created or renamed file
 gets an fsync and its directory one, as before. A failed write or sync marks the log
 failed: that call and every later append raise `StorageFailed`, and a failed sync is never
-retried.
+retried. `synced`, where set (a primary's replication feed), is called each time an fsync
+covers more records, on the thread that synced and holding the log's lock: it must only
+note it (the feed wakes its streams, replication/feed.py).
 
 Preallocation: the file is grown ahead of the appends in steps of `PREALLOCATE` (4 MiB) with
 posix_fallocate, so an append writes inside the file's size and its fdatasync flushes the
@@ -101,6 +103,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 
 from ..errors import FenecError
 from . import compaction
@@ -165,6 +168,7 @@ class Log:
         self._compacting = False
         self._syncer: Syncer | None = None
         self.fsyncs = 0  # fsyncs of the live file since open
+        self.synced: Callable[[], None] | None = None  # told when `durable` grows (the module's docstring)
 
     # -- open -------------------------------------------------------------------------------
 
@@ -409,6 +413,8 @@ class Log:
             self.fsyncs += 1
             if target > self._durable:
                 self._durable = target
+                if self.synced is not None:
+                    self.synced()
         self._cond.notify_all()
 
     @property
@@ -544,6 +550,8 @@ class Log:
         self._records = records
         self._durable = self._appended  # the new file was fsynced holding every record
         self.files.close(old)
+        if self.synced is not None:
+            self.synced()
 
 
 class Deferred:
