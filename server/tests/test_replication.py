@@ -280,6 +280,56 @@ def test_promote_makes_a_replica_take_writes(pair: tuple[Server, Server]) -> Non
     assert r.status()["role"] == "primary"
 
 
+def test_a_keep_alive_connection_drops_fenec_primary_once_its_replica_is_promoted(
+        pair: tuple[Server, Server]) -> None:
+    p, r = pair
+    p.query(JOBS)
+    wait_for("the replica to catch up", lambda: caught_up(p, r))
+    conn = http.client.HTTPConnection("127.0.0.1", r.port, timeout=30)  # one connection, opened before
+    try:
+        def ask(path: str, body: bytes | None) -> dict[str, str]:
+            conn.request("POST" if body is not None else "GET", path, body=body)
+            resp = conn.getresponse()
+            resp.read()
+            return {k.lower(): v for k, v in resp.getheaders()}
+
+        read = json.dumps({"query": "get jobs"}).encode()
+        assert ask("/query", read)["fenec-primary"] == p.url  # the direct path
+        assert ask("/_whoami", None)["fenec-primary"] == p.url  # the ASGI door
+        code, _, done = r.request("POST", "/_replication/promote", headers={"authorization": f"Bearer {TOKEN}"})
+        assert code == 200 and done["promoted"] is True
+        assert "fenec-primary" not in ask("/query", read)
+        assert "fenec-primary" not in ask("/_whoami", None)
+    finally:
+        conn.close()
+
+
+def test_a_replica_given_a_file_of_another_history_is_reimaged(tmp_path: Path) -> None:
+    first = primary(tmp_path / "p1.fenec")
+    other = primary(tmp_path / "p2.fenec")
+    try:
+        first.query(JOBS)
+        first.query("put jobs {payload: 'of the first', run_at: now()}")
+        other.query(JOBS)
+        for i in range(3):
+            other.query("put jobs {payload: $1, run_at: now()}", [i])
+        r = replica(tmp_path / "r.fenec", first)
+        try:
+            wait_for("the replica to catch up", lambda: caught_up(first, r))
+        finally:
+            r.stop()
+        r = replica(tmp_path / "r.fenec", other)  # the same file, told to follow a primary of another history
+        try:
+            wait_for("the replica to catch up", lambda: caught_up(other, r) and r.status()["images"] >= 1)
+            code, _, rows = r.query("get jobs select payload")
+            assert code == 200 and sorted(row["payload"] for row in rows) == [0, 1, 2]
+        finally:
+            r.stop()
+    finally:
+        other.stop()
+        first.stop()
+
+
 @pytest.mark.parametrize(("flags", "said"), [
     (["--replica-of", "http://127.0.0.1:1"], "--replication-token"),
     (["--replication-token", TOKEN, "--replica-of", "https://127.0.0.1:1"], "no TLS"),
