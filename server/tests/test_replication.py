@@ -280,6 +280,18 @@ def test_promote_makes_a_replica_take_writes(pair: tuple[Server, Server]) -> Non
     assert r.status()["role"] == "primary"
 
 
+def test_the_dashboards_recent_samples_carry_the_replication_status(pair: tuple[Server, Server]) -> None:
+    p, r = pair
+    p.query(JOBS)
+    wait_for("the replica to catch up", lambda: caught_up(p, r))
+    code, _, mine = p.request("GET", "/_metrics/recent")
+    assert code == 200 and mine["replication"]["role"] == "primary" and "history" not in mine["replication"]
+    assert [x["sent"] for x in mine["replication"]["replicas"]] == [p.status()["seq"]]
+    code, _, theirs = r.request("GET", "/_metrics/recent")
+    assert code == 200 and theirs["replication"]["role"] == "replica"
+    assert theirs["replication"]["primary"] == p.url and theirs["replication"]["connected"] is True
+
+
 def test_a_keep_alive_connection_drops_fenec_primary_once_its_replica_is_promoted(
         pair: tuple[Server, Server]) -> None:
     p, r = pair
