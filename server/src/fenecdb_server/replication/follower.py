@@ -27,6 +27,7 @@ import collections
 import http.client
 import logging
 import secrets
+import socket
 import struct
 import threading
 import time
@@ -237,7 +238,12 @@ class Follower:
             try:
                 if conn is None:
                     conn = http.client.HTTPConnection(self.host, self.port, timeout=SILENCE_S)
-                conn.request("POST", "/_replication/ack", body=f"replica={self.ident}&seq={upto}",
+                    conn.connect()
+                    assert conn.sock is not None
+                    conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                # bytes: http.client sends a bytes body with the head in one send (a second small send
+                # would wait for the first one's delayed ACK)
+                conn.request("POST", "/_replication/ack", body=f"replica={self.ident}&seq={upto}".encode(),
                              headers={"authorization": f"Bearer {self.token}"})
                 conn.getresponse().read()
                 self.acked = upto
