@@ -428,6 +428,28 @@ def test_sync_replicas_answer_a_write_once_a_replica_holds_it_else_503(tmp_path:
         p.stop()
 
 
+def test_a_retry_under_the_same_idempotency_key_is_answered_only_once_a_sync_replica_holds_it(
+        tmp_path: Path) -> None:
+    p = primary(tmp_path / "p.fenec", "--sync-replicas", "1", "--sync-replicas-wait", "1")
+    r = None
+    try:
+        assert p.query(JOBS)[0] == 503  # no replica: on the primary's disk only
+        key = {"idempotency-key": "put-1"}
+        code, _, body = p.query("put jobs {payload: 1, run_at: now()}", headers=key)
+        assert code == 503 and "replica" in body["error"]
+        code, headers, body = p.query("put jobs {payload: 1, run_at: now()}", headers=key)
+        assert code == 503, (code, headers, body)  # the replay is not safer than the write it answers for
+        r = replica(tmp_path / "r.fenec", p, "--sync", "always")
+        wait_for("the replica to connect", lambda: p.status()["replicas"])
+        code, headers, body = p.query("put jobs {payload: 1, run_at: now()}", headers=key)
+        assert code == 200 and headers.get("idempotent-replayed") == "true" and body == {"affected": 1}
+        assert len(r.query("get jobs")[2]) == 1
+    finally:
+        if r is not None:
+            r.stop()
+        p.stop()
+
+
 def test_a_replica_cut_off_or_frozen_by_the_fault_proxy_catches_up(tmp_path: Path) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "conformance"))
     from fault_layer import Proxy

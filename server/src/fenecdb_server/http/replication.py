@@ -236,7 +236,9 @@ def metrics_text(node: Node | None) -> bytes:
 
 def owed_to_replicas(node: Node | None, answer: Answer) -> int:
     """The change `answer` must wait for on `--sync-replicas` replicas (its `Fenec-Seq`), or 0:
-    no quorum, a refusal, no change named, or one the replicas hold already."""
+    no quorum, a refusal, no change named, or one the replicas hold already. An Idempotency-Key's
+    replay names no change: it waits for the server's latest, which is at or past the write it
+    answers for (its first answer may have been the 503 of a write no replica held yet)."""
     if node is None:
         return 0
     quorum = node.quorum
@@ -245,6 +247,9 @@ def owed_to_replicas(node: Node | None, answer: Answer) -> int:
     for k, v in answer.headers:
         if k == b"fenec-seq":
             seq = int(v)
+            return seq if seq > quorum.level else 0
+        if k == b"idempotent-replayed":
+            seq = node.db.seq
             return seq if seq > quorum.level else 0
     return 0
 
