@@ -92,14 +92,6 @@ class Quorum:
         if self._timer is None:
             self._timer = loop.call_at(wait.deadline, self._expire)
 
-    async def wait(self, seq: int) -> bool:
-        """True once N replicas hold change `seq`; False after `wait_s` without."""
-        if seq <= self.level:
-            return True
-        got: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self.when(seq, got.set_result)
-        return await got
-
     def _expire(self) -> None:
         """The timer: refuse the waits whose deadline passed, then stand at the next one."""
         self._timer = None
