@@ -428,6 +428,22 @@ def test_sync_replicas_answer_a_write_once_a_replica_holds_it_else_503(tmp_path:
         p.stop()
 
 
+def test_a_sync_replica_through_the_asgi_door_alone(tmp_path: Path) -> None:
+    """With `--access-log` every request takes the ASGI door, the replica's acks included."""
+    p = primary(tmp_path / "p.fenec", "--sync-replicas", "1", "--access-log", str(tmp_path / "access.log"))
+    r = replica(tmp_path / "r.fenec", p, "--sync", "always")
+    try:
+        wait_for("the replica to connect", lambda: p.status()["replicas"])
+        assert p.query(JOBS)[0] == 200
+        for i in range(5):
+            code, headers, _ = p.query("put jobs {payload: $1, run_at: now()}", [i])
+            assert code == 200 and r.status()["seq"] >= int(headers["fenec-seq"])
+        assert "POST /_replication/ack" in (tmp_path / "access.log").read_text()
+    finally:
+        r.stop()
+        p.stop()
+
+
 def test_a_retry_under_the_same_idempotency_key_is_answered_only_once_a_sync_replica_holds_it(
         tmp_path: Path) -> None:
     p = primary(tmp_path / "p.fenec", "--sync-replicas", "1", "--sync-replicas-wait", "1")
