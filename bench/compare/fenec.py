@@ -1,9 +1,14 @@
 """FenecDB: `fenec-server` with a file in a temporary directory (--sync 250, its default, or --sync always),
-used over HTTP through its own Python client, the claim of the seed page, a /batch of acks, Fenec-Wait."""
+used over HTTP through its own Python client, the claim of the seed page, a /batch of acks, Fenec-Wait.
+
+With a replica: a second `fenec-server --replica-of` the first, on a file of its own, at the same `--sync`;
+"sync" starts the primary with `--sync-replicas 1` (a write is answered once the replica's disk holds it too)."""
 
 from __future__ import annotations
 
+import http.client
 import importlib.metadata
+import json
 import os
 import queue
 import re
@@ -24,6 +29,7 @@ CLAIM = ("set jobs {{owner: $1, run_at: now() + 30000, attempts: attempts + 1}} 
 ACK = "del jobs where id = $1 and owner = $2 require 1"
 PUT = "put jobs {payload: $1, run_at: now(), attempts: 0}"
 HOUR_MS = 3_600_000
+REPLICATION_TOKEN = "queue-compare-replication"
 LOAD_IN_FLIGHT = 2  # measured: 147 000-149 000 jobs/s with one, 214 000-220 000 with two, 211 000-217 000 with three
 
 
@@ -59,33 +65,46 @@ class System:
     durable_setting = "--sync always"
     everyday_setting = "--sync 250 (its default)"
     load_method = "`put jobs $1`, 10 000 documents a request, two requests in flight"
+    replicas = ("sync", "async")
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
+        self.replica: subprocess.Popen | None = None
         self.url = ""
+        self.replica_url = ""
         try:  # the server's version: it is the server that is compared, whatever the client's is
             self.version = importlib.metadata.version("fenecdb-server")
         except importlib.metadata.PackageNotFoundError:
             self.version = "unknown"
         self.admin: Session | None = None
 
-    def start(self, workdir: str, durable: bool, timeout: float = 60) -> None:
-        exe = Path(sys.executable).parent / "fenec-server"
-        cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "fenecdb_server.cli"]
-        cmd += ["--http", "127.0.0.1:0", "--max-connections", "0", "--file", os.path.join(workdir, "q.fenec"),
-                "--sync", "always" if durable else "250"]
-        self.proc = procs.spawn(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
-        assert self.proc.stderr is not None
-        found: queue.Queue = queue.Queue()
-        threading.Thread(target=_read_stderr, args=(self.proc.stderr, found), daemon=True).start()
-        try:  # bounded: a server that neither prints its address nor exits must not hang the run
-            self.url = found.get(timeout=timeout)
-        except queue.Empty:
-            self.url = ""
-        if not self.url:
-            raise RuntimeError(f"fenec-server did not start (exit status {self.proc.poll()})")
+    def start(self, workdir: str, durable: bool, timeout: float = 60, replica: str | None = None) -> None:
+        sync = ["--sync", "always" if durable else "250"]
+        flags = ["--file", os.path.join(workdir, "q.fenec"), *sync]
+        if replica is not None:
+            flags += ["--replication-token", REPLICATION_TOKEN]
+            if replica == "sync":
+                flags += ["--sync-replicas", "1"]
+        self.proc, self.url = _spawn(flags, timeout)
+        if replica is not None:
+            self.replica, self.replica_url = _spawn(
+                ["--file", os.path.join(workdir, "r.fenec"), *sync, "--replication-token", REPLICATION_TOKEN,
+                 "--replica-of", self.url], timeout)
+            end = time.monotonic() + timeout
+            while not _status(self.url)["replicas"]:  # connected: under --sync-replicas a write waits for it
+                if time.monotonic() > end:
+                    raise RuntimeError("the replica did not connect to its primary")
+                time.sleep(0.05)
         self.admin = Session(self.url)
         self.admin.db.query(SCHEMA)
+
+    def replica_level(self, timeout: float = 600) -> None:
+        """Wait until the replica holds every change its primary has."""
+        end = time.monotonic() + timeout
+        while _status(self.replica_url)["seq"] < _status(self.url)["seq"]:
+            if time.monotonic() > end:
+                raise RuntimeError("the replica did not catch up with its primary")
+            time.sleep(0.1)
 
     def stop(self) -> None:
         if self.admin is not None:
@@ -94,6 +113,8 @@ class System:
             except Exception:
                 pass
             self.admin = None
+        procs.stop(self.replica)
+        self.replica = None
         procs.stop(self.proc)
         self.proc = None
 
@@ -144,6 +165,39 @@ class System:
             t.join()
         if failed:
             raise failed[0]
+
+
+def _spawn(flags: list[str], timeout: float) -> tuple[subprocess.Popen, str]:
+    """A `fenec-server` on a free loopback port, and its URL once it listens."""
+    exe = Path(sys.executable).parent / "fenec-server"
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "fenecdb_server.cli"]
+    cmd += ["--http", "127.0.0.1:0", "--max-connections", "0", *flags]
+    proc = procs.spawn(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    assert proc.stderr is not None
+    found: queue.Queue = queue.Queue()
+    threading.Thread(target=_read_stderr, args=(proc.stderr, found), daemon=True).start()
+    try:  # bounded: a server that neither prints its address nor exits must not hang the run
+        url = found.get(timeout=timeout)
+    except queue.Empty:
+        url = None
+    if not url:
+        procs.stop(proc)
+        raise RuntimeError(f"fenec-server did not start (exit status {proc.poll()})")
+    return proc, url
+
+
+def _status(url: str) -> dict[str, Any]:
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.request("GET", "/_replication/status", headers={"authorization": f"Bearer {REPLICATION_TOKEN}"})
+        resp = conn.getresponse()
+        body = json.loads(resp.read())
+        if resp.status != 200:
+            raise RuntimeError(f"/_replication/status answered {resp.status}: {body}")
+        return dict(body)
+    finally:
+        conn.close()
 
 
 def _jobs(first: int, end: int, ready: bool, now: int) -> list[dict[str, Any]]:

@@ -57,6 +57,10 @@ def rows(jobs: int) -> list[Row]:
             Row("few_p99", f"claim with {n} leased/delayed and 3 ready, p99", "ms", "lower")]
     out += [Row(f"durable_{w}", f"durable writes, {w} writer{'s' if w > 1 else ''}", "writes/s", "higher")
             for w in WRITERS]
+    out += [Row(f"durable_sync_{w}", f"durable writes, {w} writer{'s' if w > 1 else ''}, one sync replica",
+                "writes/s", "higher") for w in WRITERS]
+    out += [Row(f"tput_async_{w}", f"claim 10 + ack, {w} worker{'s' if w > 1 else ''}, one async replica",
+                "jobs/s", "higher") for w in WORKERS]
     out.append(Row("host_ms", "host check: 1 000 000 additions in Python, mean of 3 in the round", "ms", ""))
     return out
 
@@ -71,7 +75,7 @@ def host_check() -> float:
     return (time.perf_counter() - t0) * 1000
 
 
-PHASES_PER_ROUND = 7 + len(WORKERS) + len(WRITERS) - 1  # the `phase` calls of `one_round`
+PHASES_PER_ROUND = 7 + 2 * len(WORKERS) + 2 * len(WRITERS)  # the `phase` calls of `one_round`
 
 
 def discover(only: list[str] | None) -> tuple[dict[str, Any], dict[str, dict]]:
@@ -116,12 +120,16 @@ class Workdirs:
 
 
 @contextlib.contextmanager
-def server(system: Any, dirs: Workdirs, durable: bool) -> Iterator[None]:
+def server(system: Any, dirs: Workdirs, durable: bool, replica: str | None = None) -> Iterator[None]:
     """One start of a system's server in a fresh data directory, stopped (and the directory removed) after,
-    whatever happens — a server that failed to start included."""
+    whatever happens — a server that failed to start included. `replica` "sync" or "async": with one replica
+    of it on this machine, in a directory of its own (a system that has none is not asked)."""
     wd = dirs.new(system.key)
     try:
-        system.start(wd, durable=durable)
+        if replica is None:
+            system.start(wd, durable=durable)
+        else:
+            system.start(wd, durable=durable, replica=replica)
         yield
     finally:
         system.stop()
@@ -135,8 +143,9 @@ def one_round(system: Any, sizes: Sizes, dirs: Workdirs, record: Callable[[str, 
     Three server starts, each on a fresh data directory: the wake rows and the million ready jobs; the
     million leased or delayed (a fresh server rather than a dropped queue, so no system is still reclaiming
     the last million — FenecDB's auto-compaction, Redis's AOF rewrite, beanstalkd's old tube, PostgreSQL's
-    dead rows — while the row is measured); the durable writes at the strongest setting. The host is timed
-    before each start (`host_check`)."""
+    dead rows — while the row is measured); the durable writes at the strongest setting. Then, for a system
+    that has replicas (`replicas` names the kinds), two more: the durable writes with one synchronous replica,
+    and claim + ack with one asynchronous replica attached. The host is timed before each start (`host_check`)."""
     host = [host_check()]
     with server(system, dirs, durable=False):
         r = loadgen.wake_latency(system, sizes.wakes, None)
@@ -183,6 +192,37 @@ def one_round(system: Any, sizes: Sizes, dirs: Workdirs, record: Callable[[str, 
             if i:
                 phase(f"durable writes, {w} writers")
             record(f"durable_{w}", loadgen.run_workers(system, "put", w, sizes.durable_seconds)["rate"])
+    kinds = getattr(system, "replicas", ())
+    phase("restart, durable, one sync replica")
+    if "sync" in kinds:
+        host.append(host_check())
+        with server(system, dirs, durable=True, replica="sync"):
+            for i, w in enumerate(WRITERS):
+                if i:
+                    phase(f"durable writes, {w} writers, one sync replica")
+                record(f"durable_sync_{w}", loadgen.run_workers(system, "put", w, sizes.durable_seconds)["rate"])
+    else:
+        for w in WRITERS[1:]:
+            phase(f"durable writes, {w} writers, one sync replica: none")
+    phase(f"restart, one async replica, load {sizes.jobs} ready")
+    if "async" in kinds:
+        host.append(host_check())
+        with server(system, dirs, durable=False, replica="async"):
+            system.load(sizes.jobs, ready=True)
+            system.replica_level()  # the replica holds the load: the windows measure the stream, not a backlog
+            taken = 0
+            for w in WORKERS:
+                phase(f"claim + ack, {w} worker(s), one async replica")
+                if taken:
+                    system.load(taken, ready=True)
+                r = loadgen.run_workers(system, "claim-ack", w, sizes.seconds)
+                if r["dry"]:
+                    note(f"{system.name}: the queue ran dry in the {w}-worker window with a replica")
+                record(f"tput_async_{w}", r["rate"])
+                taken = r["done"]
+    else:
+        for w in WORKERS:
+            phase(f"claim + ack, {w} worker(s), one async replica: none")
     record("host_ms", sum(host) / len(host))
     phase("done")
 

@@ -2,7 +2,11 @@
 FOR UPDATE SKIP LOCKED claim, LISTEN/NOTIFY to wake a waiting worker, COPY to load.
 
 Every-day setting: synchronous_commit off (a crash loses at most about 3 × wal_writer_delay of commits, as
-FenecDB's --sync 250 loses the last quarter second); the durable one: synchronous_commit on, fsync on."""
+FenecDB's --sync 250 loses the last quarter second); the durable one: synchronous_commit on, fsync on.
+
+With a synchronous replica: a standby made with `pg_basebackup -R` from the running primary, started on a
+port of its own (hot_standby, fsync on), then `synchronous_standby_names = '*'` on the primary: a commit
+under synchronous_commit on is answered once the standby has flushed its WAL to its disk."""
 
 from __future__ import annotations
 
@@ -92,6 +96,7 @@ class System:
     durable_setting = "synchronous_commit on, fsync on"
     everyday_setting = "synchronous_commit off"
     load_method = "COPY"
+    replicas = ("sync",)
 
     def __init__(self) -> None:
         self.bin = bindir()
@@ -101,6 +106,7 @@ class System:
         if int(self.version.split(".")[0]) < 15:
             raise procs.Missing(f"PostgreSQL {self.version} found, 15+ needed: {INSTALL}")
         self.proc: subprocess.Popen | None = None
+        self.standby: subprocess.Popen | None = None
         self.dsn = ""
         self.admin: psycopg.Connection | None = None
 
@@ -114,7 +120,7 @@ class System:
             raise procs.Missing("running as root and there is no `postgres` user to run the server as") from e
         return {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
 
-    def start(self, workdir: str, durable: bool) -> None:
+    def start(self, workdir: str, durable: bool, replica: str | None = None) -> None:
         as_owner = self._as_owner()
         data = os.path.join(workdir, "pg")
         os.makedirs(data)
@@ -145,6 +151,29 @@ class System:
         procs.wait_until(up, self.proc, "postgres")
         self.admin = psycopg.connect(self.dsn, autocommit=True)
         self.admin.execute(SCHEMA)
+        if replica == "sync":
+            self._start_standby(workdir, port, settings, as_owner)
+
+    def _start_standby(self, workdir: str, port: int, settings: dict[str, str], as_owner: dict) -> None:
+        standby = os.path.join(workdir, "standby")
+        procs.run([os.path.join(self.bin, "pg_basebackup"), "-D", standby, "-h", "127.0.0.1", "-p", str(port),
+                   "-U", "bench", "-X", "stream", "-R", "--no-sync"], timeout=300, cwd=workdir, **as_owner)
+        own = {**settings, "port": str(procs.free_port()), "unix_socket_directories": standby,
+               "hot_standby": "on"}
+        cmd = [os.path.join(self.bin, "postgres"), "-D", standby]
+        for k, v in own.items():
+            cmd += ["-c", f"{k}={v}"]
+        self.standby = procs.spawn(cmd, die_signal=signal.SIGINT, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, cwd=workdir, **as_owner)
+        admin = self._admin()
+        admin.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
+        admin.execute("SELECT pg_reload_conf()")
+
+        def synchronous() -> bool:
+            row = admin.execute("SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'").fetchone()
+            return bool(row and row[0])
+
+        procs.wait_until(synchronous, self.standby, "the standby")
 
     def stop(self) -> None:
         if self.admin is not None:
@@ -155,6 +184,8 @@ class System:
             self.admin = None
         # SIGINT, the fast shutdown: SIGTERM's smart one would wait for every session to end, and a worker
         # that failed may have left one open
+        procs.stop(self.standby, signal.SIGINT)
+        self.standby = None
         procs.stop(self.proc, signal.SIGINT)
         self.proc = None
 

@@ -158,4 +158,17 @@ def test_the_targets_cover_the_rows_they_name() -> None:
 
     keys = {r.key for r in rows(1_000_000)}
     assert {t.row for t in TARGETS} <= keys
-    assert len(TARGETS) == 14  # claim 3, claim + ack 6, wake 2, durable 2, load 1
+    assert {t.of for t in TARGETS if t.of is not None} <= keys
+    # claim 3, claim + ack 6, wake 2, durable 2, load 1, durable with a sync replica 2, with an async one 3
+    assert len(TARGETS) == 19
+
+
+def test_a_target_against_fenecdbs_own_row_is_the_median_of_the_rounds_ratios(tmp_path) -> None:
+    results = sample()
+    results["rows"].append(Row("tput_async_1", "claim 10 + ack, 1 worker, one async replica", "jobs/s",
+                               "higher").__dict__)
+    # tput_1 is 1000, 3000, 2000 over the rounds: ratios 0.95, 0.85, 0.9 (round 3 has no base: left out)
+    results["values"]["tput_async_1"] = {"fenecdb": {"0": 950.0, "1": 2550.0, "2": 1800.0, "3": 5.0}}
+    _, js, text = report.write(results, tmp_path)
+    got = next(c for c in json.loads(js.read_text())["targets"] if c["row"] == "tput_async_1")
+    assert got["asks"] == "≥ 0.9× claim + ack" and got["shown"] == "0.90×" and got["met"] is True

@@ -282,6 +282,68 @@ def test_promote_makes_a_replica_take_writes(pair: tuple[Server, Server]) -> Non
     assert r.status()["role"] == "primary"
 
 
+def test_the_dashboards_recent_samples_carry_the_replication_status(pair: tuple[Server, Server]) -> None:
+    p, r = pair
+    p.query(JOBS)
+    wait_for("the replica to catch up", lambda: caught_up(p, r))
+    code, _, mine = p.request("GET", "/_metrics/recent")
+    assert code == 200 and mine["replication"]["role"] == "primary" and "history" not in mine["replication"]
+    assert [x["sent"] for x in mine["replication"]["replicas"]] == [p.status()["seq"]]
+    code, _, theirs = r.request("GET", "/_metrics/recent")
+    assert code == 200 and theirs["replication"]["role"] == "replica"
+    assert theirs["replication"]["primary"] == p.url and theirs["replication"]["connected"] is True
+
+
+def test_a_keep_alive_connection_drops_fenec_primary_once_its_replica_is_promoted(
+        pair: tuple[Server, Server]) -> None:
+    p, r = pair
+    p.query(JOBS)
+    wait_for("the replica to catch up", lambda: caught_up(p, r))
+    conn = http.client.HTTPConnection("127.0.0.1", r.port, timeout=30)  # one connection, opened before
+    try:
+        def ask(path: str, body: bytes | None) -> dict[str, str]:
+            conn.request("POST" if body is not None else "GET", path, body=body)
+            resp = conn.getresponse()
+            resp.read()
+            return {k.lower(): v for k, v in resp.getheaders()}
+
+        read = json.dumps({"query": "get jobs"}).encode()
+        assert ask("/query", read)["fenec-primary"] == p.url  # the direct path
+        assert ask("/_whoami", None)["fenec-primary"] == p.url  # the ASGI door
+        code, _, done = r.request("POST", "/_replication/promote", headers={"authorization": f"Bearer {TOKEN}"})
+        assert code == 200 and done["promoted"] is True
+        assert "fenec-primary" not in ask("/query", read)
+        assert "fenec-primary" not in ask("/_whoami", None)
+    finally:
+        conn.close()
+
+
+def test_a_replica_given_a_file_of_another_history_is_reimaged(tmp_path: Path) -> None:
+    first = primary(tmp_path / "p1.fenec")
+    other = primary(tmp_path / "p2.fenec")
+    try:
+        first.query(JOBS)
+        first.query("put jobs {payload: 'of the first', run_at: now()}")
+        other.query(JOBS)
+        for i in range(3):
+            other.query("put jobs {payload: $1, run_at: now()}", [i])
+        r = replica(tmp_path / "r.fenec", first)
+        try:
+            wait_for("the replica to catch up", lambda: caught_up(first, r))
+        finally:
+            r.stop()
+        r = replica(tmp_path / "r.fenec", other)  # the same file, told to follow a primary of another history
+        try:
+            wait_for("the replica to catch up", lambda: caught_up(other, r) and r.status()["images"] >= 1)
+            code, _, rows = r.query("get jobs select payload")
+            assert code == 200 and sorted(row["payload"] for row in rows) == [0, 1, 2]
+        finally:
+            r.stop()
+    finally:
+        other.stop()
+        first.stop()
+
+
 @pytest.mark.parametrize(("flags", "said"), [
     (["--replica-of", "http://127.0.0.1:1"], "--replication-token"),
     (["--replication-token", TOKEN, "--replica-of", "https://127.0.0.1:1"], "no TLS"),
@@ -352,11 +414,57 @@ def test_sync_replicas_answer_a_write_once_a_replica_holds_it_else_503(tmp_path:
             # answered: the replica said its disk holds it, so it has it now, no wait
             assert r.status()["seq"] >= seq
         assert p.status()["synced"] >= seq
+        # answered on the transport's direct path, as every write without replicas (no ASGI cycle)
+        conn = http.client.HTTPConnection("127.0.0.1", p.port, timeout=30)
+        conn.request("GET", "/_metrics")
+        metrics = conn.getresponse().read().decode()
+        conn.close()
+        direct = next(int(float(line.split()[1])) for line in metrics.splitlines()
+                      if line.startswith("fenec_http_direct_total "))
+        assert direct >= 10
         r.kill()
         code, _, body = p.query("put jobs {payload: 'lone', run_at: now()}")
         assert code == 503 and body["seq"] == seq + 1
     finally:
         r.stop()
+        p.stop()
+
+
+def test_a_sync_replica_through_the_asgi_door_alone(tmp_path: Path) -> None:
+    """With `--access-log` every request takes the ASGI door, the replica's acks included."""
+    p = primary(tmp_path / "p.fenec", "--sync-replicas", "1", "--access-log", str(tmp_path / "access.log"))
+    r = replica(tmp_path / "r.fenec", p, "--sync", "always")
+    try:
+        wait_for("the replica to connect", lambda: p.status()["replicas"])
+        assert p.query(JOBS)[0] == 200
+        for i in range(5):
+            code, headers, _ = p.query("put jobs {payload: $1, run_at: now()}", [i])
+            assert code == 200 and r.status()["seq"] >= int(headers["fenec-seq"])
+        assert "POST /_replication/ack" in (tmp_path / "access.log").read_text()
+    finally:
+        r.stop()
+        p.stop()
+
+
+def test_a_retry_under_the_same_idempotency_key_is_answered_only_once_a_sync_replica_holds_it(
+        tmp_path: Path) -> None:
+    p = primary(tmp_path / "p.fenec", "--sync-replicas", "1", "--sync-replicas-wait", "1")
+    r = None
+    try:
+        assert p.query(JOBS)[0] == 503  # no replica: on the primary's disk only
+        key = {"idempotency-key": "put-1"}
+        code, _, body = p.query("put jobs {payload: 1, run_at: now()}", headers=key)
+        assert code == 503 and "replica" in body["error"]
+        code, headers, body = p.query("put jobs {payload: 1, run_at: now()}", headers=key)
+        assert code == 503, (code, headers, body)  # the replay is not safer than the write it answers for
+        r = replica(tmp_path / "r.fenec", p, "--sync", "always")
+        wait_for("the replica to connect", lambda: p.status()["replicas"])
+        code, headers, body = p.query("put jobs {payload: 1, run_at: now()}", headers=key)
+        assert code == 200 and headers.get("idempotent-replayed") == "true" and body == {"affected": 1}
+        assert len(r.query("get jobs")[2]) == 1
+    finally:
+        if r is not None:
+            r.stop()
         p.stop()
 
 

@@ -403,3 +403,74 @@ test('schedules: listed with their next due time, paused, resumed and fired by h
   await page.screenshot({ path: join(ARTIFACTS, '10-schedules.png'), fullPage: true });
   await context.close();
 });
+
+// a fenec-server of its own (args, env added): its process and its URL once it listens
+function spawnServer(args, env) {
+  const proc = spawn(SERVER, ['--http', '127.0.0.1:0', ...args],
+    { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...env } });
+  return new Promise((ok, fail) => {
+    let log = '';
+    const timer = setTimeout(() => fail(new Error(`no server: ${log}`)), DEADLINE);
+    proc.stderr.on('data', (chunk) => {
+      log += chunk;
+      const m = /listening on: (http:\/\/\S+)/.exec(log);
+      if (m) { clearTimeout(timer); ok({ proc, url: m[1] }); }
+    });
+    proc.on('exit', (code) => fail(new Error(`server exited ${code}: ${log}`)));
+  });
+}
+
+test('replication: the role, a replica\'s primary and lag, a primary\'s replicas sent and acked', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'fenec-dash-repl-'));
+  const env = { FENEC_HTTP_TOKEN: TOKEN, FENEC_REPLICATION_TOKEN: 'dashboard-test-replication' };
+  const servers = [];
+  const context = await browser.newContext({ viewport: { width: 1280, height: 860 } });
+  try {
+    const primary = await spawnServer(['--file', join(dir, 'p.fenec'), '--sync', 'always', '--sync-replicas', '1',
+      '--sync-replicas-wait', '30', '--auth-delay', '0'], env);
+    servers.push(primary.proc);
+    const replica = await spawnServer(['--file', join(dir, 'r.fenec'), '--sync', 'always', '--replica-of',
+      primary.url, '--auth-delay', '0'], env);
+    servers.push(replica.proc);
+    const put = async (text) => {
+      const r = await fetch(`${primary.url}/query`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` },
+        body: JSON.stringify({ query: text }) });
+      assert.equal(r.status, 200, await r.text());
+      return Number(r.headers.get('fenec-seq'));
+    };
+    // the first write waits for the replica to connect and hold it (--sync-replicas 1)
+    await put('create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int)');
+    const seq = await put('put jobs {payload: 1, run_at: now(), attempts: 0}');
+
+    const page = await context.newPage();
+    await page.goto(`${primary.url}/_dashboard?every=0`);
+    await loaded(page, 0);
+    assert.equal(await page.isHidden('#replication-panel'), true); // no token yet: nothing shown
+    await useToken(page, TOKEN);
+    await page.waitForSelector('#replication-panel', { state: 'visible' });
+    assert.equal(await page.textContent('#replication-role'), 'primary');
+    assert.match(await page.textContent('#replication-of'), /once 1 replica\(s\) hold it/);
+    const row = '#replicas tbody tr';
+    assert.equal(await page.locator(row).count(), 1);
+    const cell = async (field) => page.textContent(`${row} td[data-field="${field}"]`);
+    assert.equal(Number(await cell('sent')), seq);
+    assert.equal(Number(await cell('acked')), seq); // a sync replica: its disk holds the last write
+    assert.equal(await cell('behind'), '0');
+    await page.screenshot({ path: join(ARTIFACTS, '11-replication-primary.png'), fullPage: true });
+
+    const other = await context.newPage();
+    await other.goto(`${replica.url}/_dashboard?every=0`);
+    await loaded(other, 0);
+    await useToken(other, TOKEN);
+    await other.waitForSelector('#replication-panel', { state: 'visible' });
+    assert.equal(await other.textContent('#replication-role'), 'replica');
+    assert.equal(await other.textContent('#replication-of'), ` of ${primary.url}`);
+    assert.equal(await other.textContent('#replica-connected'), 'yes');
+    assert.match(await other.textContent('#replica-behind'), /^0 changes, /);
+    assert.equal(await other.isHidden('#replicas'), true);
+    await other.screenshot({ path: join(ARTIFACTS, '12-replication-replica.png'), fullPage: true });
+  } finally {
+    await context.close();
+    for (const proc of servers.reverse()) proc.kill('SIGTERM');
+  }
+});

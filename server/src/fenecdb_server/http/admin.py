@@ -10,7 +10,9 @@
   temporary file first (one backup at a time), then sent from it as its reader takes it.
 * `GET /_metrics/recent`: the last ten minutes of per-second samples of the queue counters'
   totals, and per queue their rates over about the last minute (metrics.Recent), for the
-  dashboard's rates; read like `/_metrics`, whose tokens may read every queue.
+  dashboard's rates; read like `/_metrics`, whose tokens may read every queue. With replication on,
+  `replication` holds what `GET /_replication/status` answers (its history id left out): the
+  dashboard shows the role, a replica's primary and lag, a primary's replicas.
 
 The ASGI door (asgi.py) checked the token before routing here: `/_admin/*` takes the server token (or a
 server with no token at all, which binds only loopback); a scoped token is refused 403.
@@ -116,4 +118,10 @@ def add_admin_routes(api: FastAPI, app: App) -> None:
 
     @api.api_route("/_metrics/recent", methods=["GET", "HEAD"])
     async def recent() -> Response:
-        return Response(dumps(app.recent.render()), media_type=JSON)
+        doc = app.recent.render()
+        node = app.config.replication
+        if node is not None:
+            status = node.status()
+            status.pop("history", None)
+            doc["replication"] = status
+        return Response(dumps(doc), media_type=JSON)

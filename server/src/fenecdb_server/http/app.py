@@ -33,6 +33,7 @@ from .exchange import FAULT, Answer, Held, Pending, Request, Service
 from .intake import Intake, Refusal
 from .limits import OFF_LOOP_BODY
 from .metrics import Metrics, Recent
+from .replication import ack_answer, confirm_then, owed_to_replicas
 from .runner import OffLoop, Runner
 from .wire import lines
 
@@ -40,6 +41,9 @@ if TYPE_CHECKING:
     from ..database import Database
 
 log = logging.getLogger("fenec.http")
+
+ACK_PATH = "/_replication/ack"  # the one route of routing.DIRECT_TARGETS that is not /query or /batch
+FOR_REPLICAS = -1  # a `Pending`'s ticket when it owes no fdatasync, only the replicas' (--sync-replicas)
 
 class App(Service):
     """The service, with what it keeps for the server's life: the held lines, the metrics, the
@@ -119,6 +123,8 @@ class App(Service):
         byte arrives: the token checked, then `serve_now`. None where the ASGI door must answer
         it: a refused token (its 401 waits out the address's delay, auth.py), a run off the loop."""
         req = Request(scope)  # with a Content-Length: the transport hands no chunked body over
+        if req.path == ACK_PATH:  # a replica's ack, with the replication token (replication.py)
+            return ack_answer(self.config.replication, req.auth, raw)
         try:
             caller = self.auth.data(req.auth)
         except AuthRefused:
@@ -128,10 +134,13 @@ class App(Service):
             credentialed(scope)
         req.caller = caller
         if req.after is not None or self.config.door_only:
-            return None  # Fenec-After, --sync-replicas: the ASGI door waits (replication.py)
+            return None  # Fenec-After: the ASGI door waits; in a cluster it gates (replication.py)
         got = self.serve_now(req, raw)
-        if got is not None:
-            self.metrics.direct += 1
+        if got is None:
+            return None
+        self.metrics.direct += 1
+        if type(got) is Answer and owed_to_replicas(self.config.replication, got):
+            return Pending(got, FOR_REPLICAS, False)  # --sync-replicas: `release` waits for them
         return got
 
     def serve_now(self, req: Request, raw: bytes) -> Answer | Pending | Held | None:
@@ -185,7 +194,7 @@ class App(Service):
             if delay > 0:  # its token expired while it waited: a refusal like any
                 asyncio.get_running_loop().call_later(delay, then, answer)
             else:
-                then(answer)
+                self.confirmed(answer, then)
 
         waiter = HeldClaim(held.work, held.last, answered)
         lines_.hold(held.claim, waiter, held.work.wait, held.seen)
@@ -193,22 +202,36 @@ class App(Service):
 
     def release(self, pending: Pending, then: Callable[[Answer], None]) -> None:
         """`then(answer)` once the pending answer's write is durable; the log's 500 if its
-        fdatasync failed (durable.py). With no ticket, once the held claim it woke has run."""
+        fdatasync failed (durable.py). With no ticket, once the held claim it woke has run. And
+        under `--sync-replicas`, once the replicas hold it too (`confirmed`; FOR_REPLICAS: only that)."""
+        if pending.ticket == FOR_REPLICAS:
+            self.confirmed(pending.answer, then)
+            return
         if not pending.ticket:
             assert self.driver is not None
-            self.driver.behind_wake(lambda: then(pending.answer))
+            self.driver.behind_wake(lambda: self.confirmed(pending.answer, then))
             return
         turns = self.runner.turns
         assert turns is not None  # a ticket is owed only under a TurnSync
 
         def durable(error: FenecError | None) -> None:
             if error is None:
-                then(pending.answer)
+                self.confirmed(pending.answer, then)
             else:
                 status, body = E.answer(error, batch=pending.block)
                 then(Answer(status, body))
 
         turns.after(pending.ticket, durable)
+
+    def confirmed(self, answer: Answer, then: Callable[[Answer], None]) -> None:
+        """`then(answer)`, once as many replicas as `--sync-replicas` asks hold the change it
+        names (replication.py `confirm_then`); at once without."""
+        node = self.config.replication
+        seq = owed_to_replicas(node, answer) if node is not None else 0
+        if seq:
+            confirm_then(node, answer, seq, then)
+        else:
+            then(answer)
 
     def account(self, started: float, kind: str, error: bool, req: Request, raw: bytes) -> None:
         seconds = time.perf_counter() - started

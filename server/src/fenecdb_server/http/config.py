@@ -43,5 +43,4 @@ class Config:
         self.closes_told = closes_told
         # replication on this server (replication/node.py `Node`), set by the command line; None: off
         self.replication: Any = None
-        # every /query and /batch answered by the ASGI door, which can wait (--sync-replicas: for replicas)
-        self.door_only = False
+        self.door_only = False  # a cluster's member: every /query and /batch through the door's gate

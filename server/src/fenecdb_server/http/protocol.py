@@ -117,8 +117,6 @@ class FenecProtocol(Connection):
     def __init__(self, shared: Front, *args: Any, **kwargs: Any) -> None:
         super().__init__(shared, *args, **kwargs)
         self.front: Service | None = shared.app
-        # the header lines every direct answer carries (the service's, the same for the server's life)
-        self._version_line, self._cors_lines = shared.answer_lines
         self._direct_body: list[bytes] | None = None  # the body read so far, on the direct path
         # the last head `_direct_read` read, and what it read (its headers list is shared by the requests
         # that repeat it: nothing changes a scope's headers)
@@ -311,8 +309,10 @@ class FenecProtocol(Connection):
         if answer.parts is not None:
             self._stream(answer, keep)
             return
-        transport.write(render_api(answer.status, self._dated_lines, answer.body, self._version_line,
-                                   answer.headers, self._cors_lines, keep))
+        # the header lines every direct answer carries, read for each answer: a promotion changes them
+        version_line, cors_lines = self.shared.answer_lines
+        transport.write(render_api(answer.status, self._dated_lines, answer.body, version_line,
+                                   answer.headers, cors_lines, keep))
         if not keep:
             transport.close()
             return
@@ -327,8 +327,9 @@ class FenecProtocol(Connection):
         assert front is not None and answer.parts is not None
         owed = Owed(keep)
         self.cycle = owed  # type: ignore[assignment]
-        head = [STATUS_LINE[answer.status], self._dated_lines, CHUNKED_TYPE, self._version_line,
-                lines(answer.headers), self._cors_lines, b"" if keep else b"connection: close\r\n", b"\r\n"]
+        version_line, cors_lines = self.shared.answer_lines
+        head = [STATUS_LINE[answer.status], self._dated_lines, CHUNKED_TYPE, version_line,
+                lines(answer.headers), cors_lines, b"" if keep else b"connection: close\r\n", b"\r\n"]
         self.transport.write(b"".join(head))
         self._pump = answer.parts
         self._pump_owed = owed

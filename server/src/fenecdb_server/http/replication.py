@@ -9,12 +9,15 @@
   `connected`, `behind` (changes it knows of not applied yet) and `last_contact_s`; a primary
   lists `replicas` (each one's `peer`, `sent`, `behind`) and what its `buffer` keeps.
 * `POST /_replication/promote`: a replica becomes a primary: `{"promoted":true,"seq":n,"history":id}`.
-* `POST /_replication/ack?replica=<id>&seq=<n>`: a replica's follower says its disk holds change n
-  (replication/quorum.py); `{"ok":true}`, or 404 when no stream of that replica is open.
+* `POST /_replication/ack` with the body `replica=<id>&seq=<n>`: a replica's follower says its disk
+  holds change n (replication/quorum.py); `{"ok":true}`, or 404 when no stream of that replica is
+  open. The transport answers it on its direct path (routing.DIRECT_TARGETS, `ack_answer`).
 
 In a cluster (`--etcd`), `gate` has the last word on every answer to `/query` and `/batch` (fencing,
-the term, the primary's name). Under `--sync-replicas N`, `confirm` holds each answer carrying a `Fenec-Seq` until N replicas hold
-that change (a write's, or what a read-only `/batch` read), or answers 503 after the wait.
+the term, the primary's name). Under `--sync-replicas N`, `confirm_then` holds each answer carrying a
+`Fenec-Seq` until N replicas hold that change (a write's, or what a read-only `/batch` read), or answers
+503 after the wait: a callback, so the direct path's answers stay there (app.py); `confirm` is the ASGI
+door's.
 
 And `wait_after`, read-your-writes (http.md §7): a `/query` or `/batch` with `Fenec-After: <n>` runs
 once this server holds change n, waiting `Fenec-Wait` ms for it (default 5 000, at most 30 000; nothing
@@ -50,7 +53,6 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 
 JSON = (b"content-type", b"application/json; charset=utf-8")
 PATHS = ("/_replication", "/_replication/status", "/_replication/promote")
-POLL_S = 0.002  # how often a stream looks for records newly on disk while it has none to send
 IMAGE_CHUNK = 256 << 10
 
 
@@ -90,16 +92,15 @@ async def serve(node: Node | None, scope: MutableMapping[str, Any], receive: Rec
         done = await loop.run_in_executor(None, node.promote)
         await respond(send, E.OK, dumps(done))
     elif path == "/_replication/ack":
-        query = urllib.parse.parse_qs(scope.get("query_string", b"").decode("latin-1"))
-        try:
-            seq = int(query.get("seq", [""])[0])
-        except ValueError:
-            await respond(send, E.BAD_REQUEST, E.body("seq is a change number"))
-            return
-        if node.ack(query.get("replica", [""])[0], seq):
-            await respond(send, E.OK, b'{"ok":true}')
-        else:
-            await respond(send, E.NOT_FOUND, E.body("no stream of that replica is open"))
+        chunks = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        got = ack_answer(node, (_header(scope, b"authorization") or "").encode("latin-1"), b"".join(chunks))
+        assert got is not None  # the token was checked above
+        await respond(send, got.status, got.body)
     else:
         await stream(node, scope, send)
 
@@ -135,6 +136,7 @@ async def stream(node: Node, scope: MutableMapping[str, Any], send: Send) -> Non
         while not node.closing and feed is node.feed:
             if conn is not None and conn.transport.is_closing():
                 return
+            more = feed.more()  # before the look: a sync after it wakes this stream
             got = None if image else feed.durable_after(replica.sent)
             if got is None:
                 replica.sent = await send_image(node, send, conn, loop)
@@ -145,11 +147,13 @@ async def stream(node: Node, scope: MutableMapping[str, Any], send: Send) -> Non
                 replica.sent = got[-1][0]
                 await send({"type": "http.response.body", "body": frames(got), "more_body": True})
                 last = replica.last_sent = time.monotonic()
-            elif time.monotonic() - last >= KEEPALIVE_S:
+                continue
+            quiet = KEEPALIVE_S - (time.monotonic() - last)
+            if quiet > 0:
+                await asyncio.wait((more,), timeout=quiet)
+            else:
                 await send({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
                 last = time.monotonic()
-            else:
-                await asyncio.sleep(POLL_S)
         await send({"type": "http.response.body", "body": b""})
     finally:
         feed.replicas.discard(replica)
@@ -234,30 +238,89 @@ def metrics_text(node: Node | None) -> bytes:
     ).encode()
 
 
-async def confirm(node: Node, answer: Answer) -> Answer:
-    """`answer` once `--sync-replicas` replicas hold the change its `Fenec-Seq` names; a 503 if
-    they do not within the wait (the write stands on this primary's disk: its client is told
-    it is not safe on the replicas, never that it is)."""
+def owed_to_replicas(node: Node | None, answer: Answer) -> int:
+    """The change `answer` must wait for on `--sync-replicas` replicas (its `Fenec-Seq`), or 0:
+    no quorum, a refusal, no change named, or one the replicas hold already. An Idempotency-Key's
+    replay names no change: it waits for the server's latest, which is at or past the write it
+    answers for (its first answer may have been the 503 of a write no replica held yet)."""
+    if node is None:
+        return 0
+    quorum = node.quorum
+    if quorum is None or answer.status >= E.FIRST_REFUSAL:
+        return 0
+    for k, v in answer.headers:
+        if k == b"fenec-seq":
+            seq = int(v)
+            return seq if seq > quorum.level else 0
+        if k == b"idempotent-replayed":
+            seq = node.db.seq
+            return seq if seq > quorum.level else 0
+    return 0
+
+
+def confirm_then(node: Node, answer: Answer, seq: int, then: Callable[[Answer], None]) -> None:
+    """On the loop: `then(answer)` once `--sync-replicas` replicas hold change `seq`; a 503 if
+    they do not within the wait (the write stands on this primary's disk: its client is told it
+    is not safe on the replicas, never that it is). Under `--sync <ms>` the primary's own disk
+    is synced first, off the loop (replicas are sent only what is on it), rather than wait for
+    the period; a failed sync answers the log's error."""
     from .exchange import Answer
 
     quorum = node.quorum
-    if quorum is None or answer.status >= E.FIRST_REFUSAL:
-        return answer
-    seq = next((int(v) for k, v in answer.headers if k == b"fenec-seq"), 0)
+    assert quorum is not None
+    told = [False]
+
+    def once(final: Answer) -> None:
+        if not told[0]:
+            told[0] = True
+            then(final)
+
+    def held(ok: bool) -> None:
+        once(answer if ok else Answer(E.UNAVAILABLE, E.body(
+            f"change {seq} is on this primary's disk but not yet on {quorum.needed} replica(s)' after "
+            f"{quorum.wait_s:g} s (--sync-replicas): a failover may lose it; retry with the same Idempotency-Key",
+            seq=seq), [(b"retry-after", b"1")]))
+
+    log = node.db.log
+    if log is not None and log.policy != "always" and log.durable < log.appended:
+        synced = asyncio.get_running_loop().run_in_executor(None, log.sync_upto, log.appended)
+
+        def failed(done: asyncio.Future[None]) -> None:
+            error = done.exception()
+            if isinstance(error, FenecError):
+                once(Answer(*E.answer(error)))
+
+        synced.add_done_callback(failed)
+    quorum.when(seq, held)
+
+
+async def confirm(node: Node, answer: Answer) -> Answer:
+    """`confirm_then` for the ASGI door: `answer`, or what it became, once it may be sent."""
+    seq = owed_to_replicas(node, answer)
     if not seq:
         return answer
-    log = node.db.log
-    if log is not None and log.durable < log.appended:  # --sync <ms>: replicas get it once on this disk
-        try:
-            await asyncio.get_running_loop().run_in_executor(None, log.sync_upto, log.appended)
-        except FenecError as e:
-            return Answer(*E.answer(e))
-    if await quorum.wait(seq):
-        return answer
-    return Answer(E.UNAVAILABLE, E.body(
-        f"change {seq} is on this primary's disk but not yet on {quorum.needed} replica(s)' after "
-        f"{quorum.wait_s:g} s (--sync-replicas): a failover may lose it; retry with the same Idempotency-Key",
-        seq=seq), [(b"retry-after", b"1")])
+    got: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+    confirm_then(node, answer, seq, got.set_result)
+    return await got
+
+
+def ack_answer(node: Node | None, auth: bytes | None, raw: bytes) -> Answer | None:
+    """`POST /_replication/ack` with its body `replica=<id>&seq=<n>`, answered at once: on the
+    transport's direct path (app.py) or by the ASGI door (`serve`). None where the door must answer
+    it instead: no replication here (404), or not the replication token (its 401 waits out the
+    address's delay)."""
+    from .exchange import Answer
+
+    if node is None or not node.allows(auth.decode("latin-1") if auth is not None else None):
+        return None
+    query = urllib.parse.parse_qs(raw.decode("latin-1"))
+    try:
+        seq = int(query.get("seq", [""])[0])
+    except ValueError:
+        return Answer(E.BAD_REQUEST, E.body("seq is a change number"))
+    if node.ack(query.get("replica", [""])[0], seq):
+        return Answer(E.OK, b'{"ok":true}')
+    return Answer(E.NOT_FOUND, E.body("no stream of that replica is open"))
 
 
 def gate(node: Node, answer: Answer) -> Answer:
@@ -289,13 +352,14 @@ def gate(node: Node, answer: Answer) -> Answer:
 
 def attach(app: App, node: Node) -> None:
     """Replication's hooks in the app (the command line calls it once, before serving): the node
-    its routes answer from, the auth delay its 401s wait, the door for every answer that waits
-    for replicas, and on a replica a `Fenec-Primary` header on every answer until it is promoted."""
+    its routes answer from, the auth delay its 401s wait, in a cluster the door's gate and a step-down's
+    answers to the held claims, and on a replica a `Fenec-Primary` header on every answer until it is
+    promoted."""
     from .wire import lines
 
     app.config.replication = node
     node.delay = app.delay
-    app.config.door_only = node.quorum is not None or node.cluster is not None  # the door waits, or gates
+    app.config.door_only = node.cluster is not None  # the door gates (fencing, the term, the primary)
 
     def stepped_down() -> None:  # on the cluster's thread: its held claims answered now, on the loop
         lines, driver = app.lines, app.driver

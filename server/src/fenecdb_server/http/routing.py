@@ -48,8 +48,10 @@ ROUTES: dict[tuple[str, str], int] = {
 
 # read with a metrics token (the admin token may read them; access.md §2), whatever the method
 METRICS_PATHS = frozenset({"/_metrics", "/_metrics/recent"})
-# the targets of the DIRECT routes, as the transport reads them (all of them POST)
-DIRECT_TARGETS = frozenset(path.encode() for (method, path), how in ROUTES.items() if how == DIRECT)
+# the targets the transport hands the service (`Service.handle`), all of them POST: the DIRECT routes,
+# and a replica's ack, which the service answers at once with the replication token (else the door does)
+DIRECT_TARGETS = frozenset([*(path.encode() for (method, path), how in ROUTES.items() if how == DIRECT),
+                            b"/_replication/ack"])
 # what a connection in the reserve past --max-connections may ask (protocol.py)
 SPARE_TARGETS = frozenset({b"/_health", b"/_metrics"})
 

@@ -9,7 +9,10 @@ That is all the write path pays, and only on a server started with `--replicatio
 
 The stream (`GET /_replication`) is sent by the event loop, never by the writer: `durable_after`
 answers the records a replica may have, those with a change number past its own and a ticket the
-log's fsync has covered (only writes already on the primary's disk are sent, server.md §7).
+log's fsync has covered (only writes already on the primary's disk are sent, server.md §7). A
+stream with nothing to send waits on `more()`, which the log's sync resolves (`Log.synced`, on
+whichever thread synced: at once on the loop's own, through `call_soon_threadsafe` from any
+other); a stream arms it before it looks, so a sync between its look and its wait still wakes it.
 
 Wire format: the bytes of a data file (storage/log.py). The file header (16 bytes), then records
 framed as the log frames them (12-byte header: length, CRC-32 of the payload, CRC-32 of the
@@ -22,6 +25,7 @@ NDJSON lines of base64 payloads: the framing costs the primary less per record.)
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import re
 import struct
@@ -79,6 +83,9 @@ class Feed:
         self._bytes = 0
         self.base = 0  # the change number before the first kept record: a replica at it or past it is fed
         self.replicas: set[Replica] = set()
+        self._more: asyncio.Future[None] | None = None  # what the streams with nothing to send wait on
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
 
     def attach(self) -> None:
         """Stand between the engine and its log from now on."""
@@ -91,6 +98,35 @@ class Feed:
             engine.appender = self
         finally:
             engine.lock.release_write()
+        if self.db.log is not None:
+            self.db.log.synced = self.synced
+
+    # -- waking the streams --
+
+    def more(self) -> asyncio.Future[None]:
+        """On the loop: a future done once the log's fsync covers more records. Taken before a
+        stream looks for records (see the module's docstring)."""
+        more = self._more
+        if more is None or more.done():
+            loop = asyncio.get_running_loop()
+            more = loop.create_future()
+            self._loop = loop
+            self._loop_thread = threading.get_ident()
+            self._more = more
+        return more
+
+    def synced(self) -> None:
+        """The log's fsync covers more records (`Log.synced`: any thread, holding the log's lock)."""
+        more = self._more
+        if more is None:
+            return
+        self._more = None
+        loop = self._loop
+        assert loop is not None
+        if threading.get_ident() == self._loop_thread:
+            _wake(more)
+        else:
+            loop.call_soon_threadsafe(_wake, more)
 
     def _read_back(self) -> None:
         """Under the write lock, nothing appended meanwhile: the file's last records, up to
@@ -189,6 +225,11 @@ class Feed:
     def kept(self) -> dict[str, int]:
         with self._lock:
             return {"records": len(self._seqs) - self._first, "bytes": self._bytes, "base": self.base}
+
+
+def _wake(more: asyncio.Future[None]) -> None:
+    if not more.done():
+        more.set_result(None)
 
 
 _SEQ = re.compile(rb'\{"s":(\d+)[,}]')

@@ -12,8 +12,9 @@ recovery checks one: a damaged or cut stream is dropped, never applied, and aske
 A primary under `--sync-replicas` (its stream's `Fenec-Sync-Replicas` header above 0) is told which
 change this replica's disk holds: the acker thread posts `/_replication/ack` on a connection of its own
 each time the log's fsync covers more of the records applied, one post for all the records a sync
-covered; under `--sync <ms>` the acker syncs them itself first (one fdatasync for all that came
-meanwhile), rather than keep its primary's answers waiting for the period.
+covered. The acker syncs them itself (one fdatasync for all that came meanwhile, whatever `--sync`
+says: under `always` the applier does not wait for each record's, under `<ms>` its primary's
+answers do not wait for the period); nothing is acked before its sync.
 
 In a cluster (cluster.py) the stream's `Fenec-Term` header names the term of the primary sending it:
 a stream of a term below the highest this replica has seen (`floor`: in etcd, or in a record it
@@ -31,6 +32,7 @@ import collections
 import http.client
 import logging
 import secrets
+import socket
 import struct
 import threading
 import time
@@ -188,10 +190,12 @@ class Follower:
         finally:
             engine.lock.release_write()
         if appender is not None:
-            appender.wait_durable(ticket)
             if self.acking and isinstance(ticket, int):
+                # the acker syncs before it says (one fdatasync for every record applied meanwhile)
                 self._applied.append((ticket, seq))
                 self._more.set()
+            else:
+                appender.wait_durable(ticket)
         self.records += 1
         if seq >= self.primary_seq:
             self.primary_seq = seq
@@ -251,8 +255,13 @@ class Follower:
             try:
                 if conn is None:
                     conn = http.client.HTTPConnection(self.host, self.port, timeout=SILENCE_S)
-                conn.request("POST", f"/_replication/ack?replica={self.ident}&seq={upto}",
-                             headers={"authorization": f"Bearer {self.token}", "content-length": "0"})
+                    conn.connect()
+                    assert conn.sock is not None
+                    conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                # bytes: http.client sends a bytes body with the head in one send (a second small send
+                # would wait for the first one's delayed ACK)
+                conn.request("POST", "/_replication/ack", body=f"replica={self.ident}&seq={upto}".encode(),
+                             headers={"authorization": f"Bearer {self.token}"})
                 conn.getresponse().read()
                 self.acked = upto
             except (OSError, http.client.HTTPException):

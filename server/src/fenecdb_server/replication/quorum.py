@@ -3,15 +3,22 @@
 Each replica says which change its disk holds (`POST /_replication/ack`, sent by its follower as
 its fsyncs cover the records it applied: `follower.py`); the primary keeps the highest each
 replica said (`Replica.acked`, one count a replica however often it reconnects) and, on its event
-loop, wakes each answer waiting for a change once N distinct replicas are at or past it. An
+loop, calls back each answer waiting for a change once N distinct replicas are at or past it. An
 answer that waits `wait_s` without that is refused 503: the write is on the primary's disk, and
 on fewer replicas' than promised, so a failover may lose it; the client is told so, never told it
 is safe. Nothing of this runs on a server without `--sync-replicas`.
+
+`level` is the highest change N replicas have held at once: it only grows (a replica that leaves
+takes nothing off a disk), so an answer at or below it is sent at once. The waits are callbacks
+(`when`), not tasks: the transport's direct path hands an answer owed later over with no task
+(http/app.py). One timer serves them all: the waits are kept in the order they began, which is
+the order their deadlines come in, and the timer stands at the first one not yet answered.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import heapq
 import itertools
 from collections.abc import Callable
@@ -21,6 +28,18 @@ from .feed import Feed
 WAIT_S = 10.0
 
 
+class Wait:
+    """One answer waiting for N replicas: `then(True)` once they hold `seq`, `then(False)` at `deadline`."""
+
+    __slots__ = ("seq", "then", "deadline", "done")
+
+    def __init__(self, seq: int, then: Callable[[bool], None], deadline: float) -> None:
+        self.seq = seq
+        self.then = then
+        self.deadline = deadline
+        self.done = False
+
+
 class Quorum:
     """The answers waiting for N replicas, on one event loop."""
 
@@ -28,13 +47,16 @@ class Quorum:
         self.feed_of = feed_of  # () -> the current Feed or None (promotion makes a new one)
         self.needed = needed
         self.wait_s = wait_s
-        self._waiting: list[tuple[int, int, asyncio.Future[bool]]] = []
+        self.level = 0  # the highest change N replicas held at once (the module's docstring)
+        self._by_seq: list[tuple[int, int, Wait]] = []  # a heap: the first to be covered first
+        self._by_time: collections.deque[Wait] = collections.deque()  # the first to expire first
         self._order = itertools.count()
+        self._timer: asyncio.TimerHandle | None = None
         self.refused = 0  # answers refused 503 since start
 
     def held(self) -> int:
-        """The change N distinct replicas hold at least (0: fewer than N replicas said any)."""
-        feed = self._feed()
+        """The change N distinct replicas hold at least now (0: fewer than N replicas said any)."""
+        feed = self.feed_of()
         if feed is None:
             return 0
         best: dict[str, int] = {}
@@ -44,38 +66,55 @@ class Quorum:
         acked = sorted(best.values(), reverse=True)
         return acked[self.needed - 1] if len(acked) >= self.needed else 0
 
-    def _feed(self) -> Feed | None:
-        return self.feed_of()
-
     def acked(self) -> None:
-        """A replica said more: wake the answers N replicas now cover."""
+        """A replica said more: call back the answers N replicas now cover."""
         held = self.held()
-        waiting = self._waiting
+        if held <= self.level:
+            return
+        self.level = held
+        waiting = self._by_seq
         while waiting and waiting[0][0] <= held:
-            _, _, fut = heapq.heappop(waiting)
-            if not fut.done():
-                fut.set_result(True)
+            wait = heapq.heappop(waiting)[2]
+            if not wait.done:
+                wait.done = True
+                wait.then(True)
 
     def release(self) -> None:
         """On the loop: every answer waiting now is refused at once (a cluster's primary that
         steps down: no replica acks it any more, cluster.py)."""
-        waiting, self._waiting = self._waiting, []
-        for _, _, fut in waiting:
-            if not fut.done():
-                fut.set_result(False)
+        waiting, self._by_seq = self._by_seq, []
+        for _, _, wait in waiting:
+            if not wait.done:
+                wait.done = True
+                wait.then(False)
 
-    async def wait(self, seq: int) -> bool:
-        """True once N replicas hold change `seq`; False after `wait_s` without."""
-        if seq <= self.held():
-            return True
-        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._waiting, (seq, next(self._order), fut))
-        try:
-            return await asyncio.wait_for(asyncio.shield(fut), self.wait_s)
-        except TimeoutError:
-            self.refused += 1
-            fut.cancel()
-            if len(self._waiting) > 1024:  # the given-up ones, dropped while no replica acks
-                self._waiting = [w for w in self._waiting if not w[2].done()]
-                heapq.heapify(self._waiting)
-            return False
+    def when(self, seq: int, then: Callable[[bool], None]) -> None:
+        """On the loop: `then(True)` once N replicas hold change `seq` (now, if they do), or
+        `then(False)` after `wait_s` without."""
+        if seq <= self.level:
+            then(True)
+            return
+        loop = asyncio.get_running_loop()
+        wait = Wait(seq, then, loop.time() + self.wait_s)
+        heapq.heappush(self._by_seq, (seq, next(self._order), wait))
+        self._by_time.append(wait)
+        if self._timer is None:
+            self._timer = loop.call_at(wait.deadline, self._expire)
+
+    def _expire(self) -> None:
+        """The timer: refuse the waits whose deadline passed, then stand at the next one."""
+        self._timer = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        waits = self._by_time
+        while waits and (waits[0].done or waits[0].deadline <= now):
+            wait = waits.popleft()
+            if not wait.done:
+                wait.done = True
+                self.refused += 1
+                wait.then(False)
+        if waits:
+            self._timer = loop.call_at(waits[0].deadline, self._expire)
+        if len(self._by_seq) > 2 * len(waits) + 64:  # the refused ones, dropped while no replica acks
+            self._by_seq = [w for w in self._by_seq if not w[2].done]
+            heapq.heapify(self._by_seq)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 
 from .failure import StorageFailed, reason
 from .files import OsFiles
@@ -54,6 +55,7 @@ class GroupCommit:
         self.syncing = False
         self.failure: str | None = None
         self.fsyncs = 0  # fsyncs of the live file since open
+        self.synced: Callable[[], None] | None = None  # told when `durable` grows (log.py's docstring)
         self._ring: Ring | None = None  # the ring of a sync `begin` started, till reaped
         self._ring_target = 0
         self._async_ring: Ring | None = None  # made by `datasync_ring`, closed by `close`
@@ -171,6 +173,8 @@ class GroupCommit:
             self.fsyncs += 1
             if target > self.durable:
                 self.durable = target
+                if self.synced is not None:
+                    self.synced()
         self.cond.notify_all()
 
     def fail(self, why: str, outcome: str = "this write was not applied") -> StorageFailed:
@@ -195,6 +199,8 @@ class GroupCommit:
         """Holding `cond`, compaction's swap: appends go to `fd`, fsynced holding every record."""
         self.fd = fd
         self.durable = self.appended
+        if self.synced is not None:
+            self.synced()
 
     def close(self) -> bool:
         """At the log's close (under its lock): wait out a running fdatasync, then one more if

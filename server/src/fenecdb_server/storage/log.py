@@ -69,7 +69,9 @@ turn are described in `sync.py`; the tickets' side is `group_commit.py`). The lo
 it): only data changed, or the size, which fdatasync covers too; a created or renamed file
 gets an fsync and its directory one, as before. A failed write or sync marks the log
 failed: that call and every later append raise `StorageFailed`, and a failed sync is never
-retried.
+retried. `synced`, where set (a primary's replication feed), is called each time an fsync
+covers more records, on the thread that synced and holding the log's lock: it must only
+note it (the feed wakes its streams, replication/feed.py).
 
 Preallocation: the file is grown ahead of the appends in steps of `PREALLOCATE` (4 MiB,
 `preallocation.py`) with posix_fallocate, so an append writes inside the file's size and its fdatasync flushes the
@@ -101,6 +103,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 
 from ..errors import FenecError
 from . import compaction
@@ -229,6 +232,15 @@ class Log:
     def fsyncs(self) -> int:
         """fsyncs of the live file since open."""
         return self.commit.fsyncs
+
+    @property
+    def synced(self) -> Callable[[], None] | None:
+        """Told each time an fsync covers more records (the module's docstring)."""
+        return self.commit.synced
+
+    @synced.setter
+    def synced(self, note: Callable[[], None] | None) -> None:
+        self.commit.synced = note
 
     def wait_durable(self, ticket: int) -> None:
         """Return once `ticket` is as durable as the policy promises (see `sync.py`); inside

@@ -601,13 +601,18 @@ async function loadRecent() {
     chart = null;
     return null;
   };
-  if (!fullAccess) return off('');
+  if (!fullAccess) {
+    renderReplication(null);
+    return off('');
+  }
   let doc;
   try {
     doc = await call('GET', '/_metrics/recent');
   } catch (e) {
+    renderReplication(null);
     return off(`Throughput: ${e.message}`);
   }
+  renderReplication(doc.replication || null);
   $('rates-body').hidden = false;
   $('rates-off').hidden = true;
   const f = doc.fields;
@@ -638,6 +643,45 @@ async function loadRecent() {
     by.get(r.collection).set(r.queue, r);
   }
   return { span: doc.queues_span_s || 0, by };
+}
+
+// ------------------------------------------------------------------ replication
+
+const seconds = (s) => (s === null || s === undefined ? '–' : s < 60 ? `${s.toFixed(1)} s` : span(s * 1000));
+
+// the `replication` of /_metrics/recent (GET /_replication/status): the role; on a replica its
+// primary, whether it is connected and its lag; on a primary each replica's sent, acked and lag
+function renderReplication(r) {
+  $('replication-panel').hidden = !r;
+  if (!r) return;
+  $('replication-role').textContent = r.role;
+  const replica = r.role === 'replica';
+  $('replication-of').textContent = replica ? ` of ${r.primary}` : r.sync_replicas
+    ? `: a write is answered once ${r.sync_replicas} replica(s) hold it (held by them: change ${r.synced})` : '';
+  $('replica-state').hidden = !replica;
+  $('replicas').hidden = replica || !(r.replicas || []).length;
+  $('no-replicas').hidden = replica || (r.replicas || []).length > 0;
+  if (replica) {
+    $('replica-connected').textContent = r.connected ? 'yes' : 'no';
+    $('replica-behind').textContent = `${r.behind} change${r.behind === 1 ? '' : 's'}, ${seconds(r.behind_s)}`;
+    $('replica-contact').textContent = r.last_contact_s === null ? 'never' : `${seconds(r.last_contact_s)} ago`;
+    return;
+  }
+  const body = $('replicas').tBodies[0];
+  body.replaceChildren();
+  for (const x of r.replicas || []) {
+    const tr = document.createElement('tr');
+    tr.dataset.peer = x.peer;
+    const cells = [x.peer, String(x.sent), x.acked ? String(x.acked) : '–', String(x.behind), seconds(x.connected_s)];
+    cells.forEach((text, i) => {
+      const td = document.createElement('td');
+      td.textContent = text;
+      if (i) td.className = 'n';
+      td.dataset.field = ['peer', 'sent', 'acked', 'behind', 'connected'][i];
+      tr.append(td);
+    });
+    body.append(tr);
+  }
 }
 
 function svg(name, attrs, content) {

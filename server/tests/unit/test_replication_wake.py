@@ -1,0 +1,76 @@
+"""The primary's side of a sync replica, without a network: the feed's streams are woken by the
+log's sync (not by a poll), and the quorum calls back each waiting answer once N replicas hold its
+change, or refuses it after its wait, with one timer for all (replication/feed.py, quorum.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+from fenecdb_server import Database
+from fenecdb_server.replication.feed import Feed, Replica
+from fenecdb_server.replication.quorum import Quorum
+
+
+def test_a_stream_waiting_on_the_feed_is_woken_by_the_logs_sync(tmp_path: Path) -> None:
+    db = Database(str(tmp_path / "p.fenec"), sync="off")
+    feed = Feed(db, 1 << 20)
+    feed.attach()
+    db.query("create collection jobs (n int)")
+
+    async def main() -> list[bool]:
+        seen = []
+        more = feed.more()
+        assert feed.durable_after(0) == []  # nothing on the disk yet: nothing to send
+        db.query("put jobs {n: 1}")
+        await asyncio.sleep(0)
+        seen.append(more.done())  # appended, not synced: still waiting
+        db.log.sync()  # on the loop's thread
+        seen.append(more.done())
+        again = feed.more()
+        db.query("put jobs {n: 2}")
+        synced = threading.Thread(target=db.log.sync)  # on another thread: through the loop
+        synced.start()
+        synced.join()
+        await asyncio.wait_for(again, 30)
+        seen.append(again.done())
+        return seen
+
+    try:
+        assert asyncio.run(main()) == [False, True, True]
+        assert [seq for seq, _ in feed.durable_after(0) or []] == [1, 2, 3]
+    finally:
+        db.close()
+
+
+class Replicas:
+    def __init__(self) -> None:
+        self.replicas: set[Replica] = set()
+
+
+def test_the_quorum_answers_each_wait_once_n_replicas_hold_it_or_refuses_it() -> None:
+    feed = Replicas()
+    quorum = Quorum(lambda: feed, 2, wait_s=0.2)  # type: ignore[arg-type,return-value]
+    a, b = Replica("a:1", 0, "a"), Replica("b:1", 0, "b")
+    feed.replicas.update((a, b))
+
+    async def main() -> list[tuple[str, bool]]:
+        told: list[tuple[str, bool]] = []
+        for name, seq in (("w3", 3), ("w5", 5), ("w9", 9)):
+            quorum.when(seq, lambda ok, name=name: told.append((name, ok)))
+        a.acked = 6
+        quorum.acked()
+        assert told == []  # one replica is not two
+        b.acked = 5
+        quorum.acked()
+        assert told == [("w3", True), ("w5", True)] and quorum.level == 5
+        quorum.when(4, lambda ok: told.append(("w4", ok)))  # held already: at once
+        assert told[-1] == ("w4", True)
+        while len(told) < 4:  # w9: refused at its deadline
+            await asyncio.sleep(0.02)
+        return told
+
+    told = asyncio.run(asyncio.wait_for(main(), 30))
+    assert told == [("w3", True), ("w5", True), ("w4", True), ("w9", False)]
+    assert quorum.refused == 1
