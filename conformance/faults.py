@@ -120,6 +120,7 @@ class Run:
     pair: list[ServerProcess] = field(default_factory=list)  # a `servers` scenario's primary, replica
     url: str | None = None  # where the driver reads and writes: the pair's primary, once promoted the replica
     produced: list[int] = field(default_factory=list)  # ids of the `produce` puts that were answered
+    produced_new: int = 0  # of those, the puts the new primary answered
     producer: threading.Thread | None = None
     cluster: Cluster | None = None  # a `cluster` scenario's etcd and members
     new_primary: str | None = None  # the URL the failover made primary
@@ -273,10 +274,16 @@ class Driver:
     def produce(self, run: Run) -> None:
         """`produce.count` more jobs, each put once (explicit ids, so that each is known by its id) on
         whichever server is primary now, `every_ms` apart; the ids whose put was answered are kept.
-        A put that failed (the primary killed, the replica not yet promoted) is not tried again: the
-        job may or may not be there, and is checked only as any job is (no two owners at once)."""
+        A put that failed (the primary killed, no new one yet) is not tried again: the job may or may
+        not be there, and is checked only as any job is (no two owners at once). With `after_failover`
+        the stream goes on past `count` until that many puts were answered by the new primary (60 s at
+        most), so that the workers are seen taking jobs put there, however long the election took."""
         given = run.scenario["produce"]
-        for n in range(given["count"]):
+        after = given.get("after_failover", 0)
+        end = time.monotonic() + DEADLINE_S
+        for n in itertools.count():
+            if n >= given["count"] and (run.produced_new >= after or time.monotonic() > end):
+                break
             job_id = 1_000_000 + n
             url = run.url or (None if run.cluster else self.server.url)
             try:
@@ -288,6 +295,7 @@ class Driver:
                 pass
             else:
                 run.produced.append(job_id)
+                run.produced_new += url == run.new_primary
             time.sleep(given["every_ms"] / 1000)  # the stream's pace, a scenario parameter
 
     def await_ready(self, run: Run) -> bool:
@@ -497,9 +505,9 @@ class Driver:
             self.check_failover(run, rows, by_id)
 
     def check_failover(self, run: Run, rows: dict[int, dict[str, Any]], by_id: dict[int, list[Event]]) -> None:
-        """Every answered put done and gone; no job started after its `done`; each worker told of the
-        new primary by a `primary` event naming it, after the fault; no worker's `run` ended before
-        the driver stopped it."""
+        """Every answered put done and gone (and `after_failover` of them put on the new primary); no
+        job started after its `done`; each worker told of the new primary by a `primary` event naming
+        it, after the fault; no worker's `run` ended before the driver stopped it."""
         for job_id in run.produced:
             if not any(e["event"] == "done" for e in by_id.get(job_id, [])):
                 run.fail(f"produced job id {job_id} (its put answered) was never done")
@@ -510,6 +518,9 @@ class Driver:
             late = [e for e in events if e["event"] == "start" and done and float(e["t"]) > min(done)]
             if late:
                 run.fail(f"job id {job_id} started again after its ack was answered")
+        after = run.scenario.get("produce", {}).get("after_failover", 0)
+        if run.produced_new < after:
+            run.fail(f"{run.produced_new} puts answered by the new primary, the scenario asks for {after}")
         new = run.new_primary
         for w in run.workers:
             mine = run.events.of(w.index)

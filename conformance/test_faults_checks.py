@@ -195,3 +195,14 @@ def test_the_failover_checks_want_the_primary_told_after_the_fault_and_run_never
     run = failover_run([ev("primary", 300, url="http://127.0.0.1:1002/"), ev("stopped", 10_000)], produced=[])
     driver.check_failover(run, {}, by_id(run))
     assert run.failures == []
+
+
+def test_the_failover_checks_want_after_failover_puts_answered_by_the_new_primary(driver: Driver) -> None:
+    run = failover_run([ev("primary", 300, url="http://127.0.0.1:1002")], produced=[])
+    run.scenario["produce"] = {"count": 5, "every_ms": 50, "after_failover": 3}
+    run.produced_new = 2
+    driver.check_failover(run, {}, by_id(run))
+    assert run.failures == ["2 puts answered by the new primary, the scenario asks for 3"]
+    run.failures, run.produced_new = [], 3
+    driver.check_failover(run, {}, by_id(run))
+    assert run.failures == []
