@@ -13,6 +13,7 @@ import json
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -63,8 +64,13 @@ class Cluster:
                 exe, where / f"m{n}.fenec",
                 ("--replication-token", token, "--etcd", etcd_url, "--cluster", "faults",
                  "--advertise", f"http://127.0.0.1:{port}", *flags), port=port))
-        for member in self.members:
-            member.start()
+        starting = [threading.Thread(target=m.start, daemon=True) for m in self.members]  # at once: each loads
+        for t in starting:
+            t.start()
+        for t in starting:
+            t.join()
+        if any(m.port is None for m in self.members):
+            raise RuntimeError("a member did not start: " + " | ".join(line for m in self.members for line in m.log[-3:]))
 
     @staticmethod
     def _wait(met: Any) -> bool:

@@ -522,13 +522,19 @@ class Driver:
         if run.produced_new < after:
             run.fail(f"{run.produced_new} puts answered by the new primary, the scenario asks for {after}")
         new = run.new_primary
+        followed: list[float] = []
         for w in run.workers:
             mine = run.events.of(w.index)
-            if new is None or not any(e["event"] == "primary" and str(e.get("url", "")).rstrip("/") == new
-                                      and float(e["t"]) >= run.last_fault_ms for e in mine):
+            told = [float(e["t"]) for e in mine if e["event"] == "primary"
+                    and str(e.get("url", "")).rstrip("/") == new and float(e["t"]) >= run.last_fault_ms]
+            if new is None or not told:
                 run.fail(f"{w.name} emitted no `primary` event naming the new primary {new} after the fault")
+            else:
+                followed.append(min(told) - run.last_fault_ms)
             if any(e["event"] == "stopped" and float(e["t"]) < run.stopping_ms for e in mine):
                 run.fail(f"{w.name}: its `run` ended (`stopped`) before the driver stopped it")
+        if followed and run.cluster is not None:
+            run.note += f", the workers on it {max(followed) / 1000:.1f} s after the kill"
 
     def check_job(self, run: Run, job: Job, row: dict[str, Any] | None, ready: bool, events: list[Event]) -> None:
         g = job.group
