@@ -24,7 +24,7 @@ list names it in its `ready` event (`servers`), and one whose `ready` has no `se
 reported skipped (`SKIP`), counted neither passed nor failed. `produce` puts more jobs, one at a time,
 on whichever server is primary, while the workers run; `failover` SIGKILLs the primary and promotes
 the replica (`POST /_replication/promote`). Its checks: every job whose put was answered is done and
-gone, none started again after its `done`, and each worker emitted `primary` naming the replica.
+gone, none started again after its `done`, and the last `primary` each worker emitted names the replica.
 
 A scenario with `cluster` (`fault_cluster.py`) runs on etcd and `members` servers joined through it
 (`--etcd`, `--cluster`, `--advertise`, `--lease-ttl`, `--sync always`, `--sync-replicas`), etcd's lease
