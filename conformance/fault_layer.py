@@ -41,10 +41,12 @@ T = TypeVar("T")
 
 
 class ServerProcess:
-    """`fenec-server --file <path> --http 127.0.0.1:0 [flags]`, in a process group of its own."""
+    """`fenec-server --file <path> --http 127.0.0.1:<port> [flags]`, in a process group of its own;
+    port 0 (the default) lets the server pick a free one at each start."""
 
-    def __init__(self, exe: Path, data_file: Path, flags: tuple[str, ...] = ()) -> None:
+    def __init__(self, exe: Path, data_file: Path, flags: tuple[str, ...] = (), port: int = 0) -> None:
         self.exe = exe
+        self.given_port = port
         self.data_file = data_file
         self.flags = flags
         self.proc: subprocess.Popen[str] | None = None
@@ -61,7 +63,7 @@ class ServerProcess:
         """Starts the server and answers its port, once its data is loaded and it listens."""
         self.starts += 1
         self.port = None
-        proc = subprocess.Popen([str(self.exe), "--file", str(self.data_file), "--http", "127.0.0.1:0",
+        proc = subprocess.Popen([str(self.exe), "--file", str(self.data_file), "--http", f"127.0.0.1:{self.given_port}",
                                  *self.flags],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 text=True, start_new_session=True)

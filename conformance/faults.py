@@ -24,7 +24,15 @@ list names it in its `ready` event (`servers`), and one whose `ready` has no `se
 reported skipped (`SKIP`), counted neither passed nor failed. `produce` puts more jobs, one at a time,
 on whichever server is primary, while the workers run; `failover` SIGKILLs the primary and promotes
 the replica (`POST /_replication/promote`). Its checks: every job whose put was answered is done and
-gone, none started again after its `done`, and each worker emitted `primary` naming the replica.
+gone, none started again after its `done`, and the last `primary` each worker emitted names the replica.
+
+A scenario with `cluster` (`fault_cluster.py`) runs on etcd and `members` servers joined through it
+(`--etcd`, `--cluster`, `--advertise`, `--lease-ttl`, `--sync always`, `--sync-replicas`), etcd's lease
+electing the primary; it is skipped (`SKIP`) when no `etcd` is on the PATH. Each worker gets every
+member's URL in FENEC_SERVERS, the elected primary first (also FENEC_URL); `kill primary` SIGKILLs
+the elected one, nobody promotes anything, and `until: elected` waits for a running member to say it
+is primary. The checks are the failover's, the new primary being the elected one; in both, no
+worker's `run` may end (a `stopped` event) before the driver stops it.
 
 It prints one line per scenario and `<sdk> faults: N passed, M failed`, and exits 0 exactly when M is 0.
 Every process it started is killed on the way out, whatever happened.
@@ -50,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fault_cluster import ETCD, Cluster
 from fault_layer import Proxy, ServerProcess
 from fault_workers import Event, Events, WorkerProcess, wait_for
 
@@ -111,7 +120,12 @@ class Run:
     pair: list[ServerProcess] = field(default_factory=list)  # a `servers` scenario's primary, replica
     url: str | None = None  # where the driver reads and writes: the pair's primary, once promoted the replica
     produced: list[int] = field(default_factory=list)  # ids of the `produce` puts that were answered
+    produced_new: int = 0  # of those, the puts the new primary answered
     producer: threading.Thread | None = None
+    cluster: Cluster | None = None  # a `cluster` scenario's etcd and members
+    new_primary: str | None = None  # the URL the failover made primary
+    stopping_ms: float = 0.0        # when the driver began to stop the workers
+    note: str = ""                  # what the scenario's line says besides its name (the failover's time)
 
     def fail(self, reason: str) -> None:
         self.failures.append(reason)
@@ -171,6 +185,11 @@ class Driver:
             self.proxy.reset()
             if "servers" in scenario:
                 self.start_pair(run, index)
+            if "cluster" in scenario:
+                if ETCD is None:
+                    run.skipped = "no 'etcd' on PATH (Debian: etcd-server): the cluster is not played"
+                    return run
+                self.start_cluster(run, index)
             self.enqueue(run)
             for step in scenario.get("before", []):
                 self.step(run, step)
@@ -180,7 +199,7 @@ class Driver:
                                                  self.work))
             if not self.await_ready(run):
                 return run
-            if run.pair and not all(e.get("servers") for e in run.events.snapshot() if e["event"] == "ready"):
+            if (run.pair or run.cluster) and not all(e.get("servers") for e in run.events.snapshot() if e["event"] == "ready"):
                 run.skipped = "the harness's `ready` names no `servers`: it takes no list of servers yet"
                 return run
             if "produce" in scenario:
@@ -204,7 +223,28 @@ class Driver:
                     w.kill()
             for server in run.pair:
                 server.kill()
+            if run.cluster is not None:
+                run.cluster.close()
         return run
+
+    def start_cluster(self, run: Run, index: int) -> None:
+        """A `cluster` scenario's etcd and members; the driver reads and writes on the elected primary."""
+        given = run.scenario["cluster"]
+        folder = self.work / f"fq{index}-cluster"
+        folder.mkdir()
+        run.cluster = Cluster(self.server.exe, folder, self.token, given.get("members", 3),
+                              ("--sync", "always", "--sync-replicas", str(given.get("sync_replicas", 1)),
+                               "--lease-ttl", str(given.get("lease_ttl", 2))))
+        run.url = run.cluster.elected().url
+
+    def kill_primary(self, run: Run) -> None:
+        """SIGKILL the cluster's primary; the driver writes nowhere until `until: elected`."""
+        assert run.cluster is not None, "`kill primary` is for a `cluster` scenario"
+        primary = run.cluster.primary()
+        if primary is None:
+            raise Refused("no member says it is primary")
+        run.url = None if run.url == primary.url else run.url
+        primary.kill()
 
     def start_pair(self, run: Run, index: int) -> None:
         """A `servers` scenario's primary and the replica following it, on files of their own."""
@@ -224,6 +264,7 @@ class Driver:
         """SIGKILL the pair's primary, then promote its replica: the driver reads and writes there after."""
         primary, replica = run.pair
         primary.kill()
+        run.new_primary = replica.url
         answer = query(replica.url, "", path="/_replication/promote",
                        headers={"Authorization": f"Bearer {self.token}"})
         if not isinstance(answer, dict) or answer.get("promoted") is not True:
@@ -233,19 +274,28 @@ class Driver:
     def produce(self, run: Run) -> None:
         """`produce.count` more jobs, each put once (explicit ids, so that each is known by its id) on
         whichever server is primary now, `every_ms` apart; the ids whose put was answered are kept.
-        A put that failed (the primary killed, the replica not yet promoted) is not tried again: the
-        job may or may not be there, and is checked only as any job is (no two owners at once)."""
+        A put that failed (the primary killed, no new one yet) is not tried again: the job may or may
+        not be there, and is checked only as any job is (no two owners at once). With `after_failover`
+        the stream goes on past `count` until that many puts were answered by the new primary (60 s at
+        most), so that the workers are seen taking jobs put there, however long the election took."""
         given = run.scenario["produce"]
-        for n in range(given["count"]):
+        after = given.get("after_failover", 0)
+        end = time.monotonic() + DEADLINE_S
+        for n in itertools.count():
+            if n >= given["count"] and (run.produced_new >= after or time.monotonic() > end):
+                break
             job_id = 1_000_000 + n
-            url = run.url or self.server.url
+            url = run.url or (None if run.cluster else self.server.url)
             try:
+                if url is None:
+                    raise OSError("no primary elected yet")
                 query(url, f"insert {run.queue} {{id: $1, payload: $2, run_at: now(), attempts: 0}}",
                       [job_id, {**given.get("payload", {}), "key": f"produced-{n}"}])
             except (OSError, Refused):
                 pass
             else:
                 run.produced.append(job_id)
+                run.produced_new += url == run.new_primary
             time.sleep(given["every_ms"] / 1000)  # the stream's pace, a scenario parameter
 
     def await_ready(self, run: Run) -> bool:
@@ -285,6 +335,10 @@ class Driver:
         if run.pair:
             env["FENEC_URL"] = run.pair[0].url
             env["FENEC_SERVERS"] = ",".join(s.url for s in run.pair)
+        if run.cluster is not None:  # the elected primary first, as the harness contract has it
+            urls = sorted(run.cluster.urls, key=lambda u: u != run.url)
+            env["FENEC_URL"] = urls[0]
+            env["FENEC_SERVERS"] = ",".join(urls)
         env["FENEC_QUEUE"] = run.queue
         env["FENEC_WORKER"] = f"{self.sdk}-{run.queue}-w{i}"
         if "heartbeat_ms" not in config:
@@ -326,6 +380,12 @@ class Driver:
             elif what == "exited":
                 def met() -> bool:
                     return all(w.proc.poll() is not None for w in run.workers)
+            elif what == "elected":
+                assert run.cluster is not None, "`until: elected` is for a `cluster` scenario"
+                elected = run.cluster.elected()
+                run.url = run.new_primary = elected.url
+                run.note = f"elected {(now_ms() - run.last_fault_ms) / 1000:.1f} s after the kill"
+                return True
             elif what == "event":
                 kind, since = step["event"], (run.last_fault_ms if step.get("since_fault") else 0.0)
                 if "each_worker" in step:
@@ -366,6 +426,8 @@ class Driver:
             self.proxy.pass_()
         elif action == "failover":
             self.failover(run)
+        elif action == "kill primary":
+            self.kill_primary(run)
         elif action == "busy":
             self.proxy.busy(step["n"])
         elif action == "drop":
@@ -402,6 +464,7 @@ class Driver:
         return True
 
     def stop_workers(self, run: Run, sig: signal.Signals) -> None:
+        run.stopping_ms = float(int(now_ms()))  # the events' `t` are whole ms, truncated
         for w in run.workers:
             if w.proc.poll() is None:
                 w.signal(sig)
@@ -438,12 +501,13 @@ class Driver:
             self.check_job(run, job, rows.get(job.id), job.id in ready_ids, by_id.get(job.id, []))
         self.check_overlap(run, by_id)
         self.check_expect(run, events)
-        if run.pair:
+        if run.pair or run.cluster:
             self.check_failover(run, rows, by_id)
 
     def check_failover(self, run: Run, rows: dict[int, dict[str, Any]], by_id: dict[int, list[Event]]) -> None:
-        """Every answered put done and gone; no job started after its `done`; each worker told of the
-        new primary by a `primary` event naming the promoted replica."""
+        """Every answered put done and gone (and `after_failover` of them put on the new primary); no
+        job started after its `done`; each worker told of the new primary by a `primary` event naming
+        it, after the fault; no worker's `run` ended before the driver stopped it."""
         for job_id in run.produced:
             if not any(e["event"] == "done" for e in by_id.get(job_id, [])):
                 run.fail(f"produced job id {job_id} (its put answered) was never done")
@@ -454,11 +518,23 @@ class Driver:
             late = [e for e in events if e["event"] == "start" and done and float(e["t"]) > min(done)]
             if late:
                 run.fail(f"job id {job_id} started again after its ack was answered")
-        replica = run.pair[1].url
+        after = run.scenario.get("produce", {}).get("after_failover", 0)
+        if run.produced_new < after:
+            run.fail(f"{run.produced_new} puts answered by the new primary, the scenario asks for {after}")
+        new = run.new_primary
         for w in run.workers:
-            if not any(e["event"] == "primary" and str(e.get("url", "")).rstrip("/") == replica
-                       for e in run.events.of(w.index)):
-                run.fail(f"{w.name} emitted no `primary` event naming the promoted replica {replica}")
+            mine = run.events.of(w.index)
+            told = [e for e in mine if e["event"] == "primary" and float(e["t"]) >= run.last_fault_ms]
+            # a client that could not connect moves to the next URL of its list and tells it as its
+            # primary: the last one told is where the worker ended, and must be the new primary
+            if new is None or not told or str(told[-1].get("url", "")).rstrip("/") != new:
+                run.fail(f"{w.name}: its last `primary` event after the fault does not name the new primary {new}: "
+                         f"{[e.get('url') for e in told]}")
+            if any(e["event"] == "stopped" and float(e["t"]) < run.stopping_ms for e in mine):
+                run.fail(f"{w.name}: its `run` ended (`stopped`) before the driver stopped it")
+        acked = [float(e["t"]) for e in run.events.snapshot() if e["event"] == "done" and float(e["t"]) >= run.last_fault_ms]
+        if acked and run.cluster is not None:  # the killed primary answers nothing, a replica no write
+            run.note += f", the first ack there {(min(acked) - run.last_fault_ms) / 1000:.1f} s after the kill"
 
     def check_job(self, run: Run, job: Job, row: dict[str, Any] | None, ready: bool, events: list[Event]) -> None:
         g = job.group
@@ -594,11 +670,12 @@ def main(argv: list[str]) -> int:
                         print(w.tail(), flush=True)
                 else:
                     passed += 1
-                    print(f"ok   {sdk}: {scenario['name']} ({took:.1f} s)", flush=True)
+                    note = f", {run.note}" if run.note else ""
+                    print(f"ok   {sdk}: {scenario['name']} ({took:.1f} s{note})", flush=True)
         finally:
             driver.close()
     if skipped:
-        print(f"{sdk} faults: {skipped} skipped (scenarios this SDK's harness does not take yet)", flush=True)
+        print(f"{sdk} faults: {skipped} skipped (not played: the SKIP lines above say why)", flush=True)
     print(f"{sdk} faults: {passed} passed, {failed} failed", flush=True)
     return 0 if failed == 0 else 1
 

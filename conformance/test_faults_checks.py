@@ -161,6 +161,9 @@ def failover_run(events: list[Event], produced: list[int]) -> Run:
         run.pair.append(server)
     run.workers = [FakeWorker(0)]  # type: ignore[list-item]
     run.produced = produced
+    run.new_primary = run.pair[1].url
+    run.last_fault_ms = 250
+    run.stopping_ms = 10_000
     return run
 
 
@@ -179,4 +182,31 @@ def test_the_failover_checks_catch_a_lost_job_a_rerun_after_ack_and_no_primary_e
     assert "id 8 (its put answered) was never done" in text
     assert "id 9 (its put answered) is still there" in text
     assert "job id 7 started again after its ack" in text
-    assert "no `primary` event naming the promoted replica http://127.0.0.1:1002" in text
+    assert "its last `primary` event after the fault does not name the new primary http://127.0.0.1:1002" in text
+
+
+def test_the_failover_checks_want_the_primary_told_after_the_fault_and_run_never_ended(driver: Driver) -> None:
+    """A `primary` naming the new primary before the fault is not following it, nor is one followed by
+    another; a `stopped` before the driver stopped the worker is a `run` that ended on its own."""
+    run = failover_run([ev("primary", 200, url="http://127.0.0.1:1002"), ev("stopped", 9_000)], produced=[])
+    driver.check_failover(run, {}, by_id(run))
+    assert len(run.failures) == 2
+    assert "after the fault" in run.failures[0] and "ended (`stopped`) before" in run.failures[1]
+    run = failover_run([ev("primary", 300, url="http://127.0.0.1:1002"), ev("primary", 400, url="http://127.0.0.1:1003"),
+                        ev("stopped", 10_000)], produced=[])
+    driver.check_failover(run, {}, by_id(run))
+    assert len(run.failures) == 1 and "1003" in run.failures[0]  # it ended on another than the new primary
+    run = failover_run([ev("primary", 300, url="http://127.0.0.1:1002/"), ev("stopped", 10_000)], produced=[])
+    driver.check_failover(run, {}, by_id(run))
+    assert run.failures == []
+
+
+def test_the_failover_checks_want_after_failover_puts_answered_by_the_new_primary(driver: Driver) -> None:
+    run = failover_run([ev("primary", 300, url="http://127.0.0.1:1002")], produced=[])
+    run.scenario["produce"] = {"count": 5, "every_ms": 50, "after_failover": 3}
+    run.produced_new = 2
+    driver.check_failover(run, {}, by_id(run))
+    assert run.failures == ["2 puts answered by the new primary, the scenario asks for 3"]
+    run.failures, run.produced_new = [], 3
+    driver.check_failover(run, {}, by_id(run))
+    assert run.failures == []
