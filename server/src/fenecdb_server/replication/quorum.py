@@ -7,6 +7,11 @@ loop, wakes each answer waiting for a change once N distinct replicas are at or 
 answer that waits `wait_s` without that is refused 503: the write is on the primary's disk, and
 on fewer replicas' than promised, so a failover may lose it; the client is told so, never told it
 is safe. Nothing of this runs on a server without `--sync-replicas`.
+
+In a cluster (`--etcd`) the replicas that count are named instead (`count`, by cluster.py): the
+sync set the primary publishes in etcd, and the replicas joining it. A change is held once every
+one of them holds it (none held while they are fewer than N), so each member of the published set
+holds every acknowledged write, and the election (which lets only them win) loses none.
 """
 
 from __future__ import annotations
@@ -31,12 +36,31 @@ class Quorum:
         self._waiting: list[tuple[int, int, asyncio.Future[bool]]] = []
         self._order = itertools.count()
         self.refused = 0  # answers refused 503 since start
+        self.counted: frozenset[str] | None = None  # the members whose acks count (None: any N replicas)
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop the answers wait on
+
+    def count(self, members: frozenset[str]) -> None:
+        """From any thread: only the replicas named `members` (advertise URLs) count from now on,
+        each of them needed; the answers they now cover are woken on the loop."""
+        self.counted = members
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.acked)
 
     def held(self) -> int:
         """The change N distinct replicas hold at least (0: fewer than N replicas said any)."""
         feed = self._feed()
         if feed is None:
             return 0
+        counted = self.counted
+        if counted is not None:
+            if len(counted) < self.needed:
+                return 0
+            held: dict[str, int] = {}
+            for r in list(feed.replicas):
+                if r.member in counted and r.acked > held.get(r.member, -1):
+                    held[r.member] = r.acked
+            return min(held.values()) if len(held) == len(counted) else 0
         best: dict[str, int] = {}
         for r in list(feed.replicas):
             if r.acked > best.get(r.ident, -1):
@@ -68,6 +92,7 @@ class Quorum:
         """True once N replicas hold change `seq`; False after `wait_s` without."""
         if seq <= self.held():
             return True
+        self._loop = asyncio.get_running_loop()
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._waiting, (seq, next(self._order), fut))
         try:
