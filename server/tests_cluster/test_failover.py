@@ -273,3 +273,41 @@ def test_schedules_fire_on_the_primary_alone_and_go_on_after_a_failover(tmp_path
                 assert [r["id"] for r in theirs] == ids[:len(theirs)], m.name  # a prefix of the primary's
     finally:
         cluster.close()
+
+
+def test_only_the_sync_set_may_win_and_its_member_holds_every_acknowledged_write(tmp_path: Path) -> None:
+    """`--sync-replicas 1` and two replicas: the one in the sync set holds every acknowledged
+    write, the other lags (it was down while they were made). The primary dies while the sync
+    replica is cut off from etcd: the lagging one, alone in etcd, must not take over (it would
+    lose them); writes stay refused until the sync replica comes back and wins."""
+    cluster, load = begin(tmp_path)
+    try:
+        p = cluster.settled()
+        term = term_of(p)
+        synced = wait_for("the primary's sync set", lambda: p.status().get("cluster", {}).get("sync"))
+        assert len(synced) == 1, synced
+        s = cluster.by_url[synced[0]]
+        o = next(m for m in others(cluster, p) if m is not s)
+        writes_flow(load)
+        o.kill()  # the replica out of the set: down, so it misses what follows
+        writes_flow(load, 30)  # acknowledged: on the primary and the sync replica alone
+        s.etcd_proxy.freeze()
+        wait_for("the sync replica to lose etcd", lambda: not s.status().get("cluster", {}).get("etcd", True))
+        time.sleep(TTL * 2)  # past its lease: etcd lists the lagging one alone once it is back
+        fault_at = time.monotonic()
+        p.kill()
+        o.start()  # back on its file, behind the acknowledged writes
+        end = time.monotonic() + max(10.0, 4 * TTL)  # past its lease, the settle and the 2 s delay
+        while time.monotonic() < end:
+            assert not o.status().get("cluster", {}).get("leading"), "the lagging replica took over"
+            assert not load.history.terms_after(term, fault_at), "a write acknowledged without the sync replica"
+            time.sleep(0.1)
+        assert o.status().get("cluster", {}).get("may_lead") == sorted([p.advertise, s.advertise])
+        s.etcd_proxy.pass_()
+        assert cluster.primary(60) is s
+        new_term_taking_writes(load, term, fault_at)
+        p.start()  # it rejoins as a replica
+        finish(cluster, load)
+    finally:
+        load.stop()
+        cluster.close()
