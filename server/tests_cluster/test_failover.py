@@ -10,6 +10,7 @@ PATH every test here is skipped (scripts/test_all.py prints the part's SKIP line
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import os
@@ -275,11 +276,23 @@ def test_schedules_fire_on_the_primary_alone_and_go_on_after_a_failover(tmp_path
         cluster.close()
 
 
-def test_only_the_sync_set_may_win_and_its_member_holds_every_acknowledged_write(tmp_path: Path) -> None:
+def delete_key(cluster: Cluster, key: str) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", cluster.etcd.port, timeout=5)
+    try:
+        conn.request("POST", "/v3/kv/deleterange", body=json.dumps({"key": base64.b64encode(key.encode()).decode()}))
+        assert conn.getresponse().status == 200
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("override", [False, True], ids=["waits", "operator"])
+def test_only_the_sync_set_may_win_and_its_member_holds_every_acknowledged_write(tmp_path: Path,
+                                                                                 override: bool) -> None:
     """`--sync-replicas 1` and two replicas: the one in the sync set holds every acknowledged
     write, the other lags (it was down while they were made). The primary dies while the sync
     replica is cut off from etcd: the lagging one, alone in etcd, must not take over (it would
-    lose them); writes stay refused until the sync replica comes back and wins."""
+    lose them); writes stay refused until the sync replica comes back and wins, or until an
+    operator deletes the sync set (docs/operations.md): then the lagging one wins at once."""
     cluster, load = begin(tmp_path)
     try:
         p = cluster.settled()
@@ -303,6 +316,14 @@ def test_only_the_sync_set_may_win_and_its_member_holds_every_acknowledged_write
             assert not load.history.terms_after(term, fault_at), "a write acknowledged without the sync replica"
             time.sleep(0.1)
         assert o.status().get("cluster", {}).get("may_lead") == sorted([p.advertise, s.advertise])
+        if override:
+            deleted_at = time.monotonic()
+            delete_key(cluster, "/fenec/t/sync")
+            assert cluster.primary(60) is o
+            print(f"elected {time.monotonic() - deleted_at:.2f} s after the sync key was deleted")
+            load.stop()
+            load.history.check_fenced()  # what only the sync replica held may be lost: the operator's choice
+            return
         s.etcd_proxy.pass_()
         assert cluster.primary(60) is s
         new_term_taking_writes(load, term, fault_at)
