@@ -29,8 +29,10 @@ members: the highest term, then the most changes applied, then the name. The fir
 once; the others wait `delay_s` from when they found the key gone (a first that is frozen or cut
 off from etcd would otherwise keep the cluster without a primary), then campaign too. Only one
 transaction succeeds; its server writes the term's first record (records.py op `T`) and takes
-writes (`Node.lead`). The transaction also compares the `sync` key's revision: nothing else moves
-it while no leader key is held, and it is the key that said this member may campaign.
+writes (`Node.lead`). The transaction also compares the `sync` key's revision (nothing else moves
+it while no leader key is held, and it is the key that said this member may campaign) and puts
+`sync` naming the winner alone: the writes it acknowledges from then on are on it and on the
+replicas it counts, not on the members the last set named, who may no longer win.
 
 **The sync set.** Under `--sync-replicas N`, a primary counts only the acknowledgements of the
 replicas it named in `sync` (quorum.py `count`), and a write is acknowledged once each of them
@@ -107,6 +109,7 @@ class Cluster:
         self.allowed: list[str] | None = None  # who may campaign, as `sync` said when last read (None: any)
         self._joining: dict[str, int] = {}  # replicas counted, not yet in `sync`: the change each must reach
         self._leader_value = b""  # the leader key's value this server put, while it leads
+        self._maybe: frozenset[str] = frozenset()  # members a put whose answer was lost may have named
         self._barred_since = 0.0
         self._vacant_since = 0.0
         self._published = 0.0
@@ -299,6 +302,8 @@ class Cluster:
                 acked[r.member] = max(acked.get(r.member, 0), r.acked)
         joining = {m: at for m, at in self._joining.items() if m in acked}
         live = {m for m in self.sync if m in acked}
+        if len(live) >= quorum.needed:
+            joining = {}  # the set streams again: a replica counted meanwhile is needed no more
         spare = sorted((m for m in acked if m not in self.sync and m not in joining), key=lambda m: (-acked[m], m))
         spare = spare[:max(0, quorum.needed - len(live) - len(joining))]
         if spare:
@@ -306,17 +311,20 @@ class Cluster:
             joining.update((m, seq) for m in spare)
         if joining != self._joining:  # counted before anything is put (a joiner gone: counted no more)
             self._joining = joining
-            quorum.count(self.sync | joining.keys())
+            quorum.count(self.sync | joining.keys() | self._maybe)
         new = frozenset(live | joining.keys())
         if len(new) < quorum.needed or new == self.sync or any(acked[m] < at for m, at in joining.items()):
             return
-        value = json.dumps({"term": self.term, "leader": self.advertise, "sync": sorted(new),
-                            "needed": quorum.needed}).encode()
+        value = self._sync_value(self.term, new, quorum.needed)
+        self._maybe |= new  # an answer lost on the way may hide a put made: counted until one is known made
         if not self.etcd.put_if(self.sync_key, value, self.leader_key, self._leader_value):
             return  # no longer the leader: the next step finds out
         log.info("cluster: the sync set is now %s", sorted(new))
-        self.sync, self._joining = new, {}
+        self.sync, self._joining, self._maybe = new, {}, frozenset()
         quorum.count(new)
+
+    def _sync_value(self, term: int, members: frozenset[str], needed: int) -> bytes:
+        return json.dumps({"term": term, "leader": self.advertise, "sync": sorted(members), "needed": needed}).encode()
 
     def _rank(self) -> list[str]:
         self.members = {}
@@ -338,11 +346,12 @@ class Cluster:
         term = max(last, self.term, self.node.db.engine.catalog.term) + 1  # an etcd that lost its data too
         value = json.dumps({"url": self.advertise, "term": term}).encode()
         quorum = self.node.quorum
+        alone = None if quorum is None else self._sync_value(term, frozenset(), quorum.needed)
         if not self.etcd.create(self.leader_key, value, self.lease, also=(self.term_key, str(term).encode(), rev),
-                                check=(self.sync_key, sync_rev), drop=self.sync_key if quorum is None else None):
+                                then=(self.sync_key, sync_rev, alone)):
             return  # another won, or the term (or the sync set) moved: the next step reads who
         self._leader_value = value
-        self.sync, self._joining = frozenset(), {}
+        self.sync, self._joining, self._maybe = frozenset(), {}, frozenset()
         if quorum is not None:
             quorum.count(frozenset())  # no replica counts until one is in this term's sync set
         self.term = term

@@ -141,11 +141,11 @@ class Etcd:
         self._post("/v3/kv/deleterange", {"key": _b64(key)})
 
     def create(self, key: bytes, value: bytes, lease: int, *, also: tuple[bytes, bytes, int] | None = None,
-               check: tuple[bytes, int] | None = None, drop: bytes | None = None) -> bool:
+               then: tuple[bytes, int, bytes | None] | None = None) -> bool:
         """Put `key` (under `lease`) only if it is absent, in one transaction; with `also`
         (key2, value2, mod_revision), only if key2 was last modified at that revision (0: key2
-        absent), putting value2 there too; with `check` (key3, mod_revision), only if key3 was last
-        modified at that revision too; with `drop`, that key deleted in the same transaction.
+        absent), putting value2 there too; with `then` (key3, mod_revision, value3), only if key3
+        was last modified at that revision too, putting value3 there (None: deleting key3).
         Whether it succeeded."""
         compare: list[dict[str, Any]] = [
             {"key": _b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0"}]
@@ -155,11 +155,11 @@ class Etcd:
             key2, value2, rev = also
             compare.append({"key": _b64(key2), "target": "MOD", "result": "EQUAL", "mod_revision": str(rev)})
             success.append({"request_put": {"key": _b64(key2), "value": _b64(value2)}})
-        if check is not None:
-            key3, rev3 = check
+        if then is not None:
+            key3, rev3, value3 = then
             compare.append({"key": _b64(key3), "target": "MOD", "result": "EQUAL", "mod_revision": str(rev3)})
-        if drop is not None:
-            success.append({"request_delete_range": {"key": _b64(drop)}})
+            success.append({"request_delete_range": {"key": _b64(key3)}} if value3 is None else
+                           {"request_put": {"key": _b64(key3), "value": _b64(value3)}})
         got = self._post("/v3/kv/txn", {"compare": compare, "success": success})
         return bool(got.get("succeeded", False))
 
