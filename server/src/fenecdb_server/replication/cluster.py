@@ -11,8 +11,9 @@ Keys, under `/fenec/<cluster>/`:
   once when the leader key is found gone.
 * `sync`: `{"term": t, "leader": <URL>, "sync": [<URL>, ...], "needed": N}`, under no lease: the
   sync set, the replicas whose acknowledgements the primary of term t counts toward
-  `--sync-replicas N` (below). Put only while its writer holds the leader key (the transaction
-  compares the key's value); absent in a cluster whose primaries run without `--sync-replicas`.
+  `--sync-replicas N` (below). Put by the election's transaction, then only while its writer holds
+  the leader key (the transaction compares the key's value); absent in a cluster whose primaries
+  run without `--sync-replicas`.
 
 One lease a server, of `ttl` seconds, renewed every ttl/4 by a thread of its own (`_renew`).
 
@@ -25,7 +26,8 @@ rather than acknowledged. It then steps down (`Node.vacant`) and follows whoever
 
 **Election.** When the leader key is gone, each member stops following (its change number is then
 final), publishes its position and, after `SETTLE_S` for the others to publish theirs, ranks the
-members: the highest term, then the most changes applied, then the name. The first campaigns at
+members that may win (the sync set, below): the highest term, then the most changes applied, then
+the name. The first campaigns at
 once; the others wait `delay_s` from when they found the key gone (a first that is frozen or cut
 off from etcd would otherwise keep the cluster without a primary), then campaign too. Only one
 transaction succeeds; its server writes the term's first record (records.py op `T`) and takes
