@@ -10,7 +10,7 @@ import pytest
 from fenecdb_server.database import Database
 from fenecdb_server.engine.engine import run_write
 from fenecdb_server.replication.cluster import Cluster
-from fenecdb_server.replication.etcd import prefix_end
+from fenecdb_server.replication.etcd import EtcdDown, prefix_end
 from test_replication import TOKEN, Server
 
 CLUSTER = ["--etcd", "http://127.0.0.1:9", "--cluster", "c", "--advertise", "http://127.0.0.1:8"]
@@ -92,3 +92,84 @@ def test_the_fence_refuses_the_writes_of_a_leadership_that_may_have_lapsed() -> 
 def test_prefix_end_is_the_first_key_after_the_prefix() -> None:
     assert prefix_end(b"/fenec/c/members/") == b"/fenec/c/members0"
     assert prefix_end(b"a\xff") == b"b"
+
+
+class _Replica:
+    def __init__(self, member: str, acked: int = 0) -> None:
+        self.member, self.ident, self.acked = member, member, acked
+
+
+class _SyncNode:
+    def __init__(self, needed: int) -> None:
+        from fenecdb_server.replication.quorum import Quorum
+
+        self.feed = type("Feed", (), {"replicas": set()})()
+        self.quorum = Quorum(lambda: self.feed, needed)  # type: ignore[arg-type, return-value]
+        self.quorum.count(frozenset())
+        self.db = type("Db", (), {"seq": 5})()
+
+
+class _SyncEtcd:
+    """Records each put of the sync set with the members the quorum counted as it was sent."""
+
+    def __init__(self, node: _SyncNode) -> None:
+        self.node = node
+        self.puts: list[tuple[list[str], frozenset[str]]] = []
+        self.down = False
+
+    def put_if(self, key: bytes, value: bytes, guard: bytes, guard_value: bytes) -> bool:
+        import json
+
+        counted = self.node.quorum.counted
+        assert counted is not None
+        self.puts.append((json.loads(value)["sync"], counted))
+        if self.down:
+            raise EtcdDown("lost answer")
+        return True
+
+
+def test_a_replica_is_counted_before_the_sync_set_names_it_and_uncounted_after_it_is_left_out() -> None:
+    node = _SyncNode(1)
+    c = Cluster(node, ["http://127.0.0.1:9"], "c", "http://p")  # type: ignore[arg-type]
+    etcd = c.etcd = _SyncEtcd(node)  # type: ignore[assignment]
+    quorum = node.quorum
+    a, b = _Replica("http://a"), _Replica("http://b")
+    node.feed.replicas.add(a)
+    c._sync_step()
+    assert quorum.counted == {"http://a"} and etcd.puts == []  # counted first: every write waits for it
+    assert quorum.held() == 0
+    a.acked = 5  # caught up with what the primary held when it was counted
+    c._sync_step()
+    assert etcd.puts == [(["http://a"], frozenset({"http://a"}))] and c.sync == {"http://a"}
+    assert quorum.held() == 5
+    node.feed.replicas.discard(a)  # the sync replica stops streaming; another takes its place
+    node.feed.replicas.add(b)
+    node.db.seq = 9
+    c._sync_step()
+    assert quorum.counted == {"http://a", "http://b"} and len(etcd.puts) == 1  # b counted, a still too
+    assert quorum.held() == 0  # a write now waits for both
+    b.acked = 8
+    c._sync_step()
+    assert len(etcd.puts) == 1  # b is not caught up: a stays in the set
+    b.acked = 9
+    etcd.down = True
+    with pytest.raises(EtcdDown):
+        c._sync_step()
+    assert etcd.puts[-1] == (["http://b"], frozenset({"http://a", "http://b"}))  # a counted as the put went
+    assert c.sync == {"http://a"} and "http://a" in quorum.counted  # the put may not have been made
+    etcd.down = False
+    c._sync_step()
+    assert c.sync == {"http://b"} and quorum.counted == {"http://b"}  # a uncounted once etcd answered
+    assert quorum.held() == 9
+
+
+def test_a_cluster_quorum_needs_every_counted_member_and_at_least_n() -> None:
+    node = _SyncNode(2)
+    quorum = node.quorum
+    node.feed.replicas.update({_Replica("http://a", 7), _Replica("http://b", 4), _Replica("http://x", 9)})
+    quorum.count(frozenset({"http://a"}))
+    assert quorum.held() == 0  # fewer than N counted
+    quorum.count(frozenset({"http://a", "http://b"}))
+    assert quorum.held() == 4  # x is not counted, however far it got
+    quorum.count(frozenset({"http://a", "http://b", "http://gone"}))
+    assert quorum.held() == 0  # a counted member that does not stream holds nothing

@@ -10,6 +10,7 @@ PATH every test here is skipped (scripts/test_all.py prints the part's SKIP line
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import os
@@ -272,4 +273,62 @@ def test_schedules_fire_on_the_primary_alone_and_go_on_after_a_failover(tmp_path
                 code, _, theirs = m.request("POST", "/query", {"query": "get ticks order id"})
                 assert [r["id"] for r in theirs] == ids[:len(theirs)], m.name  # a prefix of the primary's
     finally:
+        cluster.close()
+
+
+def delete_key(cluster: Cluster, key: str) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", cluster.etcd.port, timeout=5)
+    try:
+        conn.request("POST", "/v3/kv/deleterange", body=json.dumps({"key": base64.b64encode(key.encode()).decode()}))
+        assert conn.getresponse().status == 200
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("override", [False, True], ids=["waits", "operator"])
+def test_only_the_sync_set_may_win_and_its_member_holds_every_acknowledged_write(tmp_path: Path,
+                                                                                 override: bool) -> None:
+    """`--sync-replicas 1` and two replicas: the one in the sync set holds every acknowledged
+    write, the other lags (it was down while they were made). The primary dies while the sync
+    replica is cut off from etcd: the lagging one, alone in etcd, must not take over (it would
+    lose them); writes stay refused until the sync replica comes back and wins, or until an
+    operator deletes the sync set (docs/operations.md): then the lagging one wins at once."""
+    cluster, load = begin(tmp_path)
+    try:
+        p = cluster.settled()
+        term = term_of(p)
+        synced = wait_for("the primary's sync set", lambda: p.status().get("cluster", {}).get("sync"))
+        assert len(synced) == 1, synced
+        s = cluster.by_url[synced[0]]
+        o = next(m for m in others(cluster, p) if m is not s)
+        writes_flow(load)
+        o.kill()  # the replica out of the set: down, so it misses what follows
+        writes_flow(load, 30)  # acknowledged: on the primary and the sync replica alone
+        s.etcd_proxy.freeze()
+        wait_for("the sync replica to lose etcd", lambda: not s.status().get("cluster", {}).get("etcd", True))
+        time.sleep(TTL * 2)  # past its lease: etcd lists the lagging one alone once it is back
+        fault_at = time.monotonic()
+        p.kill()
+        o.start()  # back on its file, behind the acknowledged writes
+        end = time.monotonic() + max(10.0, 4 * TTL)  # past its lease, the settle and the 2 s delay
+        while time.monotonic() < end:
+            assert not o.status().get("cluster", {}).get("leading"), "the lagging replica took over"
+            assert not load.history.terms_after(term, fault_at), "a write acknowledged without the sync replica"
+            time.sleep(0.1)
+        assert o.status().get("cluster", {}).get("may_lead") == sorted([p.advertise, s.advertise])
+        if override:
+            deleted_at = time.monotonic()
+            delete_key(cluster, "/fenec/t/sync")
+            assert cluster.primary(60) is o
+            print(f"elected {time.monotonic() - deleted_at:.2f} s after the sync key was deleted")
+            load.stop()
+            load.history.check_fenced()  # what only the sync replica held may be lost: the operator's choice
+            return
+        s.etcd_proxy.pass_()
+        assert cluster.primary(60) is s
+        new_term_taking_writes(load, term, fault_at)
+        p.start()  # it rejoins as a replica
+        finish(cluster, load)
+    finally:
+        load.stop()
         cluster.close()

@@ -121,7 +121,8 @@ async def stream(node: Node, scope: MutableMapping[str, Any], send: Send) -> Non
     history = query.get("history", [""])[0]
     conn = scope.get("fenec.conn")
     peer = scope.get("client") or ("?", 0)
-    replica = Replica(f"{peer[0]}:{peer[1]}", since, _header(scope, b"fenec-replica") or "")
+    replica = Replica(f"{peer[0]}:{peer[1]}", since, _header(scope, b"fenec-replica") or "",
+                      _header(scope, b"fenec-member") or "")
     image = not node.identity.continues(history, since) or not feed.fed(since)
     await send({"type": "http.response.start", "status": E.OK, "headers": [
         (b"content-type", b"application/octet-stream"),

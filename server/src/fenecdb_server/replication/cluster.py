@@ -9,6 +9,11 @@ Keys, under `/fenec/<cluster>/`:
 * `members/<advertise URL>`: `{"seq": n, "term": t}`, each member's position (its change number, and
   the term of the last records it applied), under its own lease, put every `PUBLISH_S` and at
   once when the leader key is found gone.
+* `sync`: `{"term": t, "leader": <URL>, "sync": [<URL>, ...], "needed": N}`, under no lease: the
+  sync set, the replicas whose acknowledgements the primary of term t counts toward
+  `--sync-replicas N` (below). Put by the election's transaction, then only while its writer holds
+  the leader key (the transaction compares the key's value); absent in a cluster whose primaries
+  run without `--sync-replicas`.
 
 One lease a server, of `ttl` seconds, renewed every ttl/4 by a thread of its own (`_renew`).
 
@@ -21,12 +26,27 @@ rather than acknowledged. It then steps down (`Node.vacant`) and follows whoever
 
 **Election.** When the leader key is gone, each member stops following (its change number is then
 final), publishes its position and, after `SETTLE_S` for the others to publish theirs, ranks the
-members: the highest term, then the most changes applied, then the name. The first campaigns at
+members that may win (the sync set, below): the highest term, then the most changes applied, then
+the name. The first campaigns at
 once; the others wait `delay_s` from when they found the key gone (a first that is frozen or cut
 off from etcd would otherwise keep the cluster without a primary), then campaign too. Only one
 transaction succeeds; its server writes the term's first record (records.py op `T`) and takes
-writes (`Node.lead`). Under `--sync-replicas N`, every acknowledged write is on N replicas' disks,
-so the first ranked, which holds at least as much as any member, holds it.
+writes (`Node.lead`). The transaction also compares the `sync` key's revision (nothing else moves
+it while no leader key is held, and it is the key that said this member may campaign) and puts
+`sync` naming the winner alone: the writes it acknowledges from then on are on it and on the
+replicas it counts, not on the members the last set named, who may no longer win.
+
+**The sync set.** Under `--sync-replicas N`, a primary counts only the acknowledgements of the
+replicas it named in `sync` (quorum.py `count`), and a write is acknowledged once each of them
+holds it. A replica joins the set in this order: it is counted first (from then on every write
+waits for it too), it catches up to the primary's change number at that moment, and only then is
+the set with it put in etcd; a member leaves the set (it stopped streaming) only in that same put,
+once the replicas replacing it have caught up, and is counted no more only once etcd answered. So
+every member of the set in etcd, and the primary that put it, holds every acknowledged write. When
+the leader key is gone, only those members campaign (`_allowed`); if none of them can reach etcd,
+no one is elected and writes stay refused rather than lost, until one comes back or an operator
+deletes the `sync` key (docs/operations.md, "Failover"). Without `--sync-replicas`, the winner's
+transaction deletes the key and any member may campaign.
 
 **Terms.** The stream carries its primary's term (`Fenec-Term`); a replica refuses a stream below
 the highest term it has seen (follower.py), so a deposed primary's late records are never applied.
@@ -74,6 +94,7 @@ class Cluster:
         self.term_key = root + b"term"
         self.members_key = root + b"members/"
         self.member_key = self.members_key + advertise.encode()
+        self.sync_key = root + b"sync"
         self.etcd = Etcd(endpoints)
         self.lease = 0
         self.renewed_sent = 0.0  # monotonic time the last renewal etcd answered was sent
@@ -86,6 +107,12 @@ class Cluster:
         self.members: dict[str, dict[str, int]] = {}
         self.etcd_ok = False
         self.elections = 0  # this server's elections won since start
+        self.sync: frozenset[str] = frozenset()  # the sync set this primary put in etcd for its term
+        self.allowed: list[str] | None = None  # who may campaign, as `sync` said when last read (None: any)
+        self._joining: dict[str, int] = {}  # replicas counted, not yet in `sync`: the change each must reach
+        self._leader_value = b""  # the leader key's value this server put, while it leads
+        self._maybe: frozenset[str] = frozenset()  # members a put whose answer was lost may have named
+        self._barred_since = 0.0
         self._vacant_since = 0.0
         self._published = 0.0
         self._stop = threading.Event()
@@ -199,6 +226,7 @@ class Cluster:
             if not self.leading:  # it led, lapsed, and etcd kept the lease: an election anew
                 self.etcd.delete(self.leader_key)
                 return
+            self._sync_step()
         else:
             self._vacant_since = 0.0
             if self.leading:
@@ -235,11 +263,70 @@ class Cluster:
             return
         if now - self._vacant_since < SETTLE_S:
             return
-        ranked = self._rank()
+        sync_rev = self._allowed()
+        if self.allowed is not None and self.advertise not in self.allowed:
+            if not self._barred_since:
+                self._barred_since = now
+                log.warning("cluster: not in the sync set %s: only they may be elected (they hold every "
+                            "acknowledged write)", self.allowed)
+            return
+        self._barred_since = 0.0
+        ranked = [m for m in self._rank() if self.allowed is None or m in self.allowed]
         first = ranked[0] if ranked else self.advertise
         if first != self.advertise and now - self._vacant_since < self.delay_s:
             return
-        self._campaign()
+        self._campaign(sync_rev)
+
+    def _allowed(self) -> int:
+        """Reads `sync` into `allowed`: the members that may be elected (its writer and its set),
+        None when the key is absent (any may). Answers the key's revision (0: absent)."""
+        kv = self.etcd.get(self.sync_key)
+        if kv is None:
+            self.allowed = None
+            return 0
+        try:
+            value = json.loads(kv.value)
+            self.allowed = sorted({str(value["leader"]), *(str(m) for m in value["sync"])})
+        except (ValueError, KeyError, TypeError):
+            log.warning("cluster: the sync key is not a sync set: any member may be elected")
+            self.allowed = None
+        return kv.mod_revision
+
+    def _sync_step(self) -> None:
+        """The primary's sync set kept up (the module's docstring): replicas that stream and are not
+        in it are counted and then put in it while fewer than N of its members stream."""
+        quorum, feed = self.node.quorum, self.node.feed
+        if quorum is None or feed is None:
+            return
+        acked: dict[str, int] = {}
+        for r in list(feed.replicas):
+            if r.member:
+                acked[r.member] = max(acked.get(r.member, 0), r.acked)
+        joining = {m: at for m, at in self._joining.items() if m in acked}
+        live = {m for m in self.sync if m in acked}
+        if len(live) >= quorum.needed:
+            joining = {}  # the set streams again: a replica counted meanwhile is needed no more
+        spare = sorted((m for m in acked if m not in self.sync and m not in joining), key=lambda m: (-acked[m], m))
+        spare = spare[:max(0, quorum.needed - len(live) - len(joining))]
+        if spare:
+            seq = self.node.db.seq
+            joining.update((m, seq) for m in spare)
+        if joining != self._joining:  # counted before anything is put (a joiner gone: counted no more)
+            self._joining = joining
+            quorum.count(self.sync | joining.keys() | self._maybe)
+        new = frozenset(live | joining.keys())
+        if len(new) < quorum.needed or new == self.sync or any(acked[m] < at for m, at in joining.items()):
+            return
+        value = self._sync_value(self.term, new, quorum.needed)
+        self._maybe |= new  # an answer lost on the way may hide a put made: counted until one is known made
+        if not self.etcd.put_if(self.sync_key, value, self.leader_key, self._leader_value):
+            return  # no longer the leader: the next step finds out
+        log.info("cluster: the sync set is now %s", sorted(new))
+        self.sync, self._joining, self._maybe = new, {}, frozenset()
+        quorum.count(new)
+
+    def _sync_value(self, term: int, members: frozenset[str], needed: int) -> bytes:
+        return json.dumps({"term": term, "leader": self.advertise, "sync": sorted(members), "needed": needed}).encode()
 
     def _rank(self) -> list[str]:
         self.members = {}
@@ -252,7 +339,7 @@ class Cluster:
                 continue
         return sorted(self.members, key=lambda m: (-self.members[m]["term"], -self.members[m]["seq"], m))
 
-    def _campaign(self) -> None:
+    def _campaign(self, sync_rev: int) -> None:
         self._ensure_lease()
         sent = self.renewed_sent
         kv = self.etcd.get(self.term_key)
@@ -260,8 +347,15 @@ class Cluster:
         rev = kv.mod_revision if kv is not None else 0
         term = max(last, self.term, self.node.db.engine.catalog.term) + 1  # an etcd that lost its data too
         value = json.dumps({"url": self.advertise, "term": term}).encode()
-        if not self.etcd.create(self.leader_key, value, self.lease, also=(self.term_key, str(term).encode(), rev)):
-            return  # another won, or the term moved: the next step reads who
+        quorum = self.node.quorum
+        alone = None if quorum is None else self._sync_value(term, frozenset(), quorum.needed)
+        if not self.etcd.create(self.leader_key, value, self.lease, also=(self.term_key, str(term).encode(), rev),
+                                then=(self.sync_key, sync_rev, alone)):
+            return  # another won, or the term (or the sync set) moved: the next step reads who
+        self._leader_value = value
+        self.sync, self._joining, self._maybe = frozenset(), {}, frozenset()
+        if quorum is not None:
+            quorum.count(frozenset())  # no replica counts until one is in this term's sync set
         self.term = term
         self.leader = self.advertise
         self._vacant_since = 0.0
@@ -276,4 +370,5 @@ class Cluster:
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "advertise": self.advertise, "term": self.term, "leader": self.leader or None,
                 "leading": self.leading and time.monotonic() < self.leading_until, "etcd": self.etcd_ok,
-                "lease_ttl": self.ttl, "members": self.members}
+                "lease_ttl": self.ttl, "members": self.members, "sync": sorted(self.sync) if self.leading else None,
+                "may_lead": self.allowed}

@@ -1,7 +1,7 @@
 """A small client of etcd's v3 API through its HTTP/JSON gateway (the client port's `/v3/...`).
 
 Only what the cluster (cluster.py) needs: a lease granted, kept alive and revoked; a key read,
-put (under a lease) and read by prefix; a transaction that compares and puts. Keys and values are
+put (under a lease) and read by prefix; transactions that compare, then put or delete. Keys and values are
 bytes on the wire in base64; int64 fields come back as JSON strings. The standard library only:
 one request per call on a connection kept per endpoint, a short timeout, so that a lost etcd is
 seen within it rather than waited on.
@@ -140,10 +140,13 @@ class Etcd:
     def delete(self, key: bytes) -> None:
         self._post("/v3/kv/deleterange", {"key": _b64(key)})
 
-    def create(self, key: bytes, value: bytes, lease: int, *, also: tuple[bytes, bytes, int] | None = None) -> bool:
+    def create(self, key: bytes, value: bytes, lease: int, *, also: tuple[bytes, bytes, int] | None = None,
+               then: tuple[bytes, int, bytes | None] | None = None) -> bool:
         """Put `key` (under `lease`) only if it is absent, in one transaction; with `also`
         (key2, value2, mod_revision), only if key2 was last modified at that revision (0: key2
-        absent), putting value2 there too. Whether it succeeded."""
+        absent), putting value2 there too; with `then` (key3, mod_revision, value3), only if key3
+        was last modified at that revision too, putting value3 there (None: deleting key3).
+        Whether it succeeded."""
         compare: list[dict[str, Any]] = [
             {"key": _b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0"}]
         success: list[dict[str, Any]] = [
@@ -152,5 +155,18 @@ class Etcd:
             key2, value2, rev = also
             compare.append({"key": _b64(key2), "target": "MOD", "result": "EQUAL", "mod_revision": str(rev)})
             success.append({"request_put": {"key": _b64(key2), "value": _b64(value2)}})
+        if then is not None:
+            key3, rev3, value3 = then
+            compare.append({"key": _b64(key3), "target": "MOD", "result": "EQUAL", "mod_revision": str(rev3)})
+            success.append({"request_delete_range": {"key": _b64(key3)}} if value3 is None else
+                           {"request_put": {"key": _b64(key3), "value": _b64(value3)}})
+        got = self._post("/v3/kv/txn", {"compare": compare, "success": success})
+        return bool(got.get("succeeded", False))
+
+    def put_if(self, key: bytes, value: bytes, guard: bytes, guard_value: bytes) -> bool:
+        """Put `key` (under no lease) only if `guard` holds exactly `guard_value`, in one
+        transaction; whether it did."""
+        compare = [{"key": _b64(guard), "target": "VALUE", "result": "EQUAL", "value": _b64(guard_value)}]
+        success = [{"request_put": {"key": _b64(key), "value": _b64(value)}}]
         got = self._post("/v3/kv/txn", {"compare": compare, "success": success})
         return bool(got.get("succeeded", False))

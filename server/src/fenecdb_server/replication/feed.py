@@ -52,11 +52,12 @@ DEFAULT_BUFFER_MIB = 64
 class Replica:
     """A replica the feed streams to, as its status lists it."""
 
-    __slots__ = ("peer", "ident", "since", "sent", "acked", "started", "last_sent")
+    __slots__ = ("peer", "ident", "member", "since", "sent", "acked", "started", "last_sent")
 
-    def __init__(self, peer: str, since: int, ident: str = "") -> None:
+    def __init__(self, peer: str, since: int, ident: str = "", member: str = "") -> None:
         self.peer = peer
         self.ident = ident or peer  # the follower's own id (`Fenec-Replica`), the same across its reconnections
+        self.member = member  # in a cluster, the replica's advertise URL (`Fenec-Member`; "" outside one)
         self.since = since
         self.sent = since  # the change number of the last record sent
         self.acked = 0  # the change its own disk holds, as it last said (0: never said)

@@ -60,7 +60,8 @@ class Follower:
     """Follows the primary at `url` into `db` (started by `start`, stopped by `stop`)."""
 
     def __init__(self, db: Database, identity: Identity, url: str, token: str,
-                 applied: Callable[[int], None] | None = None, floor: Callable[[], int] | None = None) -> None:
+                 applied: Callable[[int], None] | None = None, floor: Callable[[], int] | None = None,
+                 member: str = "") -> None:
         parts = urllib.parse.urlsplit(url)
         self.db = db
         self.identity = identity
@@ -70,6 +71,7 @@ class Follower:
         self.token = token
         self.applied = applied  # told each change number applied (read-your-writes waiters)
         self.floor = floor  # () -> the lowest term a stream may carry (a cluster's; None: no terms)
+        self.member = member  # in a cluster, this server's advertise URL, told the primary (its sync set names it)
         self.term = 0  # the term of the stream followed now (its Fenec-Term)
         self.connected = False
         self.last_contact = 0.0  # time.time() of the last bytes from the primary (0: never)
@@ -133,8 +135,10 @@ class Follower:
         query = urllib.parse.urlencode({"since": since, "history": self.identity.history})
         conn = http.client.HTTPConnection(self.host, self.port, timeout=SILENCE_S)
         self._conn = conn
-        conn.request("GET", f"/_replication?{query}",
-                     headers={"authorization": f"Bearer {self.token}", "fenec-replica": self.ident})
+        headers = {"authorization": f"Bearer {self.token}", "fenec-replica": self.ident}
+        if self.member:
+            headers["fenec-member"] = self.member
+        conn.request("GET", f"/_replication?{query}", headers=headers)
         resp = conn.getresponse()
         if resp.status != 200:
             body = resp.read(4096).decode("utf-8", "replace")

@@ -44,6 +44,8 @@ def from_flags(db: Database, identity: Identity, flags: Flags) -> Node:
         from .cluster import Cluster
 
         node.cluster = Cluster(node, flags.etcd, flags.cluster, flags.advertise, ttl=flags.lease_ttl)
+        if node.quorum is not None:
+            node.quorum.count(frozenset())  # only the sync set the primary publishes counts (cluster.py)
         db.set_read_only(True, NO_PRIMARY)
         db.engine.catalog.schedules.stop_firing()
     return node
@@ -178,7 +180,7 @@ class Node:
             self._unfollow()
             self.primary = url
             self.follower = Follower(self.db, self.identity, url, self.token.decode(), applied=self._applied,
-                                     floor=self._floor)
+                                     floor=self._floor, member=self.cluster.advertise if self.cluster else "")
             self.follower.start()
 
     def vacant(self) -> None:

@@ -13,6 +13,11 @@ takes nothing off a disk), so an answer at or below it is sent at once. The wait
 (`when`), not tasks: the transport's direct path hands an answer owed later over with no task
 (http/app.py). One timer serves them all: the waits are kept in the order they began, which is
 the order their deadlines come in, and the timer stands at the first one not yet answered.
+
+In a cluster (`--etcd`) the replicas that count are named instead (`count`, by cluster.py): the
+sync set the primary publishes in etcd, and the replicas joining it. A change is held once every
+one of them holds it (none held while they are fewer than N), so each member of the published set
+holds every acknowledged write, and the election (which lets only them win) loses none.
 """
 
 from __future__ import annotations
@@ -53,12 +58,31 @@ class Quorum:
         self._order = itertools.count()
         self._timer: asyncio.TimerHandle | None = None
         self.refused = 0  # answers refused 503 since start
+        self.counted: frozenset[str] | None = None  # the members whose acks count (None: any N replicas)
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop the answers wait on
+
+    def count(self, members: frozenset[str]) -> None:
+        """From any thread: only the replicas named `members` (advertise URLs) count from now on,
+        each of them needed; the answers they now cover are woken on the loop."""
+        self.counted = members
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.acked)
 
     def held(self) -> int:
         """The change N distinct replicas hold at least now (0: fewer than N replicas said any)."""
         feed = self.feed_of()
         if feed is None:
             return 0
+        counted = self.counted
+        if counted is not None:
+            if len(counted) < self.needed:
+                return 0
+            held: dict[str, int] = {}
+            for r in list(feed.replicas):
+                if r.member in counted and r.acked > held.get(r.member, -1):
+                    held[r.member] = r.acked
+            return min(held.values()) if len(held) == len(counted) else 0
         best: dict[str, int] = {}
         for r in list(feed.replicas):
             if r.acked > best.get(r.ident, -1):
@@ -94,7 +118,7 @@ class Quorum:
         if seq <= self.level:
             then(True)
             return
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         wait = Wait(seq, then, loop.time() + self.wait_s)
         heapq.heappush(self._by_seq, (seq, next(self._order), wait))
         self._by_time.append(wait)
