@@ -24,7 +24,7 @@ from .lines import MAX_WAIT_MS, HeldClaim, HeldClaims, Outcome
 from .on_threads import ThreadDriver
 from .port import Queries
 
-# the caller gives up on an answer this long past its deadline: only a fault in the lines' thread
+# the caller gives up on an answer this long past the longest wait: only a fault in the lines' thread
 # could leave it unanswered, and a caller must never hang on one
 SLACK_S = 60.0
 
@@ -74,13 +74,13 @@ class InProcess:
             answered.set()
 
         run: Callable[[], Outcome[Answer]] = lambda: self.once(statements)  # noqa: E731
-        waiter = HeldClaim(run, first.answer, on_answer)
-        self.driver.soon(lambda: self.lines.hold(claim, waiter, wait_ms, seen))
+        held = HeldClaim(run, first.answer, on_answer)
+        self.driver.soon(lambda: self.lines.hold(claim, held, wait_ms, seen))
         try:
-            if not answered.wait(min(wait_ms, MAX_WAIT_MS) / 1000 + SLACK_S):
+            if not answered.wait(MAX_WAIT_MS / 1000 + SLACK_S):  # no line holds a claim longer
                 raise FenecError("io", "a held claim was not answered by its deadline")
         except BaseException:
-            self.driver.soon(lambda: self.lines.forget(waiter))
+            self.driver.soon(lambda: self.lines.forget(held))
             raise
         return got[0].give()
 

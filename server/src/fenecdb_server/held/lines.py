@@ -85,7 +85,7 @@ if TYPE_CHECKING:
 
 A = TypeVar("A")
 
-MAX_WAIT_MS = 30_000
+MAX_WAIT_MS = 30_000  # the longest a claim is held (http.md §8): capped once, by `hold`
 
 
 class Outcome(Generic[A]):

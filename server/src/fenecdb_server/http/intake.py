@@ -44,7 +44,7 @@ class Work:
         self.statements = statements
         self.block = block
         self.idem = idem
-        self.wait = wait  # Fenec-Wait, ms, clamped to the held lines' maximum (limits.parse_wait)
+        self.wait = wait  # Fenec-Wait, ms, as sent (held/lines.py caps a held claim's wait)
         self.caller = caller
         self.large = large  # its text is long and not parsed yet: parsed and run off the loop
         self.bulk = bulk  # its body is over OFF_LOOP_BODY: run with the collector held off (gc_policy.py)

@@ -5,21 +5,25 @@ Limits refuse; they never truncate.
 
 from __future__ import annotations
 
-from ..held import MAX_WAIT_MS
 from .errors import BODY_CEILING, HEAD_CEILING  # noqa: F401 (re-exported: one definition)
 
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
+# What a `Fenec-Wait` of more than 9 digits reads as: longer than any wait is held (whoever waits
+# caps it: held/lines.py for a claim, replication.py for a Fenec-After change).
+BEYOND_ANY_WAIT_MS = 10**9
+
+
 def parse_wait(raw: bytes) -> int | None:
-    """`Fenec-Wait`: decimal milliseconds, surrounding spaces allowed, capped at 30 000.
-    None when the value is not a non-negative integer."""
+    """`Fenec-Wait`: decimal milliseconds, surrounding spaces allowed; None when the value is not
+    a non-negative integer. Not capped here: the one cap is where the wait's deadline is set."""
     digits = _digits(raw)
     if digits is None:
         return None
-    # Any number of digits is a number of ms, capped: never handed whole to int(), which
-    # refuses 4 300 digits or more (that escaped as a plain-text 500).
-    return min(int(digits), MAX_WAIT_MS) if len(digits) <= 9 else MAX_WAIT_MS
+    # Any number of digits is a number of ms: never handed whole to int(), which refuses
+    # 4 300 digits or more.
+    return int(digits) if len(digits) <= 9 else BEYOND_ANY_WAIT_MS
 
 
 def parse_length(raw: bytes) -> int | None:

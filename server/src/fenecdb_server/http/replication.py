@@ -41,6 +41,7 @@ from ..replication.node import NO_PRIMARY
 from ..storage.format import FILE_HEADER_SIZE, file_header
 from . import errors as E
 from .bodies import dumps
+from .limits import parse_wait
 
 if TYPE_CHECKING:
     from ..database import Database
@@ -199,12 +200,10 @@ async def wait_after(db: Database, req: Request) -> Answer | None:
         return Answer(E.BAD_REQUEST, E.body(NOT_A_CHANGE))
     wait_ms = AFTER_WAIT_MS
     if req.wait is not None:
-        try:
-            wait_ms = min(AFTER_MAX_MS, int(req.wait.strip()))
-        except ValueError:
+        sent = parse_wait(req.wait)
+        if sent is None:
             return Answer(E.BAD_REQUEST, E.body(E.WAIT_NOT_MS))
-        if wait_ms < 0:
-            return Answer(E.BAD_REQUEST, E.body(E.WAIT_NOT_MS))
+        wait_ms = min(AFTER_MAX_MS, sent)
     req.wait = None
     deadline = time.monotonic() + wait_ms / 1000
     while db.seq < change:

@@ -1,0 +1,40 @@
+"""`Fenec-Wait` is read by one parser (http/limits.py `parse_wait`) and capped once, where the wait's
+deadline is set: a held claim's by its line (held/lines.py `MAX_WAIT_MS`), a `Fenec-After` change's
+by the replication routes (`AFTER_MAX_MS`). Both read any number of digits and refuse anything else
+(http.md §7, §8)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fenecdb_server.http import errors as E
+from fenecdb_server.http.exchange import Request
+from fenecdb_server.http.limits import BEYOND_ANY_WAIT_MS, parse_wait
+from fenecdb_server.http.replication import wait_after
+
+
+def test_the_parser_reads_any_length_and_refuses_what_is_not_digits() -> None:
+    assert parse_wait(b" 250 ") == 250
+    assert parse_wait(b"0007") == 7
+    assert parse_wait(b"9" * 5000) == BEYOND_ANY_WAIT_MS
+    for bad in (b"", b"-1", b"1.5", b"1_000", b"+5", b"soon"):
+        assert parse_wait(bad) is None, bad
+
+
+class _Db:
+    seq = 7
+
+
+def _after(wait: bytes) -> Request:
+    headers = [(b"fenec-after", b"7"), (b"fenec-wait", wait)]
+    return Request({"method": "POST", "path": "/query", "headers": headers})
+
+
+def test_a_fenec_after_wait_is_read_as_a_held_claims_wait_is() -> None:
+    """The change is there already: a wait of 5 000 digits is a wait like any (never handed whole
+    to `int`, which refuses it) and the request runs; one that is not plain digits (`1_000`, which
+    `int` reads as 1 000) is a 400."""
+    assert asyncio.run(wait_after(_Db(), _after(b"9" * 5000))) is None  # type: ignore[arg-type]
+    refused = asyncio.run(wait_after(_Db(), _after(b"1_000")))  # type: ignore[arg-type]
+    assert refused is not None and refused.status == E.BAD_REQUEST
+    assert refused.body == E.body(E.WAIT_NOT_MS)
