@@ -92,8 +92,8 @@ class InProcess:
             return Outcome(e.kind != "unmet", Answer(error=e))
         return Outcome(result.taken > 0, Answer(result.answers[0]))
 
-    def _run(self, waiter: HeldClaim[Answer]) -> Outcome[Answer]:
-        return cast(Callable[[], Outcome[Answer]], waiter.payload)()
+    def _run(self, held: HeldClaim[Answer]) -> Outcome[Answer]:
+        return cast(Callable[[], Outcome[Answer]], held.payload)()
 
     def close(self) -> None:
         """Answer every held claim with its last answer, stop listening, end the thread."""

@@ -124,7 +124,7 @@ class HeldClaim(Generic[A]):
 
 
 class Line(Generic[A]):
-    """The waiters whose claims would take the same rows (rule 1), first come first served."""
+    """The held claims that would take the same rows (rule 1), first come first served."""
 
     __slots__ = ("key", "claim", "queue", "collections", "pumping", "pending", "throttle_until",
                  "throttle_timer", "time_timer", "moment", "profile", "bidding", "seen", "extra", "wakes",
@@ -188,13 +188,13 @@ class HeldClaims(Generic[A]):
 
     # -- holding --
 
-    def hold(self, claim: Claim, waiter: HeldClaim[A], wait_ms: int, seen_seq: int) -> None:
+    def hold(self, claim: Claim, held: HeldClaim[A], wait_ms: int, seen_seq: int) -> None:
         """Hold a claim whose first run (at change `seen_seq`) took nothing and answered
-        `waiter.last`. The waiter is told its answer by a run that took something, or at its
+        `held.last`. The held claim is told its answer by a run that took something, or at its
         deadline (at once when shutting down)."""
         if self.closing:
-            waiter.done = True
-            waiter.on_answer(waiter.last)
+            held.done = True
+            held.on_answer(held.last)
             return
         key = claim.line_key
         line = self.lines.get(key)
@@ -211,11 +211,11 @@ class HeldClaims(Generic[A]):
             self.auctions.attach(line)
         elif line.seen is not None and seen_seq < line.seen:
             line.seen = seen_seq
-        line.queue.append(waiter)
-        waiter.line = line
+        line.queue.append(held)
+        held.line = line
         self.held += 1
         wait_s = min(wait_ms, MAX_WAIT_MS) / 1000
-        waiter.timer = self.driver.call_at(self.driver.time() + wait_s, lambda: self._deadline(waiter))
+        held.timer = self.driver.call_at(self.driver.time() + wait_s, lambda: self._deadline(held))
         if self.engine.seq != seen_seq:
             # a write landed between the first run and now: look at once
             if not line.pumping:
@@ -225,39 +225,39 @@ class HeldClaims(Generic[A]):
         elif fresh:
             self.time.schedule(line)
 
-    def forget(self, waiter: HeldClaim[A]) -> None:
+    def forget(self, held: HeldClaim[A]) -> None:
         """The client went away (fairness rule 8): drop the claim unless it is running."""
-        waiter.gone = True
-        if not waiter.running and not waiter.done:
-            self._remove(waiter)
-            waiter.done = True
+        held.gone = True
+        if not held.running and not held.done:
+            self._remove(held)
+            held.done = True
 
-    def _deadline(self, waiter: HeldClaim[A]) -> None:
-        waiter.timer = None
-        if waiter.done:
+    def _deadline(self, held: HeldClaim[A]) -> None:
+        held.timer = None
+        if held.done:
             return
-        if waiter.running:  # rule 9: the run in flight answers it (see _ran)
+        if held.running:  # rule 9: the run in flight answers it (see _ran)
             return
-        self.finish(waiter, waiter.last)
+        self.finish(held, held.last)
 
-    def finish(self, waiter: HeldClaim[A], answer: A) -> None:
-        if waiter.done:
+    def finish(self, held: HeldClaim[A], answer: A) -> None:
+        if held.done:
             return
-        waiter.done = True
-        self._remove(waiter)
-        if waiter.timer is not None:
-            waiter.timer.cancel()
-            waiter.timer = None
-        waiter.on_answer(answer)
+        held.done = True
+        self._remove(held)
+        if held.timer is not None:
+            held.timer.cancel()
+            held.timer = None
+        held.on_answer(answer)
 
-    def _remove(self, waiter: HeldClaim[A]) -> None:
-        line = waiter.line
+    def _remove(self, held: HeldClaim[A]) -> None:
+        line = held.line
         if line is None:
             return
-        waiter.line = None
+        held.line = None
         self.held -= 1
         try:
-            line.queue.remove(waiter)
+            line.queue.remove(held)
         except ValueError:
             pass
         if not line.queue and not line.pumping:
@@ -383,9 +383,9 @@ class HeldClaims(Generic[A]):
         self.closing = True
         count = 0
         for line in list(self.lines.values()):
-            for waiter in list(line.queue):
-                if not waiter.running:
-                    self.finish(waiter, waiter.last)
+            for held in list(line.queue):
+                if not held.running:
+                    self.finish(held, held.last)
                     count += 1
             if not line.queue and not line.pumping:
                 self.drop_line(line)

@@ -67,13 +67,13 @@ class AsyncioDriver(Generic[A]):
         else:
             fn()
 
-    def run(self, waiter: HeldClaim[A], done: Callable[[Outcome[A]], None]) -> None:
+    def run(self, held: HeldClaim[A], done: Callable[[Outcome[A]], None]) -> None:
         """A runner that answers at once (the claim ran on the loop) is handed on at once: the
         wake of a waiting claim costs no task. One that answers an awaitable (a worker thread)
         gets a task. No reference to it is kept: a done-callback to drop one would cost a turn,
         and a task that awaits is referenced by what it awaits (the executor's future)."""
         try:
-            got = self.runner(waiter)
+            got = self.runner(held)
         except Exception:
             log.exception("internal fault running a held claim")
             done(Outcome(True, self.fault))

@@ -2,7 +2,7 @@
 
 One daemon thread runs the lines: the hops of write announcements, the timers (look gaps, time
 wakes, deadlines) and the runs of held claims, one at a time, as an event loop would. A caller
-blocks in its own thread on its waiter's answer (in_process.py). The thread starts with the first
+blocks in its own thread on its held claim's answer (in_process.py). The thread starts with the first
 held claim and stops at `close`.
 """
 
@@ -77,9 +77,9 @@ class ThreadDriver(Generic[A]):
     def settle(self, fn: Callable[[], None]) -> None:
         self.soon(fn)  # in process nothing is on its way: a caller that leaves says so at once
 
-    def run(self, waiter: HeldClaim[A], done: Callable[[Outcome[A]], None]) -> None:
+    def run(self, held: HeldClaim[A], done: Callable[[Outcome[A]], None]) -> None:
         try:
-            outcome = self.runner(waiter)
+            outcome = self.runner(held)
         except Exception:
             log.exception("internal fault running a held claim")
             outcome = Outcome(True, self.fault)

@@ -14,7 +14,7 @@ The held package never holds the database: it talks to three small interfaces, t
 * `Driver`: where the state runs. It gives the clock the look gaps and deadlines are read on
   (seconds), timers, a hop onto its own thread of control from any thread (an announcement
   comes from the writer's thread, under the write lock), a short settling pause (the client
-  that left is seen gone before a head runs), and the run of a waiter's claim, which may take
+  that left is seen gone before a head runs), and the run of a held claim, which may take
   time (asyncio: a task; threads: the driver's thread). `on_asyncio.py` and `on_threads.py`
   are the two drivers; the unit tests drive the state with a fake one.
 """
@@ -168,6 +168,6 @@ class Driver(Protocol[A]):
         """Let what is already on its way land (a client's close), then run `fn`."""
         ...
 
-    def run(self, waiter: HeldClaim[A], done: Callable[[Outcome[A]], None]) -> None:
-        """Run the waiter's claim once; `done(outcome)` in the driver's thread of control."""
+    def run(self, held: HeldClaim[A], done: Callable[[Outcome[A]], None]) -> None:
+        """Run the held claim once; `done(outcome)` in the driver's thread of control."""
         ...

@@ -196,9 +196,9 @@ class App(Service):
             else:
                 self.confirmed(answer, then)
 
-        waiter = HeldClaim(held.work, held.last, answered)
-        lines_.hold(held.claim, waiter, held.work.wait, held.seen)
-        return lambda: lines_.forget(waiter)
+        held_claim = HeldClaim(held.work, held.last, answered)
+        lines_.hold(held.claim, held_claim, held.work.wait, held.seen)
+        return lambda: lines_.forget(held_claim)
 
     def release(self, pending: Pending, then: Callable[[Answer], None]) -> None:
         """`then(answer)` once the pending answer's write is durable; the log's 500 if its

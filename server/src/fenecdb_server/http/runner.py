@@ -69,10 +69,10 @@ class Runner:
         work.held_again()
         return claim
 
-    def run_held(self, waiter: HeldClaim[Answer]) -> Outcome[Answer] | Awaitable[Outcome[Answer]]:
-        """Run a held request again: on the loop at once when it can (no task for the run), else
+    def run_held(self, held: HeldClaim[Answer]) -> Outcome[Answer] | Awaitable[Outcome[Answer]]:
+        """Run a held claim again: on the loop at once when it can (no task for the run), else
         in a worker thread."""
-        work = waiter.payload
+        work = held.payload
         assert isinstance(work, Work)
         expired = self.auth.recheck(work.caller)
         if expired is not None:  # every run asks the token again (http.md §8.9): nothing runs
@@ -106,8 +106,8 @@ class Runner:
 
     def run_here(self, work: Work, *, held: bool, loop: bool = False) -> tuple[Outcome[Answer], str, int]:
         """Run the work once, in this thread: (outcome, metrics kind, the log ticket its answer
-        owes a sync, 0 for none). For a held request a `require` miss is "took nothing" (http.md
-        §8.3), not the end of the hold. It never awaits, so a held request's run needs no task of
+        owes a sync, 0 for none). For a held claim a `require` miss is "took nothing" (http.md
+        §8.3), not the end of the hold. It never awaits, so a held claim's run needs no task of
         its own; under --sync always on the loop its write's fdatasync is owed (`synced`) rather
         than waited for here: one per loop turn for all its writes (durable.py). On the `loop`, a
         run that would pass LOOP_ROWS or wait for the lock raises `OffLoop`, having written nothing."""
