@@ -390,7 +390,7 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
 
         attach(app, node)
 
-    # the claim's short way (protocol.py), unless the access log must see every request
+    # the direct path (protocol.py) answers /query and /batch, unless the access log must see every request
     front = Front(app if access_log is None else None, max_connections=max_conn, busy=poll,
                   evict=access is not None and not access.open,
                   header_timeout=opts.get("header-timeout", 10.0), body_timeout=opts.get("body-timeout", 60.0))

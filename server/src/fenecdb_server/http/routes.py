@@ -1,4 +1,4 @@
-"""The routes nobody calls in a loop, as a FastAPI app behind the raw hot path (app.py):
+"""The routes nobody calls in a loop, as a FastAPI app behind the ASGI door (asgi.py):
 `GET /`, `GET /collections`, `GET /_metrics`, `GET /_openapi.json` (HEAD alike), and the
 operator's: `/_admin/*` and `/_metrics/recent` (admin.py), `/_dashboard` (dashboard.py).
 
