@@ -2,9 +2,10 @@
 
 CPython frees almost everything by reference counting; its cycle collector exists for the rest,
 and a full collection walks every object it tracks. A stored job is four tracked objects (its
-row, its timestamp, two bookkeeping tuples while it is fresh), so with CPython's defaults loading
-1 000 000 jobs paused the process for 13.8 s in all, the longest pause 1.36 s, and a claim that
-came during one waited for it (issue 20). Rows hold no cycles, so walking them finds nothing.
+row, its timestamp, two bookkeeping tuples while it is fresh), so with CPython's defaults a full
+collection over a million jobs pauses the process for the whole walk, and a claim that comes
+during one waits for it (bench/README.md, "Garbage collection while loading"). Rows hold no
+cycles, so walking them finds nothing.
 
 The policy (`apply`, once the data file is open):
 

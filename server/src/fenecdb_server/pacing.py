@@ -2,8 +2,8 @@
 
 The interpreter hands the GIL from a thread to another one waiting for it at its switch points
 (every `sys.getswitchinterval()`), which only bytecode passes. The modules compiled with mypyc
-(setup.py) run no bytecode: a statement of a hundred thousand rows run in a worker thread held the
-GIL from its first row to its last, and the loop answered no `/_health` meanwhile. So every loop
+(setup.py) run no bytecode: a statement of a hundred thousand rows run in a worker thread would
+hold the GIL from its first row to its last, and the loop answer no `/_health` meanwhile. So every loop
 of the engine over a statement's rows, documents or lines that may pass PACE_ROWS works PACE_ROWS
 of them at a time and calls `hand_over` between two such chunks: the event loop waits for the GIL
 at most one chunk's work and the switch interval. It is counted in rows, not time, and the event

@@ -24,9 +24,9 @@ from .rwlock import RWLock
 from .schedules import Schedules
 
 PARSE_CACHE = 4096  # statements kept parsed (and prepared) at most
-# ... and at most this many characters of statement text between them: an AST holds up to ~40x
-# its text (a 1 MB `in [1, 1, ...]`: 37 MB, tests/unit/test_parser_linear.py), so 20 distinct
-# 10 MB statements kept 450 MB. A text longer than CACHE_TEXT_MAX is parsed every time it comes.
+# ... and at most this many characters of statement text between them: an AST holds up to ~40
+# times its text (tests/unit/test_parser_linear.py), so a count alone would let a few large
+# statements keep gigabytes. A text longer than CACHE_TEXT_MAX is parsed every time it comes.
 CACHE_CHARS = 4 << 20
 CACHE_TEXT_MAX = 64 << 10
 # A statement this long (and not prepared yet) is compiled before the lock is taken: compiling

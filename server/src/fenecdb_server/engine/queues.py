@@ -151,11 +151,10 @@ class Tally:
     write lock, where classifying its rows in place would cost the claim several times more);
     `drain`, run by whoever reads the
     counters (a scrape, the once-a-second sampler) or once more than PENDING_MAX blocks or
-    PENDING_ROWS changed rows wait, classifies them (a bulk load of blocks of 1 000 jobs with no
-    scrape kept 4 096 blocks, four million rows, alive, when the bound was 4 096 blocks). A few
-    blocks at a time, their rows are still in the CPU's caches: over HTTP, claim + ack with 4 and
-    8 workers were faster with the bound at 8 than at 4 096, the claim's p50 and p99 unchanged
-    (bench/README.md, "Numbers the code's comments used to carry"). A block's undo list holds each changed
+    PENDING_ROWS changed rows wait, classifies them: the rows of the blocks waiting stay alive until then, so the bound
+    keeps a bulk load with no scrape from holding millions of them. A few blocks at a time, their
+    rows are still in the CPU's caches, which a larger bound loses (bench/README.md, "Numbers the
+    code's comments used to carry"). A block's undo list holds each changed
     row as it was before (its first entry per id), its ops the rows as written (the last)."""
 
     PENDING_MAX = 8

@@ -58,9 +58,10 @@ Snapshot: `{"s": S, "colls": [coll, ...], "queues": [[coll, queue, state], ...],
 before queue controls; `schedules` left out when there are none, `term` when it is 0), each coll
 `{"schema": schema, "next": next_id, "rows": [[id, row], ...], "bytes": n}` (rows in id order,
 `bytes` the size of its `rows` array; a row of a collection with no bytes field and no null is
-written as it is stored, so it also holds `"id": id`, which reading skips), each key `[key, hash, at, ttl_ms, answers]` (or, written up
-to 52ba4c8, `[key, hash, status, body, at, ttl_ms]`); `bytes` and `idem_bytes` calibrate the
-dead-bytes estimate (storage/footprint.py) and are absent in the oldest snapshots.
+written as it is stored, so it also holds `"id": id`, which reading skips), each key
+`[key, hash, at, ttl_ms, answers]` (or, in a file from before the answers were kept,
+`[key, hash, status, body, at, ttl_ms]`, as the `k` op's old form); `bytes` and `idem_bytes`
+calibrate the dead-bytes estimate (storage/footprint.py) and are absent in the oldest snapshots.
 
 Text: a lone surrogate (an in-process caller's text, a token's claim pinned into a row) is stored
 as it is and read back as it was: orjson, which encodes and reads the records, refuses one, and
@@ -271,9 +272,8 @@ def _snapshot_row(schema: Schema, row: dict) -> dict:
     """A row as a snapshot holds it: where no field holds bytes (`Schema.plain`) and no value is
     null, the row as it is stored, its id included (the id is not a field, so reading skips it;
     orjson writes every other value as `encode_row` would have made it, a geo tuple as an array),
-    without the copy `encode_row` makes. A million jobs' rows encoded (compiled, in process,
-    alternated): 0.60-0.78 s against 0.95-1.48 s with every row through `encode_row`, the
-    snapshot 84.7 MB against 72.8 (each id written twice)."""
+    without the copy `encode_row` makes: a snapshot encodes faster, for some more bytes (each id
+    written twice; bench/README.md, "A compaction's snapshot without copies")."""
     if schema.plain:
         for v in row.values():
             if v is None:
@@ -287,8 +287,8 @@ def _rows_pieces(schema: Schema, rows: dict, pause: Callable[[], None] | None = 
     per call, `pause()` after each: one encoder call holds the GIL for its whole run, so over a
     whole collection at once it kept every other thread (the event loop, in the server) waiting
     for all of it; between chunks they run. The server's compaction pauses with `time.sleep(0)`,
-    which hands the GIL to a thread waiting for it (`Database.compact`). A million rows encode
-    in 0.67 s by chunks of 100 against 0.98 s by chunks of 1 000 (no pause).
+    which hands the GIL to a thread waiting for it (`Database.compact`). A small chunk is also the
+    faster one (bench/README.md, "Numbers the code's comments used to carry").
     scripts/compaction_pause.py measures what a writer waits during a compaction."""
     ids = sorted(rows)
     yield b"["

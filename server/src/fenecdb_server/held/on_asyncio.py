@@ -9,7 +9,7 @@ watcher. A run that awaits (a worker thread's) is a task; the lines go on meanwh
 
 The wake of one waiting claim by a write costs the announcement's turn (the look, made at once) and
 its settling turns; the run is made in the last of them, with no task, unless it goes to a worker
-thread (`--sync always`, a long statement). Before this package it also cost a task and its turn.
+thread (`--sync always`, a long statement).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class AsyncioDriver(Generic[A]):
     def behind_wake(self, fn: Callable[[], None]) -> None:
         """Run `fn` after the run a write announced in this turn (its wake pass, then its settling
         turns), in the same turn as that run and after it: where the write's own answer waits, the
-        woken worker is answered first (issue 20, item 5)."""
+        woken worker is answered first."""
         self.loop.call_soon(self._turn, self.settle_turns, fn)
 
     def _turn(self, left: int, fn: Callable[[], None]) -> None:

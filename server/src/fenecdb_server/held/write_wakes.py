@@ -123,7 +123,7 @@ class WriteWakes(Generic[A]):
         # older but whose gap ends a little later goes first, so this one waits for it.
         # The line whose timer fired is due whatever the clock reads: uvloop's clock counts whole
         # milliseconds, so at the timer `now` can be 15187.13 against a gap that ends at
-        # 15187.130000000001, and a strict comparison here once left a worker asleep beside a
+        # 15187.130000000001, and a strict comparison would leave a worker asleep beside a
         # ready job until its deadline. The other lines get the clock's grain as slack.
         due_by = self.lines.driver.time() + CLOCK_GRAIN_S
         ready = [ln for ln in self.lines.lines.values() if ln.pending and ln.queue and not ln.pumping]

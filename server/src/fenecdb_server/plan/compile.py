@@ -90,9 +90,9 @@ def _depth(e: A.Expr) -> int:
 
 def _in_consts(lf: Fn, consts: list[Any]) -> Fn:
     """`x in [literals]`: a set lookup for the kinds whose `=` is Python's (int with int, text
-    with text, float with float), `eq` against the rest. A 2 MB `in [1, 1, ...]` compared each
-    row with every item (a million `eq` calls a row); now a row of one of those kinds costs one
-    lookup plus the items of other kinds (tests/unit/test_parser_linear.py counts the calls)."""
+    with text, float with float), `eq` against the rest: a row of one of those kinds costs one
+    lookup plus the items of other kinds, never an `eq` call per item
+    (tests/unit/test_parser_linear.py counts the calls)."""
     exact: dict[type, set[Any]] = {int: set(), str: set(), float: set()}
     for c in consts:
         bucket = exact.get(type(c))

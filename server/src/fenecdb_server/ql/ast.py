@@ -277,7 +277,7 @@ class Del(Statement):
     verb = "del"
 
 
-# ---------------------------------------------------------------- schedules (issue 45)
+# ---------------------------------------------------------------- schedules
 
 
 @dataclass(frozen=True, slots=True)

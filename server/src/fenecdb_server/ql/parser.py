@@ -43,10 +43,9 @@ class _Guard(PostLex):
     """The nesting limit, counted on the tokens as the lexer hands them to the parser (so a `(`
     inside a text or a comment is no nesting: the lexer has already read those as one token).
 
-    It replaces a pre-check that ran a regex over the whole text before lark: at an
-    unterminated quote that regex rescanned to the end of the text, once per later quote, so
-    `(` x 600, `"`, `\\"` x 50 000 (100 KB) held the GIL for 30 s. Here each token is looked
-    at once, when lark reads it, and a refusal comes at the 513th open bracket or the
+    A regex over the whole text before lark would rescan to the end of the text at an
+    unterminated quote, once per later quote: quadratic in the text (server/README.md, "Stalls
+    measured", has the quote attack). Here each token is looked at once, when lark reads it, and a refusal comes at the 513th open bracket or the
     2049th `and`/`or`, having read nothing past it. LALR keeps its stack in a list and the
     transformer runs as each rule is reduced, so nothing recurses on the way: the limit is
     there for what consumes the statement after (the compiler, the planner)."""

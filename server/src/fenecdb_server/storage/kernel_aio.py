@@ -1,9 +1,9 @@
 """An fdatasync that runs while the caller goes on: Linux's kernel AIO (`io_submit` of an
 `IOCB_CMD_FDSYNC`), its completion told through an eventfd an event loop can watch.
 
-Why: under `--sync always` the HTTP server's loop used to sit idle for each turn's fdatasync
-(on a virtual disk, about one request's CPU), and requests read
-meanwhile waited in the kernel. A thread doing the fdatasync would need the GIL back to say it
+Why: under `--sync always` an fdatasync in place leaves the HTTP server's loop idle for each
+turn's sync (on a virtual disk, about one request's CPU), and requests read meanwhile wait in
+the kernel. A thread doing the fdatasync would need the GIL back to say it
 is done, and a busy loop hands the GIL over only at the interpreter's switch interval (5 ms):
 slower (`http/durable.py`). Here the kernel runs the fdatasync on its own worker and
 bumps the eventfd; no Python thread and no GIL are involved until the loop reads it.
