@@ -23,8 +23,7 @@ DIGITS_MAX: Final = 40  # a longer number is left to lark (int() refuses thousan
 
 
 # Character classes by code point, ASCII only: any other character makes the reader decline. The
-# end of the text reads as -1, in no class. (Compared rather than looked up in a table: compiled,
-# a comparison of machine integers is cheaper than a list's item.)
+# end of the text reads as -1, in no class.
 def space(c: int) -> bool:
     return c == 32 or c == 10 or c == 9 or c == 13
 

@@ -35,8 +35,6 @@ from .literal_nodes import new_lit as _lit
 from .literal_nodes import new_object as _object
 from .literal_scan import Decline, LiteralScanner, digit, letter
 
-# The module's constants are `Final`: compiled, any other module-level name is a dictionary lookup
-# each time it is read.
 _RESERVED: Final = RESERVED
 _MAX_NAME: Final = MAX_NAME
 _MAX_PATH_KEYS: Final = MAX_PATH_KEYS
@@ -162,7 +160,7 @@ class _Reader(LiteralScanner):
             c = self._skip()
             if not digit(c):
                 raise Decline()
-            written: Any = self.number(False)  # Any: compiled, a float here would fail the int check
+            written: Any = self.number(False)  # an int or a float: a float is declined below
             if type(written) is not int:
                 raise Decline()
             require = written
