@@ -228,3 +228,32 @@ def test_the_check_sees_an_any_typed_handle(tmp_path):
     assert [w.split(" ", 1)[1] for w in found] == [
         "parameter `db` of a()", "parameter `eng` of b()", "parameter `engine` of c()",
         "parameter `database` of d()", "attribute `db`"]
+
+
+# ---------------------------------------------------------------- the engine's helpers
+
+def engine_importers(root: Path) -> list[str]:
+    """The modules of engine/ (engine.py itself aside) that import `Engine`, at run time or for types."""
+    out = []
+    for path in sorted((root / "engine").glob("*.py")):
+        if path.name == "engine.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and any(a.name == "Engine" for a in node.names):
+                out.append(f"engine/{path.name}:{node.lineno}")
+    return out
+
+
+def test_the_engine_helpers_take_the_catalog_never_the_engine():
+    """A helper of the engine is handed the `Catalog` (engine/catalog.py) and what else it needs by
+    name (a writer, a feed), never the whole `Engine`: it cannot reach the log, the listeners or the
+    parse cache it was not given."""
+    assert not engine_importers(PACKAGE), engine_importers(PACKAGE)
+
+
+def test_the_helper_check_sees_a_type_only_import(tmp_path):
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "engine" / "engine.py").write_text("class Engine: ...\n")
+    (tmp_path / "engine" / "helper.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .engine import Engine\n")
+    assert engine_importers(tmp_path) == ["engine/helper.py:3"]

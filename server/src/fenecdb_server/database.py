@@ -33,7 +33,7 @@ from typing import IO, Any
 from .engine import records
 from .engine.collection import Collection
 from .engine.controls import Controls
-from .engine.engine import Engine, Listener, Reading, Result
+from .engine.engine import Engine, Listener, Reading, Result, run_write
 from .engine.holds import HeldStatements
 from .engine.idempotency import Idem, Keys
 from .engine.queues import Tally
@@ -148,15 +148,18 @@ class Database:
                 self._footprint.record(len(payload), seq, ops, self._documents)
             self.engine.appender = _LogAppender(self._log, self._footprint, self._documents)
         if schedule_timer and clock is None:
-            self._timer = Timer(self.engine)
+            self._timer = Timer(self)
             self.engine.catalog.schedules.changed = self._timer.poke
             if self.engine.catalog.schedules.by_name:
                 self._timer.poke()
 
     def fire_due(self) -> int:
         """Fire the schedules whose due times have come, each due time once (engine/schedules.py);
-        answer how many fired."""
-        return fire_due(self.engine)
+        answer how many fired. None on a read-only, failed or closed database: late, never lost."""
+        engine = self.engine
+        if engine.read_only or engine.failed is not None or engine.closed:
+            return 0
+        return fire_due(engine.catalog, partial(run_write, engine))
 
     @property
     def schedules(self) -> Schedules:

@@ -37,7 +37,8 @@ Paused: nothing fires. Resumed, it goes on at its first due time after the resum
 due while it was paused is not made up. `fire schedule` fires now, by hand, for due time
 `now`, paused or not, and leaves the next due time as it was.
 
-Who fires: `fire_due(eng)`, and only while `Schedules.firing` holds (a replica, which must not
+Who fires: `fire_due(catalog, write)` through the engine's one writer (`Database.fire_due`),
+and only while `Schedules.firing` holds (a replica, which must not
 enqueue, turns it off with `stop_firing`). The HTTP server calls it from a timer task on its
 event loop (cli.py `start_background`); an in-process `Database` on the wall clock from a
 thread of its own, started with the first schedule; a `Database` on a clock of its own (a
@@ -49,7 +50,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
@@ -66,7 +67,6 @@ from .puts import run_put
 if TYPE_CHECKING:
     from ..policy import Scope
     from .catalog import Catalog
-    from .engine import Engine
 
 GRACE_MS = 60_000  # a due time found later than this after it was missed (module doc)
 MIN_EVERY_MS = 1000
@@ -338,19 +338,21 @@ def _fire(eng: Catalog, s: Schedule, blk: Block, due: int, next_due: int, now: i
 # ---------------------------------------------------------------- firing
 
 
-def fire_due(eng: Engine) -> int:
-    """Fire every due time that has come (module doc), each fire its own record; answer how many
-    fired. Nothing while `firing` is off, nor on a read-only, failed or closed database."""
-    from .engine import run_write  # the engine imports this module: its writer is looked up when used
+Write = Callable[[Callable[[Block], Any]], Any]  # the engine's one writer: fn(blk) as a write of its own
 
-    sch = eng.catalog.schedules
-    if not sch.firing or not sch.by_name or eng.read_only or eng.failed is not None or eng.closed:
-        return 0  # a read-only server writes nothing, a failed disk takes no write: no fire is lost, only late
-    now = eng.now()
+
+def fire_due(catalog: Catalog, write: Write) -> int:
+    """Fire every due time that has come (module doc), each fire its own record, made by `write`
+    (engine.py `run_write`); answer how many fired. Nothing while `firing` is off; the caller
+    fires nothing on a read-only, failed or closed database (`Database.fire_due`)."""
+    sch = catalog.schedules
+    if not sch.firing or not sch.by_name:
+        return 0
+    now = catalog.now()
     n = 0
     for name in [s.name for s in list(sch.by_name.values()) if not s.paused and s.due <= now]:
         while sch.firing:
-            got = run_write(eng, partial(_fire_next, eng.catalog, name, now))
+            got = write(partial(_fire_next, catalog, name, now))
             if got is None:
                 break
             n += got
@@ -422,17 +424,35 @@ def snapshot(eng: Catalog) -> list:
 # ---------------------------------------------------------------- an in-process timer
 
 
+class Firer(Protocol):
+    """What the timer needs of its database (database.py): its schedules, its clock, whether it is
+    closed or failed, and `fire_due`."""
+
+    @property
+    def schedules(self) -> Schedules: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def failed(self) -> str | None: ...
+
+    def until(self, moment: int) -> float: ...
+
+    def fire_due(self) -> int: ...
+
+
 class Timer:
-    """A thread firing `eng`'s schedules at their due times, for an in-process database on the
+    """A thread firing `db`'s schedules at their due times, for an in-process database on the
     wall clock: it sleeps until the earliest due time (woken sooner when a schedule is made or
     changed, and at least once a minute), then calls `fire_due`."""
 
     RECHECK_S = 60.0
 
-    def __init__(self, eng: Engine) -> None:
+    def __init__(self, db: Firer) -> None:
         import threading
 
-        self._eng = eng
+        self._db = db
         self._wake = threading.Event()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="fenecdb-schedules", daemon=True)
@@ -456,17 +476,17 @@ class Timer:
     def _run(self) -> None:
         import logging
 
-        eng = self._eng
+        db = self._db
         while not self._stop:
-            nxt = eng.catalog.schedules.next_due()
-            wait = self.RECHECK_S if nxt is None else max(0.0, min(self.RECHECK_S, eng.until(nxt)))
+            nxt = db.schedules.next_due()
+            wait = self.RECHECK_S if nxt is None else max(0.0, min(self.RECHECK_S, db.until(nxt)))
             self._wake.wait(wait)
             self._wake.clear()
-            if self._stop or eng.closed:
+            if self._stop or db.closed:
                 return
             try:
-                fire_due(eng)
+                db.fire_due()
             except FenecError as e:
                 logging.getLogger("fenecdb.schedules").warning("firing schedules: %s", e.message)
-                if eng.failed is not None:
+                if db.failed is not None:
                     return
