@@ -119,16 +119,16 @@ class Controls:
         from .limits import Gate  # limits imports execute, which this module must not load first
         return Gate(self, coll, shape, targets)
 
-    def set(self, eng: Catalog, coll: str, queue: str | None, target: Target) -> Callable[[], None]:
+    def set(self, catalog: Catalog, coll: str, queue: str | None, target: Target) -> Callable[[], None]:
         """Make `target` the controls of (coll, queue); answer the undo."""
         per = self.targets.get(coll)
         old = per.get(queue, NONE) if per is not None else NONE
         self._put(coll, queue, target)
-        eng.schema_changed()
+        catalog.schema_changed()
 
         def undo() -> None:
             self._put(coll, queue, old)
-            eng.schema_changed()
+            catalog.schema_changed()
         return undo
 
     def _put(self, coll: str, queue: str | None, target: Target) -> None:
@@ -145,7 +145,7 @@ class Controls:
         if self.books is not None:
             self.books.forget(coll)
 
-    def forget(self, eng: Catalog, coll: str) -> Callable[[], None]:
+    def forget(self, catalog: Catalog, coll: str) -> Callable[[], None]:
         """Drop every control of `coll` (the collection is dropped); answer the undo."""
         old = self.targets.pop(coll, None)
         rates = {k: v for k, v in self.rates.items() if k[0] == coll}
@@ -154,13 +154,13 @@ class Controls:
         if self.books is not None:
             self.books.forget(coll)
         if old is not None:
-            eng.schema_changed()
+            catalog.schema_changed()
 
         def undo() -> None:
             if old is not None:
                 self.targets[coll] = old
                 self.rates.update(rates)
-                eng.schema_changed()
+                catalog.schema_changed()
         return undo
 
     # ---------------------------------------------------------------- the log and snapshots
@@ -179,10 +179,10 @@ class Controls:
 # ---------------------------------------------------------------- the statements
 
 
-def _queue_shape(eng: Catalog, stmt: A.QueueControl) -> Shape:
-    coll = eng.collections.get(stmt.collection)
+def _queue_shape(catalog: Catalog, stmt: A.QueueControl) -> Shape:
+    coll = catalog.collections.get(stmt.collection)
     if coll is None:
-        raise no_collection(stmt.collection, eng.collections)
+        raise no_collection(stmt.collection, catalog.collections)
     shape = shape_of(coll.schema)
     if shape is None:
         raise FenecError("query", f"`{stmt.collection}` is not a queue: a queue has `owner text`, `attempts int` "
@@ -207,10 +207,10 @@ def _quoted(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def run_control(eng: Catalog, stmt: A.QueueControl, blk: Block) -> dict:
+def run_control(catalog: Catalog, stmt: A.QueueControl, blk: Block) -> dict:
     """pause, resume, limit or unlimit: the target's new state, written as one `q` op."""
-    _queue_shape(eng, stmt)
-    per = eng.controls.targets.get(stmt.collection)
+    _queue_shape(catalog, stmt)
+    per = catalog.controls.targets.get(stmt.collection)
     old = per.get(stmt.queue, NONE) if per is not None else NONE
     verb = stmt.verb
     if verb == "pause" or verb == "resume":
@@ -228,7 +228,7 @@ def run_control(eng: Catalog, stmt: A.QueueControl, blk: Block) -> dict:
                                                and (stmt.by is None or x.by == stmt.by))))
         said = "unlimited" if new.limits != old.limits else "had no such limit"
     if new != old:
-        blk.schema_undo.append(eng.controls.set(eng, stmt.collection, stmt.queue, new))
+        blk.schema_undo.append(catalog.controls.set(catalog, stmt.collection, stmt.queue, new))
         blk.ops.append(("q", stmt.collection, stmt.queue, new.to_json()))
         blk.touched.add(stmt.collection)
         blk.writes += 1
@@ -237,17 +237,17 @@ def run_control(eng: Catalog, stmt: A.QueueControl, blk: Block) -> dict:
     return {"message": f"{_named(stmt)} {said}"}
 
 
-def show_queues(eng: Catalog, visible: Callable[[str], bool] | None = None) -> list[dict]:
+def show_queues(catalog: Catalog, visible: Callable[[str], bool] | None = None) -> list[dict]:
     """`show queues`: a row per queue collection (its `queue` null) and per named queue with
     controls of its own, in name order: whether it is paused and its limits, as written."""
     rows = []
-    for name in sorted(eng.collections):
+    for name in sorted(catalog.collections):
         if visible is not None and not visible(name):
             continue
-        coll = eng.collections[name]
+        coll = catalog.collections[name]
         if shape_of(coll.schema) is None:
             continue
-        per = eng.controls.targets.get(name, {})
+        per = catalog.controls.targets.get(name, {})
         queues: list[str | None] = [None, *sorted(q for q in per if q is not None)]
         for queue in queues:
             t = per.get(queue, NONE)

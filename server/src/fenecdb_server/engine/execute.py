@@ -194,9 +194,9 @@ def _reach(q: Any, cap: int) -> int | None:
     return None
 
 
-def run_get(eng: Catalog, p: Prepared, env: Env, pieces: int = 0) -> Any:
+def run_get(catalog: Catalog, p: Prepared, env: Env, pieces: int = 0) -> Any:
     """A get's answer; past `pieces` rows (0: never) the rows unrendered, as `Rows`."""
-    coll = eng.collection(p.coll)
+    coll = catalog.collection(p.coll)
     q = p.query
     if p.count:
         if coll.rows and q.filter is None:
@@ -214,10 +214,10 @@ def run_get(eng: Catalog, p: Prepared, env: Env, pieces: int = 0) -> Any:
     return render(p.cols, rows, env)  # type: ignore[arg-type]  # not a count: prepare() set the columns
 
 
-def run_set(eng: Catalog, p: Prepared, env: Env, blk: Block) -> Any:
+def run_set(catalog: Catalog, p: Prepared, env: Env, blk: Block) -> Any:
     if p.gate is not None:  # a claim on a queue with controls (engine/limits.py)
-        return p.gate.run(eng, p, env, blk)
-    coll = eng.collection(p.coll)
+        return p.gate.run(catalog, p, env, blk)
+    coll = catalog.collection(p.coll)
     need = _write_need(p, env, blk)
     picked = pick(coll, p.query, env, need)
     if need is not None:
@@ -384,8 +384,8 @@ def _rewrite(schema: Schema, patch: list, picked: list[dict], env: Env) -> list[
     return news
 
 
-def run_del(eng: Catalog, p: Prepared, env: Env, blk: Block) -> Any:
-    coll = eng.collection(p.coll)
+def run_del(catalog: Catalog, p: Prepared, env: Env, blk: Block) -> Any:
+    coll = catalog.collection(p.coll)
     need = _write_need(p, env, blk)
     picked = pick(coll, p.query, env, need)
     if need is not None:

@@ -98,12 +98,12 @@ class Gate:
                 else:
                     self.limits.append((queue, lim, (coll, queue, lim.by, lim.per_ms)))
 
-    def budget(self, eng: Catalog, coll: Collection, now: int, blk: Block | None) -> Budget:
-        return Budget(self, eng, coll, now, blk)
+    def budget(self, catalog: Catalog, coll: Collection, now: int, blk: Block | None) -> Budget:
+        return Budget(self, catalog, coll, now, blk)
 
-    def look_query(self, eng: Catalog, coll: Collection, q: Query, now: int) -> Query | None:
+    def look_query(self, catalog: Catalog, coll: Collection, q: Query, now: int) -> Query | None:
         """The query a held claim's look reads (None: the queue is paused whole)."""
-        b = Budget(self, eng, coll, now, None)
+        b = Budget(self, catalog, coll, now, None)
         return None if b.stopped else b.query(q)
 
     def next_turn(self, now: int) -> int | None:
@@ -116,10 +116,10 @@ class Gate:
                     best = m
         return best
 
-    def run(self, eng: Catalog, p: Prepared, env: Env, blk: Block) -> Any:
+    def run(self, catalog: Catalog, p: Prepared, env: Env, blk: Block) -> Any:
         """execute.run_set for a claim with controls: the rows the budget admits, written."""
-        coll = eng.collection(p.coll)
-        b = Budget(self, eng, coll, int(env.now), blk)
+        coll = catalog.collection(p.coll)
+        b = Budget(self, catalog, coll, int(env.now), blk)
         olds: list[dict] = []
         news: list[dict] = []
         if not b.stopped:
@@ -198,12 +198,12 @@ def _choose(coll: Collection, p: Prepared, env: Env, b: Budget) -> tuple[list[di
 class Budget:
     """What one claim (or one look) may still take, as of `now`: the module's rules 1 and 2."""
 
-    __slots__ = ("gate", "stopped", "paused", "limits", "now", "blk", "coll", "eng", "book", "_used", "taken",
-                 "_delta", "shape")
+    __slots__ = ("gate", "stopped", "paused", "limits", "now", "blk", "coll", "catalog", "book", "_used",
+                 "taken", "_delta", "shape")
 
-    def __init__(self, gate: Gate, eng: Catalog, coll: Collection, now: int, blk: Block | None) -> None:
+    def __init__(self, gate: Gate, catalog: Catalog, coll: Collection, now: int, blk: Block | None) -> None:
         self.gate = gate
-        self.eng = eng
+        self.catalog = catalog
         self.coll = coll
         self.now = now
         self.blk = blk
@@ -383,7 +383,7 @@ class Books:
     engine the first time a book is built: until then a commit pays nothing for them)."""
 
     def __init__(self, feed: Feed) -> None:
-        self.eng = feed
+        self.feed = feed
         self.by_coll: dict[str, Book] = {}
         self._mutex = threading.Lock()  # looks build books under the shared read lock
 
@@ -394,9 +394,9 @@ class Books:
         """The collection's book as of its last commit: one built now (after a change, a
         restart, a replayed record) reads the rows a block under way changed as they were."""
         b = self.by_coll.get(coll.name)
-        if b is not None and b.seq == self.eng.seq and b.limits == gate.leased:
+        if b is not None and b.seq == self.feed.seq and b.limits == gate.leased:
             return b
-        b = Book(self.eng.seq, gate)
+        b = Book(self.feed.seq, gate)
         rows = coll.rows
         before: dict[int, dict | None] = {}
         if blk is not None:

@@ -166,11 +166,11 @@ class PutRules:
 SERVER_TOKEN = PutRules()
 
 
-def run_put(eng: Catalog, p: Prepared, env: Env, blk: Block, rules: PutRules = SERVER_TOKEN) -> Any:
+def run_put(catalog: Catalog, p: Prepared, env: Env, blk: Block, rules: PutRules = SERVER_TOKEN) -> Any:
     """put, insert and upsert (`if absent`, `else`): each document is a new row, or with an
     explicit `id` the row of that id; `if absent` passes over (or, with `else`, updates) the live
     row holding the document's id or one of its @unique values."""
-    coll = eng.collection(p.coll)
+    coll = catalog.collection(p.coll)
     stmt = p.stmt
     assert isinstance(stmt, A.Put)
     schema = coll.schema

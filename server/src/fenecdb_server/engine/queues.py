@@ -326,16 +326,16 @@ class Tally:
         return {k: list(v) for k, v in list(self.counters.items())}
 
 
-def stats(eng: Catalog, seq: int) -> dict:
+def stats(catalog: Catalog, seq: int) -> dict:
     """Documents per collection, and for a queue how many jobs are ready, leased, delayed,
     retrying, dead and done, with the age of the oldest ready one in ms (0 when none is): the
     totals, and under `queues` the same per value of its `queue` field ("" alone when it has
     none); and the change number `seq`."""
-    now = eng.now()
+    now = catalog.now()
     out: dict[str, Any] = {"collections": {}, "seq": seq}
     scans = []
-    with eng.reading():
-        for name, coll in eng.collections.items():
+    with catalog.reading():
+        for name, coll in catalog.collections.items():
             st: dict[str, Any] = {"documents": len(coll.rows)}
             shape = shape_of(coll.schema)
             if shape is not None:

@@ -128,12 +128,12 @@ class Schedule:
         self.fires = int(state.get("fires") or 0)
         self.error = state.get("error")
 
-    def plan(self, eng: Catalog) -> Prepared:
+    def plan(self, catalog: Catalog) -> Prepared:
         """The put prepared against the schema now (kept until the schema changes)."""
-        version = eng.version
+        version = catalog.version
         got = self._plan
         if got is None or got[0] != version:
-            p = prepare(self.stmt.put, {n: c.schema for n, c in eng.collections.items()})
+            p = prepare(self.stmt.put, {n: c.schema for n, c in catalog.collections.items()})
             self._plan = got = (version, p)
         return got[1]
 
@@ -227,27 +227,27 @@ def _denied(coll: str) -> FenecError:
                                 f"`schedule` grant on it")
 
 
-def run(eng: Catalog, text: str, stmt: A.Statement, blk: Block, scope: Scope | None) -> Any:
+def run(catalog: Catalog, text: str, stmt: A.Statement, blk: Block, scope: Scope | None) -> Any:
     """A schedule statement, under the write lock (`show schedules` under the read lock)."""
     if isinstance(stmt, A.ShowSchedules):
-        return show(eng, scope)
+        return show(catalog, scope)
     if isinstance(stmt, A.CreateSchedule):
-        return _create(eng, text, stmt, blk)
+        return _create(catalog, text, stmt, blk)
     assert isinstance(stmt, A.ScheduleControl)
-    s = eng.schedules.by_name.get(stmt.name)
+    s = catalog.schedules.by_name.get(stmt.name)
     if s is None:
         if stmt.if_exists:
             return {"message": f"schedule `{stmt.name}` does not exist"}
         raise FenecError("notfound", f"no schedule `{stmt.name}`")
     if scope is not None and not scope.grants(s.collection).has(GRANT):
         raise _denied(s.collection)
-    now = eng.now()
+    now = catalog.now()
     verb = stmt.verb
     if verb == "drop":
-        _keep(eng, s, blk, None)
+        _keep(catalog, s, blk, None)
         return {"message": f"schedule `{s.name}` dropped"}
     if verb == "fire":
-        written = _fire(eng, s, blk, now, s.due, now, by_hand=True)
+        written = _fire(catalog, s, blk, now, s.due, now, by_hand=True)
         return {"message": f"schedule `{s.name}` fired", "affected": written}
     paused = verb == "pause"
     if s.paused == paused:
@@ -256,12 +256,12 @@ def run(eng: Catalog, text: str, stmt: A.Statement, blk: Block, scope: Scope | N
     state["paused"] = paused
     if not paused and s.due <= now:  # nothing made up for the pause: on at the first due time after now
         state["due"] = s.at_or_after(now + 1)
-    _keep(eng, s, blk, state)
+    _keep(catalog, s, blk, state)
     return {"message": f"schedule `{s.name}` {'paused' if paused else 'resumed'}"}
 
 
-def _create(eng: Catalog, text: str, stmt: A.CreateSchedule, blk: Block) -> Any:
-    if stmt.name in eng.schedules.by_name:
+def _create(catalog: Catalog, text: str, stmt: A.CreateSchedule, blk: Block) -> Any:
+    if stmt.name in catalog.schedules.by_name:
         if stmt.if_not_exists:
             return {"message": f"schedule `{stmt.name}` exists"}
         raise FenecError("exists", f"schedule `{stmt.name}` exists")
@@ -270,17 +270,17 @@ def _create(eng: Catalog, text: str, stmt: A.CreateSchedule, blk: Block) -> Any:
     _checked(stmt)
     if A.highest_param(stmt.put) > 1:
         raise FenecError("query", "a schedule's put reads one parameter, `$1`: the due time it fires for")
-    now = eng.now()
+    now = catalog.now()
     s = Schedule(text, stmt, now)
-    s.plan(eng)  # the put's collection and fields checked now, not at its first due time
+    s.plan(catalog)  # the put's collection and fields checked now, not at its first due time
     s.due = s.after(now)
-    _keep(eng, s, blk, s.state(), created=True)
+    _keep(catalog, s, blk, s.state(), created=True)
     return {"message": f"schedule `{stmt.name}` created"}
 
 
-def _keep(eng: Catalog, s: Schedule, blk: Block, state: dict | None, created: bool = False) -> None:
+def _keep(catalog: Catalog, s: Schedule, blk: Block, state: dict | None, created: bool = False) -> None:
     """Set `s` to `state` (None: drop it) in memory and in the block's record, undone with the block."""
-    by_name = eng.schedules.by_name
+    by_name = catalog.schedules.by_name
     before = None if created else s.state()
 
     def undo() -> None:
@@ -296,7 +296,7 @@ def _keep(eng: Catalog, s: Schedule, blk: Block, state: dict | None, created: bo
         s.load(state)
         by_name[s.name] = s
     blk.ops.append(("h", s.name, state))
-    changed = eng.schedules.changed
+    changed = catalog.schedules.changed
     if changed is not None:
         try:
             changed()
@@ -304,7 +304,8 @@ def _keep(eng: Catalog, s: Schedule, blk: Block, state: dict | None, created: bo
             pass
 
 
-def _fire(eng: Catalog, s: Schedule, blk: Block, due: int, next_due: int, now: int, by_hand: bool = False) -> int:
+def _fire(catalog: Catalog, s: Schedule, blk: Block, due: int, next_due: int, now: int,
+          by_hand: bool = False) -> int:
     """Run the put for `due` and keep the state saying so (next due at `next_due`), in `blk`. A
     put refused by hand is raised; by the timer it is kept as the schedule's error."""
     error = None
@@ -312,7 +313,7 @@ def _fire(eng: Catalog, s: Schedule, blk: Block, due: int, next_due: int, now: i
     put = Block()  # the put's own part: put back alone when it is refused
     try:
         env = Env([V.Ts(due)], V.Ts(now))
-        ans = run_put(eng, s.plan(eng), env, put)
+        ans = run_put(catalog, s.plan(catalog), env, put)
         written = int(ans.get("affected", 0))
     except FenecError as e:
         put.rollback()
@@ -330,8 +331,8 @@ def _fire(eng: Catalog, s: Schedule, blk: Block, due: int, next_due: int, now: i
     state.update(due=next_due, fired_at=now, fires=s.fires + 1, error=error)
     if error is None:
         state["fired"] = due
-    _keep(eng, s, blk, state)
-    eng.schedules.fired += 1
+    _keep(catalog, s, blk, state)
+    catalog.schedules.fired += 1
     return written
 
 
@@ -359,32 +360,32 @@ def fire_due(catalog: Catalog, write: Write) -> int:
     return n
 
 
-def _fire_next(eng: Catalog, name: str, now: int, blk: Block) -> int | None:
+def _fire_next(catalog: Catalog, name: str, now: int, blk: Block) -> int | None:
     """Under the write lock: the next step of one schedule due at `now` (None: none is due).
     Answers the fires it made (0 for a skip of missed due times)."""
-    s = eng.schedules.by_name.get(name)
+    s = catalog.schedules.by_name.get(name)
     if s is None or s.paused or s.due > now:
         return None
     late = now - GRACE_MS
     if s.due < late:  # missed: the policy, then on at the first due time not missed
         going_on = s.at_or_after(late)
         if s.stmt.missed == "once":
-            _fire(eng, s, blk, s.due, going_on, now)
+            _fire(catalog, s, blk, s.due, going_on, now)
             return 1
         state = s.state()
         state["due"] = going_on
-        _keep(eng, s, blk, state)
+        _keep(catalog, s, blk, state)
         return 0
-    _fire(eng, s, blk, s.due, s.after(s.due), now)
+    _fire(catalog, s, blk, s.due, s.after(s.due), now)
     return 1
 
 
-def show(eng: Catalog, scope: Scope | None) -> list[dict]:
+def show(catalog: Catalog, scope: Scope | None) -> list[dict]:
     """`show schedules`: a row per schedule, by name; under a token, those whose collection it may
     read or schedule into."""
     out = []
-    for name in sorted(eng.schedules.by_name):
-        s = eng.schedules.by_name[name]
+    for name in sorted(catalog.schedules.by_name):
+        s = catalog.schedules.by_name[name]
         if scope is not None:
             g = scope.grants(s.collection)
             if not (g.has("read") or g.has(GRANT)):
@@ -401,9 +402,9 @@ def show(eng: Catalog, scope: Scope | None) -> list[dict]:
 # ---------------------------------------------------------------- the log
 
 
-def replay(eng: Catalog, name: str, state: dict | None) -> None:
+def replay(catalog: Catalog, name: str, state: dict | None) -> None:
     """An `["h", name, state]` op read back (a record's, or a snapshot's entry)."""
-    by_name = eng.schedules.by_name
+    by_name = catalog.schedules.by_name
     if state is None:
         by_name.pop(name, None)
         return
@@ -417,8 +418,8 @@ def replay(eng: Catalog, name: str, state: dict | None) -> None:
     by_name[name] = s
 
 
-def snapshot(eng: Catalog) -> list:
-    return [[name, s.state()] for name, s in eng.schedules.by_name.items()]
+def snapshot(catalog: Catalog) -> list:
+    return [[name, s.state()] for name, s in catalog.schedules.by_name.items()]
 
 
 # ---------------------------------------------------------------- an in-process timer

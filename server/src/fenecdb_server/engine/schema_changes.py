@@ -18,9 +18,9 @@ if TYPE_CHECKING:
     from .catalog import Catalog
 
 
-def run_create(eng: Catalog, stmt: A.CreateCollection, blk: Block) -> Any:
+def run_create(catalog: Catalog, stmt: A.CreateCollection, blk: Block) -> Any:
     name = stmt.name
-    if name in eng.collections:
+    if name in catalog.collections:
         if stmt.if_not_exists:
             return {"message": f"collection `{name}` exists"}
         raise FenecError("exists", f"collection `{name}` exists")
@@ -42,34 +42,34 @@ def run_create(eng: Catalog, stmt: A.CreateCollection, blk: Block) -> Any:
     if any(f.index == U.KIND for f in fields.values()):
         U.ready_field(schema)
     coll = Collection(schema)
-    eng.add_collection(coll)
-    blk.schema_undo.append(lambda: eng.remove_collection(name))
+    catalog.add_collection(coll)
+    blk.schema_undo.append(lambda: catalog.remove_collection(name))
     blk.ops.append(("c", name, schema.to_json()))
     blk.touched.add(name)
     blk.writes += 1
     return {"message": f"collection `{name}` created"}
 
 
-def run_drop(eng: Catalog, stmt: A.DropCollection, blk: Block) -> Any:
+def run_drop(catalog: Catalog, stmt: A.DropCollection, blk: Block) -> Any:
     name = stmt.name
-    coll = eng.collections.get(name)
+    coll = catalog.collections.get(name)
     if coll is None:
         if stmt.if_exists:
             return {"message": f"collection `{name}` does not exist"}
-        raise no_collection(name, eng.collections)  # schema statements are the server token's alone
-    eng.remove_collection(name)
-    blk.schema_undo.append(lambda: eng.add_collection(coll))
-    blk.schema_undo.append(eng.controls.forget(eng, name))  # its queue controls go with it
+        raise no_collection(name, catalog.collections)  # schema statements are the server token's alone
+    catalog.remove_collection(name)
+    blk.schema_undo.append(lambda: catalog.add_collection(coll))
+    blk.schema_undo.append(catalog.controls.forget(catalog, name))  # its queue controls go with it
     blk.ops.append(("x", name))
     blk.touched.add(name)
     blk.writes += 1
     return {"message": f"collection `{name}` dropped"}
 
 
-def run_create_index(eng: Catalog, stmt: A.CreateIndex, blk: Block) -> Any:
-    coll = eng.collections.get(stmt.collection)
+def run_create_index(catalog: Catalog, stmt: A.CreateIndex, blk: Block) -> Any:
+    coll = catalog.collections.get(stmt.collection)
     if coll is None:
-        raise no_collection(stmt.collection, eng.collections)
+        raise no_collection(stmt.collection, catalog.collections)
     schema = coll.schema
     target = stmt.target
     f = schema.field(target.name)
@@ -116,9 +116,9 @@ def run_create_index(eng: Catalog, stmt: A.CreateIndex, blk: Block) -> Any:
         schema.indexes.clear()
         schema.indexes.update(old_indexes)
         coll.drop_index(text)
-        eng.schema_changed()
+        catalog.schema_changed()
     blk.schema_undo.append(undo)
-    eng.schema_changed()
+    catalog.schema_changed()
     blk.ops.append(("i", coll.name, text, stmt.index, stmt.ttl_ms))
     blk.touched.add(coll.name)
     blk.writes += 1
