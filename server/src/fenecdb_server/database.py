@@ -36,18 +36,26 @@ from .engine.controls import Controls
 from .engine.engine import Engine, Listener, Reading, Result, run_write
 from .engine.holds import HeldStatements
 from .engine.idempotency import Idem, Keys
+from .engine.prepare import Rows
 from .engine.queues import Tally
 from .engine.queues import stats as queue_stats
+from .engine.rwlock import Busy
 from .engine.schedules import Schedules, Timer, fire_due
 from .errors import FenecError
 from .gc_policy import LARGE_TEXT, held_off
 from .held.in_process import InProcess
 from .policy import Scope
-from .storage import Log
+from .storage import Log, StorageFailed
 from .storage.footprint import Footprint
+from .storage.group_commit import Deferred
 from .storage.format import FILE_HEADER_SIZE, RECORD_HEADER_SIZE, check_size, file_header, record_head
 
-__all__ = ["Database", "Idem", "Result", "wrap"]
+# The database's public face: what HTTP (and any caller) may import, here and nowhere below:
+# `Database`, and the types its answers and refusals carry (a statement's `Result`, a long get's
+# `Rows`, the lock's `Busy`, a key's `Idem`, a sync's `Deferred` tickets and `StorageFailed`), and
+# the data file's header, which a replica's stream starts with.
+__all__ = ["FILE_HEADER_SIZE", "Busy", "Database", "Deferred", "Idem", "Result", "Rows", "StorageFailed",
+           "file_header", "wrap"]
 
 log = logging.getLogger("fenecdb.database")
 

@@ -48,3 +48,35 @@ def test_what_http_reads_is_typed_and_public() -> None:
     cls = next(n for n in source.body if isinstance(n, ast.ClassDef) and n.name == "Database")
     returns = {f.name: ast.unparse(f.returns) for f in cls.body if isinstance(f, ast.FunctionDef) and f.returns}
     assert returns["cached"] == "bool" and returns["tally"] == "Tally" and returns["schemas"] == "list[dict]"
+
+
+# What HTTP may import from the layers below it: the database's face (database.py's `__all__`), and
+# the layers that are not the database (the base modules, the access rules, held claims, replication).
+HTTP_MAY_IMPORT = {"database", "errors", "values", "gc_policy", "pacing", "policy", "held", "replication"}
+
+
+def lower_imports(source: str) -> list[tuple[int, str]]:
+    """(line, module) of each import of a module of http/ from the package's other layers."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 2:
+            out.append((node.lineno, node.module or ", ".join(a.name for a in node.names)))
+    return out
+
+
+def test_http_imports_the_engine_and_the_storage_only_through_the_database() -> None:
+    http = Path(database.__file__).parent / "http"
+    wrong = []
+    for path in sorted(http.glob("*.py")):
+        for line, module in lower_imports(path.read_text(encoding="utf-8")):
+            if module.split(".")[0] not in HTTP_MAY_IMPORT:
+                wrong.append(f"http/{path.name}:{line} imports ..{module}")
+    assert not wrong, "HTTP reaches under the database's face:\n" + "\n".join(wrong)
+    face = set(database.__all__)
+    assert {"Result", "Rows", "Busy", "Idem", "Deferred", "StorageFailed"} <= face
+    assert all(hasattr(database, name) for name in face)
+
+
+def test_the_import_check_sees_an_engine_import() -> None:
+    found = lower_imports("from ..engine.prepare import Rows\nfrom ..database import Rows\nfrom . import errors\n")
+    assert found == [(1, "engine.prepare"), (2, "database")]

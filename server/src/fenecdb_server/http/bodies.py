@@ -9,7 +9,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from ..engine.prepare import Rows
+from ..database import Rows
 from . import errors as E
 
 try:

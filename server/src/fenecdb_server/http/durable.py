@@ -59,8 +59,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..storage import StorageFailed
-from ..storage.group_commit import Deferred
+from ..database import Deferred, StorageFailed
 
 
 class TurnSync:

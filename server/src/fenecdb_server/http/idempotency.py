@@ -29,7 +29,7 @@ import hashlib
 import json
 from typing import Any
 
-from ..engine.idempotency import Idem
+from ..database import Idem
 
 MAX_KEY_BYTES = 255
 DEFAULT_TTL_S = 86_400

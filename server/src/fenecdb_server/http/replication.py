@@ -35,10 +35,10 @@ import urllib.parse
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
+from ..database import FILE_HEADER_SIZE, file_header
 from ..errors import FenecError
 from ..replication.feed import KEEPALIVE, KEEPALIVE_S, Replica, frames
 from ..replication.node import NO_PRIMARY
-from ..storage.format import FILE_HEADER_SIZE, file_header
 from . import errors as E
 from .bodies import dumps
 from .limits import parse_wait

@@ -19,13 +19,10 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .. import gc_policy
-from ..engine.engine import Result
-from ..engine.prepare import Rows
-from ..engine.rwlock import Busy
+from ..database import Busy, Deferred, Result, Rows
 from ..errors import FenecError
 from ..held import HeldClaim, Outcome
 from ..held.port import Claim
-from ..storage.group_commit import Deferred
 from . import errors as E
 from .auth import Auth
 from .bodies import PIECE_ROWS, pieces, render
