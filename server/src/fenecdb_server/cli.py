@@ -239,7 +239,7 @@ def ping(addr: str) -> int:
     except Exception as e:
         say(f"ping failed: {e}")
         return 1
-    if status != 200:
+    if status != http.HTTPStatus.OK:
         say(f"ping failed: /_health answered {status}")
         return 1
     return 0

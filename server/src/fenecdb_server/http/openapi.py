@@ -9,6 +9,10 @@ import json
 from functools import lru_cache
 from typing import Any
 
+from ..errors import STATUS
+from ..held import MAX_WAIT_MS
+from . import errors as E
+
 VERSION = "0.1.0"
 
 
@@ -37,7 +41,7 @@ _RETRY = {"Retry-After": {"description": "Seconds.", "schema": {"type": "integer
 
 _PARAMETERS = [
     {"name": "Fenec-Wait", "in": "header", "required": False,
-     "description": "Hold a set/del claim that would take nothing for at most this many ms (cap 30000).",
+     "description": f"Hold a set/del claim that would take nothing for at most this many ms (cap {MAX_WAIT_MS}).",
      "schema": {"type": "string", "pattern": "^\\s*[0-9]+\\s*$"}},
     {"name": "Idempotency-Key", "in": "header", "required": False,
      "description": "Make a write safe to retry (1 to 255 bytes).",
@@ -48,20 +52,20 @@ _PARAMETERS = [
 def _common(batch: bool) -> dict[str, Any]:
     bad = _batch_err if batch else _err
     return {
-        "400": bad("Malformed body, FenecQL syntax or type error, a claim that cannot be held, a bad header."),
-        "401": {**_err("A token is required and is missing or unknown."), "headers": _AUTH},
-        "403": bad("A write on a read-only server."),
-        "404": bad("Unknown collection, field or path."),
-        "409": bad("A @unique value, id or collection name already taken."),
-        "408": _err("The request head (--header-timeout) or body (--body-timeout) did not arrive in time; "
+        str(E.BAD_REQUEST): bad("Malformed body, FenecQL syntax or type error, a claim that cannot be held, a bad header."),
+        str(E.UNAUTHORIZED): {**_err("A token is required and is missing or unknown."), "headers": _AUTH},
+        str(E.FORBIDDEN): bad("A write on a read-only server."),
+        str(E.NOT_FOUND): bad("Unknown collection, field or path."),
+        str(E.CONFLICT): bad("A @unique value, id or collection name already taken."),
+        str(E.TIMED_OUT): _err("The request head (--header-timeout) or body (--body-timeout) did not arrive in time; "
                     "the connection is closed."),
-        "411": _err("A chunked body."),
-        "412": bad("`require N` not met."),
-        "413": _err("A body over 64 MiB, or statement text over --max-statement-bytes (default 1 MiB)."),
-        "422": _err("An Idempotency-Key already used with another request."),
-        "431": _err("A header block over 64 KiB."),
-        "500": bad("The disk refused a write, or an internal fault."),
-        "503": {**_err("Too many connections (past --max-connections only /_health and /_metrics answer)."),
+        str(E.LENGTH_REQUIRED): _err("A chunked body."),
+        str(STATUS["unmet"]): bad("`require N` not met."),
+        str(E.TOO_LARGE): _err("A body over 64 MiB, or statement text over --max-statement-bytes (default 1 MiB)."),
+        str(STATUS["conflict"]): _err("An Idempotency-Key already used with another request."),
+        str(E.HEAD_TOO_LARGE): _err("A header block over 64 KiB."),
+        str(E.FAULT): bad("The disk refused a write, or an internal fault."),
+        str(E.UNAVAILABLE): {**_err("Too many connections (past --max-connections only /_health and /_metrics answer)."),
                 "headers": _RETRY},
     }
 
@@ -83,7 +87,7 @@ def document() -> dict[str, Any]:
                 "operationId": "query", "summary": "Run one FenecQL statement.",
                 "parameters": _PARAMETERS,
                 "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("Statement")}}},
-                "responses": {"200": {**_json(answer, "The statement's answer."),
+                "responses": {str(E.OK): {**_json(answer, "The statement's answer."),
                                       "headers": {**_SEQ, **_VERSION_H, **_REPLAYED}}, **_common(False)},
             }},
             "/batch": {"post": {
@@ -91,40 +95,40 @@ def document() -> dict[str, Any]:
                 "parameters": _PARAMETERS,
                 "requestBody": {"required": True, "content": {"application/x-ndjson": {"schema": {
                     "type": "string", "description": "One Statement object per line; blank lines are skipped."}}}},
-                "responses": {"200": {**_json(_ref("BatchAnswer"), "Every statement's result, in order."),
+                "responses": {str(E.OK): {**_json(_ref("BatchAnswer"), "Every statement's result, in order."),
                                       "headers": {**_SEQ, **_VERSION_H, **_REPLAYED}}, **_common(True)},
             }},
             "/_health": {
                 "get": {"operationId": "health", "summary": "Liveness and readiness; no token.",
-                        "responses": {"200": _json(_ref("Health"), "The data is loaded.")}},
+                        "responses": {str(E.OK): _json(_ref("Health"), "The data is loaded.")}},
                 "head": {"operationId": "healthHead", "summary": "Liveness, no body.",
-                         "responses": {"200": {"description": "The data is loaded."}}},
+                         "responses": {str(E.OK): {"description": "The data is loaded."}}},
             },
             "/_metrics": {"get": {
                 "operationId": "metrics", "summary": "Prometheus text.",
-                "responses": {"200": {"description": "Metrics.", "content": {"text/plain": {"schema": {"type": "string"}}}},
-                              "401": {**_err("A token is required."), "headers": _AUTH}},
+                "responses": {str(E.OK): {"description": "Metrics.", "content": {"text/plain": {"schema": {"type": "string"}}}},
+                              str(E.UNAUTHORIZED): {**_err("A token is required."), "headers": _AUTH}},
             }},
             "/": {"get": {
                 "operationId": "root", "summary": "The server's version and its collections.",
-                "responses": {"200": _json(_ref("Root"), "Version and collection names."),
-                              "401": {**_err("A token is required."), "headers": _AUTH}},
+                "responses": {str(E.OK): _json(_ref("Root"), "Version and collection names."),
+                              str(E.UNAUTHORIZED): {**_err("A token is required."), "headers": _AUTH}},
             }},
             "/_whoami": {"get": {
                 "operationId": "whoami", "summary": "What the caller's token may do.",
-                "responses": {"200": _json(_ref("Whoami"), "The rules that apply to the token; "
+                "responses": {str(E.OK): _json(_ref("Whoami"), "The rules that apply to the token; "
                                                            "`full` for the server token or an open server."),
-                              "401": {**_err("A token is required and is missing, unknown, forged or expired."),
+                              str(E.UNAUTHORIZED): {**_err("A token is required and is missing, unknown, forged or expired."),
                                       "headers": _AUTH}},
             }},
             "/collections": {"get": {
                 "operationId": "collections", "summary": "Every collection's schema.",
-                "responses": {"200": _json({"type": "array", "items": _ref("Collection")}, "Schemas."),
-                              "401": {**_err("A token is required."), "headers": _AUTH}},
+                "responses": {str(E.OK): _json({"type": "array", "items": _ref("Collection")}, "Schemas."),
+                              str(E.UNAUTHORIZED): {**_err("A token is required."), "headers": _AUTH}},
             }},
             "/_openapi.json": {"get": {
                 "operationId": "openapi", "summary": "This document.",
-                "responses": {"200": _json({"type": "object"}, "OpenAPI 3.1.")},
+                "responses": {str(E.OK): _json({"type": "object"}, "OpenAPI 3.1.")},
             }},
         },
         "components": {

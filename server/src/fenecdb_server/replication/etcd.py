@@ -87,9 +87,9 @@ class Etcd:
                 self._conns.pop(at, None)
                 last = f"{self.endpoints[at]}: {e or type(e).__name__}"
                 continue
-            if resp.status != 200 or not isinstance(answer, dict):
+            if resp.status != http.HTTPStatus.OK or not isinstance(answer, dict):
                 last = f"{self.endpoints[at]} answered {resp.status}: {raw[:200]!r}"
-                if resp.status >= 500:
+                if resp.status >= http.HTTPStatus.INTERNAL_SERVER_ERROR:
                     continue
                 raise EtcdDown(last)
             self._at = at

@@ -140,7 +140,7 @@ class Follower:
             headers["fenec-member"] = self.member
         conn.request("GET", f"/_replication?{query}", headers=headers)
         resp = conn.getresponse()
-        if resp.status != 200:
+        if resp.status != http.HTTPStatus.OK:
             body = resp.read(4096).decode("utf-8", "replace")
             raise StreamBroken(f"the primary answered {resp.status}: {body}")
         history = resp.getheader("fenec-history") or ""
