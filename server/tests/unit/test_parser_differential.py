@@ -1,13 +1,13 @@
-"""The short way and lark agree (ql/literals.py): statements generated from `grammar.lark` are read
-both ways, and wherever the short way answers, lark answers the same statements (the same nodes,
-the same call positions); wherever lark refuses a text (any error), the short way declines it, so
+"""The literal reader and lark agree (ql/literals.py): statements generated from `grammar.lark` are read
+both ways, and wherever the literal reader answers, lark answers the same statements (the same nodes,
+the same call positions); wherever lark refuses a text (any error), the literal reader declines it, so
 `parse` names lark's error. A text's shape, its literal values as parameters, reads to the same
 statements once the parameters are bound back to their values.
 
 Two generators, both hypothesis's `from_lark` on the grammar file itself: the whole language
-(the short way must decline nearly all of it, and take none that lark refuses), and the put rules
+(the literal reader must decline nearly all of it, and take none that lark refuses), and the put rules
 with an expression cut down to its primaries (literals, parameters, calls, lists, objects, names,
-durations, ...), where most texts are the short way's to take. Each token is followed by a space,
+durations, ...), where most texts are the literal reader's to take. Each token is followed by a space,
 a line break, a tab or nothing, so tokens also run together; half the puts are plain: documents
 of literals only, their tokens ASCII, each followed by a space.
 """
@@ -33,7 +33,7 @@ from lark.exceptions import UnexpectedInput
 GRAMMAR = importlib.resources.files("fenecdb_server.ql").joinpath("grammar.lark").read_text(encoding="utf-8")
 
 # The put rules with `expr` cut down to one primary, and the primaries to the values a document
-# holds (and a few the short way must decline: names, paths, claims, durations, parentheses).
+# holds (and a few the literal reader must decline: names, paths, claims, durations, parentheses).
 _EXPR = "?expr: or_expr\n"
 _PRIMARY = GRAMMAR[GRAMMAR.index("?primary:"):GRAMMAR.index("call:")]
 assert _EXPR in GRAMMAR and _PRIMARY.count("|") == 9, "grammar.lark changed: update the cut below"
@@ -65,7 +65,7 @@ _ASCII = st.characters(codec="ascii", exclude_categories=("Cc",)) | st.sampled_f
 
 
 def _tokens(grammar: Lark, plain: bool) -> dict[str, st.SearchStrategy[str]]:
-    """Each terminal's strategy: ASCII (the short way's alphabet) or any character, then a
+    """Each terminal's strategy: ASCII (the literal reader's alphabet) or any character, then a
     separator. `plain`: ASCII, a space after each token, and a space where the grammar ignores
     something (a comment, any white space)."""
     out: dict[str, st.SearchStrategy[str]] = {}
@@ -119,7 +119,7 @@ def _bind(node: Any, values: list[Any]) -> Any:
 
 
 def agree(text: str) -> bool:
-    """Check one text both ways; True when the short way took it."""
+    """Check one text both ways; True when the literal reader took it."""
     short = read_put(text)
     by_lark = _lark(text)
     if short is None:
@@ -151,7 +151,7 @@ def test_puts(text: str) -> None:
     agree(text)
 
 
-# Texts the short way must take (so the generated ones above are not all declined), and texts at
+# Texts the literal reader must take (so the generated ones above are not all declined), and texts at
 # its edges, each checked against lark.
 TAKEN = [
     'put jobs {payload: {to: "user7@example.com", n: 7}, run_at: now(), attempts: 0}',
@@ -193,7 +193,7 @@ def test_a_shape_names_values_only() -> None:
 
 
 def test_the_generators_reach_the_short_way() -> None:
-    """Most generated puts are the short way's to take: the differential test is not vacuous."""
+    """Most generated puts are the literal reader's to take: the differential test is not vacuous."""
     taken = 0
     seen = 0
 
@@ -212,7 +212,7 @@ def test_the_generators_reach_the_short_way() -> None:
 
 
 def test_the_nodes_built_by_their_slots_are_whole() -> None:
-    """The short way fills the slots of the nodes it builds most rather than run their `__init__`:
+    """The literal reader fills the slots of the nodes it builds most rather than run their `__init__`:
     it fills every field each of those classes has, and none of them does more at construction."""
     for cls, names in _BY_SLOTS.items():
         assert tuple(f.name for f in dataclasses.fields(cls)) == names, cls

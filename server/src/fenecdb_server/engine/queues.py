@@ -240,7 +240,7 @@ class Tally:
         out as the rows are met, so a row changed twice counts once): the shape looked up once,
         and without a queue field the three events every worker makes (a put, a claim, an ack)
         added once, as `_one` counts them: the blocks every worker makes are the ones worth a
-        short way."""
+        path of their own."""
         shape = self.shape(name)
         if shape is None:
             return

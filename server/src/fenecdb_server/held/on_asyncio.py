@@ -7,7 +7,7 @@ protocol, http/protocol.py `eof_received`), so the run comes after every read of
 three for any other ASGI server, which says so only through connection_lost and the receive()
 watcher. A run that awaits (a worker thread's) is a task; the lines go on meanwhile.
 
-The wake of one waiting claim by a write costs the announcement's turn (the look, made at once) and
+The wake of one held claim by a write costs the announcement's turn (the look, made at once) and
 its settling turns; the run is made in the last of them, with no task, unless it goes to a worker
 thread (`--sync always`, a long statement).
 """
@@ -69,7 +69,7 @@ class AsyncioDriver(Generic[A]):
 
     def run(self, held: HeldClaim[A], done: Callable[[Outcome[A]], None]) -> None:
         """A runner that answers at once (the claim ran on the loop) is handed on at once: the
-        wake of a waiting claim costs no task. One that answers an awaitable (a worker thread)
+        wake of a held claim costs no task. One that answers an awaitable (a worker thread)
         gets a task. No reference to it is kept: a done-callback to drop one would cost a turn,
         and a task that awaits is referenced by what it awaits (the executor's future)."""
         try:

@@ -1,5 +1,5 @@
 """`unescape`: a text literal's escapes resolved (`\\n`, `\\t`, `\\r`, `\\0`; a backslash before any
-other character stands for that character), for the parser and the short way for literal puts."""
+other character stands for that character), for the parser and the literal reader (literals.py)."""
 
 from __future__ import annotations
 

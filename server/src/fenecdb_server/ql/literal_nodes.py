@@ -1,4 +1,4 @@
-"""The nodes the short way for literal puts (literals.py) builds most, made without their
+"""The nodes the literal reader (literals.py) builds most, made without their
 dataclass `__init__` (a frame of Python and a `__setattr__` call per field): a fresh object with its
 slots filled, the very object `__init__` makes (equal, hashing alike). The differential test holds
 `BY_SLOTS` to the classes' fields, and the nodes to lark's."""

@@ -1,4 +1,4 @@
-"""Literals as the language writes them, and the short way for a put of literal documents.
+"""Literals as the language writes them, and the literal reader: a put of literal documents read without lark.
 
 `read_put(text)` reads the statement most texts written by hand are, a put of documents whose
 values are literals, without lark:
