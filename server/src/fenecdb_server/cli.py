@@ -573,10 +573,8 @@ def start_background(db: Database, compact: str, path: str | None, *, every_s: f
             except Exception as e:
                 say(f"ttl sweep: {getattr(e, 'message', e)}")
 
-    tasks = [loop.create_task(sweep())] if hasattr(db, "sweep") else []
-    if hasattr(db, "schedules"):
-        tasks.append(loop.create_task(fire_schedules(db)))
-    if compact == "off" or not path or not hasattr(db, "compact"):
+    tasks = [loop.create_task(sweep()), loop.create_task(fire_schedules(db))]
+    if compact == "off" or not path:
         return tasks
     ratio = float(compact)
 
