@@ -502,7 +502,6 @@ def shut_down(db: Database) -> int:
 
 
 SWEEP_EVERY_S = 15
-SCHEDULE_RECHECK_S = 60.0  # the schedules' timer looks again at least this often
 COMPACT_CHECK_S = 5.0
 COMPACT_MIN_DEAD = 64 * 1024 * 1024
 
@@ -527,8 +526,10 @@ def compact_paced(db: Database, requests: Callable[[], int] | None) -> dict:
 
 async def fire_schedules(db: Database) -> None:
     """The schedules' timer on the event loop (engine/schedules.py): it sleeps until the earliest
-    due time, woken at once when a schedule is made or changed (and at least every
-    SCHEDULE_RECHECK_S), and fires what is due in a worker thread, since a fire is a write."""
+    due time, woken at once when a schedule is made or changed (and at least every RECHECK_S),
+    and fires what is due in a worker thread, since a fire is a write."""
+    from .engine.schedules import sleep_s
+
     loop = asyncio.get_running_loop()
     wake = asyncio.Event()
 
@@ -536,10 +537,8 @@ async def fire_schedules(db: Database) -> None:
         loop.call_soon_threadsafe(wake.set)
     db.schedules.changed = changed
     while True:
-        nxt = db.schedules.next_due()
-        wait = SCHEDULE_RECHECK_S if nxt is None else max(0.0, min(SCHEDULE_RECHECK_S, db.until(nxt)))
         try:
-            await asyncio.wait_for(wake.wait(), wait)
+            await asyncio.wait_for(wake.wait(), sleep_s(db))
         except TimeoutError:
             pass
         wake.clear()

@@ -443,12 +443,20 @@ class Firer(Protocol):
     def fire_due(self) -> int: ...
 
 
+RECHECK_S = 60.0  # a firer looks at the schedules again at least this often
+
+
+def sleep_s(db: Firer) -> float:
+    """How long a firer (the timer below, the HTTP server's task: cli.py `fire_schedules`) sleeps:
+    until the earliest due time, at most RECHECK_S."""
+    nxt = db.schedules.next_due()
+    return RECHECK_S if nxt is None else max(0.0, min(RECHECK_S, db.until(nxt)))
+
+
 class Timer:
     """A thread firing `db`'s schedules at their due times, for an in-process database on the
-    wall clock: it sleeps until the earliest due time (woken sooner when a schedule is made or
-    changed, and at least once a minute), then calls `fire_due`."""
-
-    RECHECK_S = 60.0
+    wall clock: it sleeps `sleep_s` (woken sooner when a schedule is made or changed), then calls
+    `fire_due`."""
 
     def __init__(self, db: Firer) -> None:
         import threading
@@ -479,9 +487,7 @@ class Timer:
 
         db = self._db
         while not self._stop:
-            nxt = db.schedules.next_due()
-            wait = self.RECHECK_S if nxt is None else max(0.0, min(self.RECHECK_S, db.until(nxt)))
-            self._wake.wait(wait)
+            self._wake.wait(sleep_s(db))
             self._wake.clear()
             if self._stop or db.closed:
                 return
