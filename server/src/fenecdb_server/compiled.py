@@ -57,7 +57,7 @@ def stale() -> list[str]:
 
 def running() -> bool:
     """True where the engine runs compiled (its module was loaded from a native extension)."""
-    engine = sys.modules.get(PACKAGE + ".engine.engine")
-    if engine is None:
+    module = sys.modules.get(PACKAGE + ".engine.engine")
+    if module is None:
         return False
-    return not (getattr(engine, "__file__", None) or "").endswith(".py")
+    return not (getattr(module, "__file__", None) or "").endswith(".py")
