@@ -47,8 +47,8 @@ from .held.in_process import InProcess
 from .policy import Scope
 from .storage import Log, StorageFailed
 from .storage.footprint import Footprint
-from .storage.group_commit import Deferred
 from .storage.format import FILE_HEADER_SIZE, RECORD_HEADER_SIZE, check_size, file_header, record_head
+from .storage.group_commit import Deferred
 
 # The database's public face: what HTTP (and any caller) may import, here and nowhere below:
 # `Database`, and the types its answers and refusals carry (a statement's `Result`, a long get's
