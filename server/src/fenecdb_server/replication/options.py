@@ -39,10 +39,7 @@ def _http_url(flag: str, text: str) -> str:
 def _cluster(opts: dict[str, Any], flags: Flags) -> None:
     """`--etcd`, `--cluster`, `--advertise`, `--lease-ttl` (replication/cluster.py)."""
     etcd = opts.get("etcd")
-    members = [f for f in ("cluster", "advertise", "lease-ttl") if opts.get(f) is not None]
     if etcd is None:
-        if members:
-            raise BadFlag(f"--{members[0]} is a cluster member's: it needs --etcd")
         return
     if flags.primary is not None or opts.get("promote"):
         raise BadFlag("--etcd excludes --replica-of and --promote: in a cluster the election decides who leads")
@@ -64,6 +61,9 @@ def checked(opts: dict[str, Any], path: str | None, sync: str | int) -> Flags | 
     off. Raises BadFlag on a bad value or combination."""
     token = opts.get("replication-token") or os.environ.get("FENEC_REPLICATION_TOKEN") or None
     primary = opts.get("replica-of")
+    member = next((f for f in ("--cluster", "--advertise", "--lease-ttl") if f[2:] in opts), None)
+    if member is not None and "etcd" not in opts:  # with or without a token: never taken silently
+        raise BadFlag(f"{member} is a cluster member's: it needs --etcd")
     buffer_mib = whole("--replication-buffer", given(opts, "--replication-buffer"), minimum=1)
     sync_replicas = whole("--sync-replicas", given(opts, "--sync-replicas"))
     wait_s = seconds("--sync-replicas-wait", given(opts, "--sync-replicas-wait"))
