@@ -33,10 +33,11 @@ import socket
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
+
+import http_bench  # run as a script: bench/ is on the path
 
 RIDES = "create collection rides (pickup geo @geo, run_at timestamp @sorted, owner text, attempts int)"
 NEAREST = ("set rides {owner: $1, run_at: now() + 30000, attempts: attempts + 1} "
@@ -48,18 +49,7 @@ SETTLE_S = 0.02  # between orders: the winner's claim is held again, the others 
 
 
 def start(bidding: bool) -> tuple[subprocess.Popen[bytes], tuple[str, int]]:
-    exe = Path(sys.executable).parent / "fenec-server"
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "fenecdb_server.cli"]
-    env = {**os.environ, "FENEC_HELD_BIDDING": "on" if bidding else "off"}
-    proc = subprocess.Popen([*cmd, "--http", "127.0.0.1:0", "--max-connections", "0"],
-                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env)
-    assert proc.stderr is not None
-    for raw in proc.stderr:
-        m = re.search(rb"listening on: http://([\d.]+):(\d+)", raw)
-        if m:
-            threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()  # type: ignore[union-attr]
-            return proc, (m.group(1).decode(), int(m.group(2)))
-    raise RuntimeError("server did not start")
+    return http_bench.start(env={**os.environ, "FENEC_HELD_BIDDING": "on" if bidding else "off"})
 
 
 def cpu_seconds(pid: int) -> float:

@@ -22,39 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import Counter
-from types import FrameType
-from typing import Any
 
 from fenecdb_server import Database
+from opcode_count import traced  # run as a script: bench/ is on the path
 
 SCHEMA = "create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int, error text)"
 CLAIM = ("set jobs {owner: $1, run_at: now() + 30000, attempts: attempts + 1} "
          "where run_at <= now() order run_at limit 10 returning *")
-
-
-def count(db: Database, text: str, params: list) -> tuple[int, int, Counter[str]]:
-    """Opcodes and calls of one `db.query(text, params)`, and the opcodes per function."""
-    ops = 0
-    calls = 0
-    where: Counter[str] = Counter()
-
-    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
-        nonlocal ops, calls
-        if event == "call":
-            calls += 1
-            frame.f_trace_opcodes = True
-        elif event == "opcode":
-            ops += 1
-            where[f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_code.co_name}"] += 1
-        return tracer
-
-    sys.settrace(tracer)
-    try:
-        db.query(text, params)
-    finally:
-        sys.settrace(None)
-    return ops, calls, where
 
 
 def main() -> int:
@@ -77,7 +51,8 @@ def main() -> int:
         for _ in range(args.run):
             db.query(CLAIM, ["w1"])
         return 0
-    ops, calls, where = count(db, CLAIM, ["w1"])
+    _, ran = traced(db.query, CLAIM, ["w1"])
+    ops, calls, where = ran.ops, ran.calls, ran.where
     if args.json:
         print(json.dumps({"bytecodes": ops, "calls": calls}))
         return 0

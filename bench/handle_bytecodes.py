@@ -16,8 +16,9 @@ import json
 import os
 import sys
 from collections import Counter
-from types import FrameType
 from typing import Any
+
+from opcode_count import traced  # run as a script: bench/ is on the path
 
 CLAIM = ("set jobs {owner: $1, run_at: now() + 30000, attempts: attempts + 1} "
          "where run_at <= now() order run_at limit 10 returning *")
@@ -59,26 +60,9 @@ def main() -> int:
         import time
 
         time.perf_counter = lambda: 0.0
-        ops = calls = 0
-        where: Counter[str] = Counter()
-
-        def tracer(frame: FrameType, event: str, arg: Any) -> Any:
-            nonlocal ops, calls
-            if event == "call":
-                calls += 1
-                frame.f_trace_opcodes = True
-            elif event == "opcode":
-                ops += 1
-                where[f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_code.co_name}"] += 1
-            return tracer
-
-        sys.settrace(tracer)
-        try:
-            answer = handle(scope, body)
-        finally:
-            sys.settrace(None)
+        answer, ran = traced(handle, scope, body)
         assert answer is not None and answer.status == 200, answer
-        return ops, calls, where
+        return ran.ops, ran.calls, ran.where
 
     ops, calls, where = asyncio.run(run())
     if args.json:

@@ -30,11 +30,13 @@ CLAIM10 = CLAIM.replace("limit 1", "limit 10")
 ACK = "del jobs where id = $1 and owner = $2 require 1"
 
 
-def start(*flags: str) -> tuple[subprocess.Popen[bytes], tuple[str, int]]:
+def start(*flags: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], tuple[str, int]]:
+    """fenec-server (this environment's, else this interpreter's module) on a free loopback port with
+    `flags` and `env`: the process, and the address it said it listens on (its stderr read on after)."""
     exe = Path(sys.executable).parent / "fenec-server"
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "fenecdb_server.cli"]
     proc = subprocess.Popen([*cmd, "--http", "127.0.0.1:0", "--max-connections", "0", *flags],
-                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env)
     assert proc.stderr is not None
     for raw in proc.stderr:
         m = re.search(rb"listening on: http://([\d.]+):(\d+)", raw)

@@ -34,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from compare.machine import machine  # bench/compare/machine.py: the script's folder is on sys.path
@@ -76,6 +77,17 @@ def claims_latency(db: Database, count: int) -> dict:
         lat.append(time.perf_counter_ns() - t0)
     lat.sort()
     return {"p50_us": pct(lat, 0.5), "p99_us": pct(lat, 0.99)}
+
+
+def on_threads(worker: Callable[[int], None], threads: int) -> float:
+    """`worker(0)` to `worker(threads - 1)`, each on a thread of its own, to their end: the seconds taken."""
+    ts = [threading.Thread(target=worker, args=(w,)) for w in range(threads)]
+    t0 = time.perf_counter()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return time.perf_counter() - t0
 
 
 def bench_claim_sorted(jobs: int) -> dict:
@@ -162,13 +174,8 @@ def bench_threads(jobs: int, threads: int = 16) -> dict:
                 db.query(ACK, [r["id"], owner])
             done[w] += len(rows)
 
-    ts = [threading.Thread(target=worker, args=(w,)) for w in range(threads)]
-    t0 = time.perf_counter()
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    return {"jobs_per_s": sum(done) / (time.perf_counter() - t0)}
+    took = on_threads(worker, threads)
+    return {"jobs_per_s": sum(done) / took}
 
 
 def bench_three_statements(jobs: int, threads: int = 16) -> dict:
@@ -195,14 +202,9 @@ def bench_three_statements(jobs: int, threads: int = 16) -> dict:
                 db.query(ACK, [r["id"], owner])
             done[w] += len(won)
 
-    ts = [threading.Thread(target=worker, args=(w,)) for w in range(threads)]
-    t0 = time.perf_counter()
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    took = on_threads(worker, threads)
     lost = 1 - sum(done) / max(1, sum(read))
-    return {"jobs_per_s": sum(done) / (time.perf_counter() - t0), "lost_share": lost}
+    return {"jobs_per_s": sum(done) / took, "lost_share": lost}
 
 
 # ---------------------------------------------------------------- statements written with literals
@@ -268,13 +270,8 @@ def bench_durable_writes(sync: str | int, threads: int) -> dict:
                 db.query("put jobs {payload: $1, run_at: now(), attempts: 0}", [{"w": w}])
                 count[w] += 1
 
-        ts = [threading.Thread(target=worker, args=(w,)) for w in range(threads)]
-        t0 = time.perf_counter()
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        rate = sum(count) / (time.perf_counter() - t0)
+        took = on_threads(worker, threads)
+        rate = sum(count) / took
         db.close()
         return {"writes_per_s": rate}
 

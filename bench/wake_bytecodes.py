@@ -15,30 +15,11 @@ from __future__ import annotations
 import statistics
 import sys
 from pathlib import Path
-from types import FrameType
-from typing import Any
+
+from opcode_count import traced  # run as a script: bench/ is on the path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "server" / "tests"))
 from unit.test_held import World  # noqa: E402  (the unit tests' fake driver)
-
-
-def count(fn: Any) -> int:
-    ops = 0
-
-    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
-        nonlocal ops
-        if event == "call":
-            frame.f_trace_opcodes = True
-        elif event == "opcode":
-            ops += 1
-        return tracer
-
-    sys.settrace(tracer)
-    try:
-        fn()
-    finally:
-        sys.settrace(None)
-    return ops
 
 
 def main() -> int:
@@ -46,7 +27,7 @@ def main() -> int:
     got = []
     for i in range(8):
         w.hold(f"w{i}")
-        got.append(count(w.put))
+        got.append(traced(w.put)[1].ops)
         assert f"w{i}" in w.answers
     print(f"a wake cycle (put, wake, run): {statistics.median(got[3:]):.0f} bytecodes (median of 5)")
     return 0

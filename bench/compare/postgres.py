@@ -130,15 +130,10 @@ class System:
         procs.run([os.path.join(self.bin, "initdb"), "-D", data, "-U", "bench", "--auth", "trust",
                    "-E", "UTF8", "--no-sync", "--locale", "C"], timeout=120, cwd=workdir, **as_owner)
         port = procs.free_port()
-        settings = {"listen_addresses": "127.0.0.1", "port": str(port), "unix_socket_directories": data,
-                    "fsync": "on", "synchronous_commit": "on" if durable else "off",
+        settings = {"listen_addresses": "127.0.0.1", "fsync": "on",
+                    "synchronous_commit": "on" if durable else "off",
                     "shared_buffers": "256MB", "max_connections": "50", "max_wal_size": "4GB"}
-        cmd = [os.path.join(self.bin, "postgres"), "-D", data]
-        for k, v in settings.items():
-            cmd += ["-c", f"{k}={v}"]
-        # if the harness dies, SIGINT: PostgreSQL's fast shutdown, which does not wait for clients to leave
-        self.proc = procs.spawn(cmd, die_signal=signal.SIGINT, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, cwd=workdir, **as_owner)
+        self.proc = self._postgres(data, port, settings, workdir, as_owner)
         self.dsn = f"host=127.0.0.1 port={port} user=bench dbname=postgres"
 
         def up() -> bool:
@@ -154,17 +149,23 @@ class System:
         if replica == "sync":
             self._start_standby(workdir, port, settings, as_owner)
 
+    def _postgres(self, data: str, port: int, settings: dict[str, str], workdir: str,
+                  as_owner: dict) -> subprocess.Popen:
+        """`postgres` serving the data directory `data` on 127.0.0.1:`port` (its Unix socket in `data`),
+        with `settings`: the primary's, or the standby's (the primary's and hot_standby)."""
+        cmd = [os.path.join(self.bin, "postgres"), "-D", data]
+        for k, v in {**settings, "port": str(port), "unix_socket_directories": data}.items():
+            cmd += ["-c", f"{k}={v}"]
+        # if the harness dies, SIGINT: PostgreSQL's fast shutdown, which does not wait for clients to leave
+        return procs.spawn(cmd, die_signal=signal.SIGINT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           cwd=workdir, **as_owner)
+
     def _start_standby(self, workdir: str, port: int, settings: dict[str, str], as_owner: dict) -> None:
         standby = os.path.join(workdir, "standby")
         procs.run([os.path.join(self.bin, "pg_basebackup"), "-D", standby, "-h", "127.0.0.1", "-p", str(port),
                    "-U", "bench", "-X", "stream", "-R", "--no-sync"], timeout=300, cwd=workdir, **as_owner)
-        own = {**settings, "port": str(procs.free_port()), "unix_socket_directories": standby,
-               "hot_standby": "on"}
-        cmd = [os.path.join(self.bin, "postgres"), "-D", standby]
-        for k, v in own.items():
-            cmd += ["-c", f"{k}={v}"]
-        self.standby = procs.spawn(cmd, die_signal=signal.SIGINT, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL, cwd=workdir, **as_owner)
+        self.standby = self._postgres(standby, procs.free_port(), {**settings, "hot_standby": "on"}, workdir,
+                                      as_owner)
         admin = self._admin()
         admin.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
         admin.execute("SELECT pg_reload_conf()")

@@ -424,12 +424,7 @@ func (c *Client) query(ctx context.Context, text string, params []any, read bool
 	if err != nil {
 		return nil, err
 	}
-	v, err := decodeAnswer(a.body)
-	if err != nil {
-		return nil, err
-	}
-	rows, _ := toRows(v)
-	return rows, nil
+	return a.rows()
 }
 
 // Exec runs one statement of text and answers what it wrote.
@@ -457,6 +452,16 @@ func toResult(a answer) (Result, error) {
 		return res, nil
 	}
 	return res, fmt.Errorf("fenecdb: an answer of an unknown shape: %.200s", a.body)
+}
+
+// rows decodes the answer's rows (none where it is not a list of rows).
+func (a answer) rows() ([]Row, error) {
+	v, err := decodeAnswer(a.body)
+	if err != nil {
+		return nil, err
+	}
+	rows, _ := toRows(v)
+	return rows, nil
 }
 
 func toRows(v any) ([]Row, bool) {
@@ -545,12 +550,7 @@ func (q *Query) Rows(ctx context.Context) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	v, err := decodeAnswer(a.body)
-	if err != nil {
-		return nil, err
-	}
-	rows, _ := toRows(v)
-	return rows, nil
+	return a.rows()
 }
 
 // First sends the read with limit 1 (a read require kept) and answers its row, or nil.
@@ -559,11 +559,10 @@ func (q *Query) First(ctx context.Context) (Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	v, err := decodeAnswer(a.body)
+	rows, err := a.rows()
 	if err != nil {
 		return nil, err
 	}
-	rows, _ := toRows(v)
 	if len(rows) == 0 {
 		return nil, nil
 	}
@@ -576,11 +575,10 @@ func (q *Query) Count(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	v, err := decodeAnswer(a.body)
+	rows, err := a.rows()
 	if err != nil {
 		return 0, err
 	}
-	rows, _ := toRows(v)
 	if len(rows) != 1 {
 		return 0, fmt.Errorf("fenecdb: a count answered %.200s", a.body)
 	}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -25,6 +26,13 @@ func fileFromEnv(name, projectFile string) (string, bool) {
 		return abs, false
 	}
 	return filepath.Join(repoRoot(), "conformance", projectFile), true
+}
+
+// picked tells whether the case name is run: FENEC_ONLY unset, or a part of the name (conformance
+// README: only the cases whose name holds that text).
+func picked(name string) bool {
+	only := os.Getenv("FENEC_ONLY")
+	return only == "" || strings.Contains(name, only)
 }
 
 func TestConformance(t *testing.T) {

@@ -15,13 +15,20 @@ import (
 	"time"
 )
 
+// liveURL is the address of a server test.sh started, from the environment variable name; without it
+// the test skips, naming the variable.
+func liveURL(t *testing.T, name string) string {
+	t.Helper()
+	url := os.Getenv(name)
+	if url == "" {
+		t.Skip("no live server: " + name + " is not set (test.sh starts fenec-server and sets it)")
+	}
+	return url
+}
+
 func liveClient(t *testing.T) *Client {
 	t.Helper()
-	url := os.Getenv("FENEC_TEST_URL")
-	if url == "" {
-		t.Skip("no live server: FENEC_TEST_URL is not set (test.sh starts fenec-server and sets it)")
-	}
-	return New(url)
+	return New(liveURL(t, "FENEC_TEST_URL"))
 }
 
 // liveQueue creates a queue collection of its own and drops it when the test ends.

@@ -91,9 +91,8 @@ func runReplicaScenariosFile(out io.Writer, path, primary, replica string) scena
 		timeout = 60 * time.Second
 	}
 	primary, replica = strings.TrimRight(primary, "/"), strings.TrimRight(replica, "/")
-	only := os.Getenv("FENEC_ONLY")
 	for _, c := range file.Cases {
-		if only != "" && !strings.Contains(c.Name, only) {
+		if !picked(c.Name) {
 			continue
 		}
 		play, ok := replicaPlayers[c.Name]
@@ -352,10 +351,7 @@ func playReadsOnReplica(ctx context.Context, c replicaCase, primary, replica, q 
 // TestLiveReplicaCases plays the shared replica cases against the primary and replica test.sh starts
 // (FENEC_TEST_PRIMARY_URL, FENEC_TEST_REPLICA_URL).
 func TestLiveReplicaCases(t *testing.T) {
-	primary, replica := os.Getenv("FENEC_TEST_PRIMARY_URL"), os.Getenv("FENEC_TEST_REPLICA_URL")
-	if primary == "" || replica == "" {
-		t.Skip("FENEC_TEST_PRIMARY_URL and FENEC_TEST_REPLICA_URL are not set (test.sh sets them)")
-	}
+	primary, replica := liveURL(t, "FENEC_TEST_PRIMARY_URL"), liveURL(t, "FENEC_TEST_REPLICA_URL")
 	var out bytes.Buffer
 	tally := runReplicaScenariosFile(&out, filepath.Join(repoRoot(), "conformance", "replica-scenarios.json"), primary, replica)
 	if tally.fail > 0 || tally.ok != len(replicaPlayers) {

@@ -80,7 +80,6 @@ func runScenariosFile(out io.Writer, path, url string, require bool) scenarioTal
 		fmt.Fprintf(out, "scenarios %s: %d ok, %d FAIL, %d skipped\n", path, t.ok, t.fail, t.skipped)
 		return t
 	}
-	only := os.Getenv("FENEC_ONLY")
 	url = strings.TrimRight(url, "/")
 	why := ""
 	switch {
@@ -109,7 +108,7 @@ func runScenariosFile(out io.Writer, path, url string, require bool) scenarioTal
 			t.fail++
 			continue
 		}
-		if only != "" && !strings.Contains(sc.Name, only) {
+		if !picked(sc.Name) {
 			continue
 		}
 		if why != "" {

@@ -64,11 +64,10 @@ func runVectorsFile(out io.Writer, path string, min int) vectorTally {
 		fmt.Fprintf(out, "FAIL %s: at least %d cases / %d\n", path, min, len(cases))
 		t.fail++
 	}
-	only := os.Getenv("FENEC_ONLY")
 	capture := newCapture()
 	defer capture.close()
 	for _, c := range cases {
-		if only != "" && !strings.Contains(c.Name, only) {
+		if !picked(c.Name) {
 			continue
 		}
 		if problem := runVector(c, capture); problem != "" {

@@ -29,6 +29,7 @@ RANK = {
     "gc_policy": 0,  # how the process runs Python's cycle collector: imports nothing of ours
     "compiled": 0,  # which modules run compiled, the switch to the sources: imports nothing of ours
     "pacing": 0,  # how a statement in a worker thread hands the GIL over: imports nothing of ours
+    "flags": 0,  # the command line's flags table, read by cli and replication/options: imports nothing of ours
     "ql": 1,
     "plan": 2,
     "policy": 2.5,  # access rules: parsed with ql, split with plan's helpers, enforced by engine/scoped

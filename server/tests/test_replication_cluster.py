@@ -22,6 +22,8 @@ CLUSTER = ["--etcd", "http://127.0.0.1:9", "--cluster", "c", "--advertise", "htt
      "--cluster"),
     (["--replication-token", TOKEN, "--etcd", "http://127.0.0.1:9", "--cluster", "c"], "--advertise"),
     (["--replication-token", TOKEN, "--cluster", "c"], "needs --etcd"),
+    (["--lease-ttl", "4"], "--lease-ttl is a cluster member's: it needs --etcd"),  # no token: still refused
+    (["--advertise", "http://127.0.0.1:8"], "needs --etcd"),
     (["--replication-token", TOKEN, *CLUSTER, "--replica-of", "http://127.0.0.1:7"], "excludes --replica-of"),
     (["--replication-token", TOKEN, "--etcd", "127.0.0.1:2379", "--cluster", "c", "--advertise",
       "http://127.0.0.1:8"], "--etcd expects an http://"),

@@ -2,7 +2,8 @@
 
 Exit statuses: 0 after a signal, `--help` or a good `--ping`; 1 when the file cannot be opened,
 the listener cannot bind or `--ping` fails; 2 for bad flags (a flag not in this project, or
-not built yet, is refused by name: never accepted silently).
+not built yet, is refused by name: never accepted silently). The flags, their defaults and
+`--help`'s lines are the table of `flags.py`.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import compiled
+from .flags import FLAGS, SWITCHES, VALUE_FLAGS, BadFlag, given, seconds, whole
 from .plan.schema import did_you_mean
-from .replication import options as replication_flags
 
 if TYPE_CHECKING:
     from .database import Database
@@ -28,65 +29,9 @@ USAGE = """usage: fenec-server [--file <path>] [--http <addr>] [options]
        fenec-server --mint-token '<claims JSON>' (--jwt-secret <s> | --jwt-secret-file <p>)
        fenec-server --help"""
 
-# (flag, default shown in --help, what it does). Value-taking flags have a default other than None.
-FLAGS: list[tuple[str, str | None, str]] = [
-    ("-f, --file <path>", "none: in memory", "the database file, created if missing"),
-    ("--http <host:port>", "127.0.0.1:8080", "where the listener binds (port 0: any free port)"),
-    ("--insecure", "off", "allow a non-loopback bind with no token"),
-    ("--sync off|always|<ms>", "250", "when writes reach the disk"),
-    ("--auto-compact <ratio>|off", "0.5", "compact once this share of the file is dead (and >= 64 MB)"),
-    ("--max-connections <n>", "100", "concurrent connections, held claims included, 0 = unlimited; at it (with tokens) a new "
-     "one closes the longest-idle one that presented no accepted token, else 503 (8 more may ask /_health or "
-     "/_metrics)"),
-    ("--idle-timeout <s>", "60", "close a keep-alive connection silent this long, and cut one that reads none of "
-     "its answer this long; 0 = never"),
-    ("--header-timeout <s>", "10", "a request head must arrive within this, else 408 and close; 0 = never"),
-    ("--body-timeout <s>", "60", "a request body must arrive within this of its head, else 408; 0 = never"),
-    ("--max-statement-bytes <n>", "1048576", "statement text of one request (a batch's distinct texts "
-     "together), else 413; 0 = no ceiling"),
-    ("--max-answer-rows <n>", "100000", "rows one statement may answer, else 413; 0 = no ceiling"),
-    ("--max-write-rows <n>", "100000", "rows one statement or batch may write (documents put, rows set or "
-     "deleted), else 413 and nothing written; 0 = no ceiling"),
-    ("--idempotency-ttl <s>", "86400", "how long an Idempotency-Key and its answer are kept"),
-    ("--http-token <value>", "env FENEC_HTTP_TOKEN", "the server token: full access"),
-    ("--jwt-secret <value>", "env FENEC_JWT_SECRET", "HS256 secret (>= 32 bytes) of scoped tokens"),
-    ("--jwt-secret-file <path>", "none", "the HS256 secret read from a file (trailing CR/LF trimmed)"),
-    ("--jwt-require-exp on|off", "on", "refuse tokens without exp"),
-    ("--jwt-max-age <s>", "0 = no bound", "refuse tokens whose exp is further ahead"),
-    ("--policy <path>", "none", "the rules of scoped tokens (needs a JWT secret)"),
-    ("--mint-token <claims>", "", "print an HS256 token of these claims (exp: now + 3600) and exit"),
-    ("--admin-token <value>", "none", "may read /_metrics and /_metrics/recent, and nothing else"),
-    ("--auth-delay <ms>", "100", "delay before a 401, doubled per refusal from an address, max 5 s; 0 = off"),
-    ("--http-read-only", "off", "every write over HTTP is refused 403"),
-    *replication_flags.HELP,
-    ("--http-cors <origin>", "none", "send CORS headers for this origin (* allowed)"),
-    ("--busy-poll <us>", "100", "after an answer, poll the sockets this many microseconds before sleeping "
-     "(0 = off; by default off where the server may use only one CPU)"),
-    ("--slow-ms <ms>", "off", "log each statement at least this slow (0 = every statement)"),
-    ("--access-log <path>|-", "off", "one line per request (method, path, status, ms, bytes; - = stdout)"),
-    ("--no-mmap", "off", "accepted for compatibility; no effect (the file is never mapped)"),
-    ("--no-checkpoint", "off", "accepted for compatibility; no effect (there is no checkpoint to skip)"),
-    ("--ping", "", "GET /_health on --http; exit 0 on a 200, 1 otherwise"),
-    ("-h, --help", "", "this text"),
-]
-
-VALUE_FLAGS = {"--file", "-f", "--http", "--sync", "--auto-compact", "--max-connections", "--idle-timeout",
-               "--header-timeout", "--body-timeout", "--max-statement-bytes",
-               "--max-answer-rows", "--max-write-rows",
-               "--idempotency-ttl", "--http-token", "--http-cors", "--slow-ms", "--jwt-secret", "--jwt-secret-file",
-               "--jwt-require-exp", "--jwt-max-age", "--policy", "--mint-token", "--admin-token", "--auth-delay",
-               "--access-log", "--busy-poll", *replication_flags.VALUE_FLAGS}
-SWITCHES = {"--insecure", "--http-read-only", "--no-mmap", "--no-checkpoint", "--ping", "--help", "-h",
-            *replication_flags.SWITCHES}
 NEXT_TIER = {"--jwt-keys", "--max-memory", "--audit", "--metrics"}
 NOT_IN_PROJECT = {"--dir", "--http-max-streams", "--http-keepalive", "--changes", "--cdc"}
 KNOWN = sorted(f for f in VALUE_FLAGS | SWITCHES if f.startswith("--"))  # what an unknown flag is likened to
-
-
-class Exit(Exception):
-    def __init__(self, status: int, message: str = "") -> None:
-        self.status = status
-        self.message = message
 
 
 def say(line: str) -> None:
@@ -122,12 +67,12 @@ def parse(argv: list[str]) -> dict[str, Any]:
         arg = argv[i]
         name, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
         if name in NEXT_TIER:
-            raise Exit(2, f"{name}: a next-tier flag, not built yet")
+            raise BadFlag(f"{name}: a next-tier flag, not built yet")
         if name in NOT_IN_PROJECT:
-            raise Exit(2, f"{name}: not in this project")
+            raise BadFlag(f"{name}: not in this project")
         if name in SWITCHES:
             if eq:
-                raise Exit(2, f"{name} takes no value")
+                raise BadFlag(f"{name} takes no value")
             opts["help" if name == "-h" else name.lstrip("-")] = True
             i += 1
             continue
@@ -136,13 +81,13 @@ def parse(argv: list[str]) -> dict[str, Any]:
                 value = inline
             else:
                 if i + 1 >= len(argv):
-                    raise Exit(2, f"{name} is missing its value")
+                    raise BadFlag(f"{name} is missing its value")
                 value = argv[i + 1]
                 i += 1
             opts["file" if name == "-f" else name.lstrip("-")] = value
             i += 1
             continue
-        raise Exit(2, f"unknown flag: {arg}{did_you_mean(name, KNOWN, cutoff=0.6)}\n{USAGE}")
+        raise BadFlag(f"unknown flag: {arg}{did_you_mean(name, KNOWN, cutoff=0.6)}\n{USAGE}")
     return opts
 
 
@@ -154,30 +99,13 @@ def parse_sync(text: str) -> str | int:
         return "always"
     if t.isdigit() and int(t) > 0:
         return int(t)
-    raise Exit(2, "--sync expects off, always or <ms>")
-
-
-def parse_int(flag: str, text: str, *, minimum: int = 0) -> int:
-    t = text.strip()
-    if not t.isdigit() or int(t) < minimum:
-        raise Exit(2, f"{flag} expects a whole number of at least {minimum}, not {text!r}")
-    return int(t)
-
-
-def parse_seconds(flag: str, text: str) -> float:
-    try:
-        value = float(text.strip())
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < 10**9:  # also refuses nan and inf
-        raise Exit(2, f"{flag} expects seconds (0 = never), not {text!r}")
-    return value
+    raise BadFlag("--sync expects off, always or <ms>")
 
 
 def parse_addr(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or int(port) > 65535:
-        raise Exit(2, f"--http expects <host:port>, not {text!r}")
+        raise BadFlag(f"--http expects <host:port>, not {text!r}")
     host = host.strip("[]") or "127.0.0.1"
     return host, int(port)
 
@@ -190,9 +118,9 @@ def parse_busy_poll(text: str | None) -> int:
     """--busy-poll in microseconds. Not given: the default where the process may use two CPUs or
     more, else 0: on one CPU the spin would hold the CPU the client needs to send its request."""
     if text is not None:
-        us = parse_int("--busy-poll", text)
+        us = whole("--busy-poll", text)
         if us > BUSY_POLL_MAX_US:
-            raise Exit(2, f"--busy-poll expects microseconds from 0 to {BUSY_POLL_MAX_US}")
+            raise BadFlag(f"--busy-poll expects microseconds from 0 to {BUSY_POLL_MAX_US}")
         return us
     from .http.busy_poll import usable_cpus
 
@@ -248,10 +176,9 @@ def ping(addr: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     try:
         status = _main(sys.argv[1:] if argv is None else argv)
-    except Exit as e:
-        if e.message:
-            say(e.message)
-        status = e.status
+    except BadFlag as e:
+        say(e.message)
+        status = 2
     if argv is None:
         sys.exit(status)
     return status
@@ -263,7 +190,7 @@ def _main(argv: list[str]) -> int:
         print(help_text())
         return 0
     if opts.get("ping"):
-        return ping(opts.get("http", "127.0.0.1:8080"))
+        return ping(given(opts, "--http"))
     from .http.auth import SetupError, configure, mint_token
 
     try:
@@ -272,41 +199,37 @@ def _main(argv: list[str]) -> int:
             return 0
         access = configure(opts, os.environ)  # the start-up refusals of access.md §2.1
     except SetupError as e:
-        raise Exit(2, e.message) from None
+        raise BadFlag(e.message) from None
 
     path = opts.get("file")
-    host, port = parse_addr(opts.get("http", "127.0.0.1:8080"))
-    sync = parse_sync(opts.get("sync", "250"))
-    compact = opts.get("auto-compact", "0.5").strip().lower()
+    host, port = parse_addr(given(opts, "--http"))
+    sync = parse_sync(given(opts, "--sync"))
+    compact = given(opts, "--auto-compact").strip().lower()
     if compact != "off":
         try:
             ratio = float(compact)
         except ValueError:
             ratio = -1.0
         if not 0 < ratio < 1:
-            raise Exit(2, "--auto-compact expects a ratio between 0 and 1, or off")
-    max_conn = parse_int("--max-connections", opts.get("max-connections", "100"))
-    idle = parse_int("--idle-timeout", opts.get("idle-timeout", "60"))
-    opts["header-timeout"] = parse_seconds("--header-timeout", opts.get("header-timeout", "10"))
-    opts["body-timeout"] = parse_seconds("--body-timeout", opts.get("body-timeout", "60"))
-    opts["max-statement-bytes"] = parse_int("--max-statement-bytes", opts.get("max-statement-bytes", "1048576"))
-    opts["max-answer-rows"] = parse_int("--max-answer-rows", opts.get("max-answer-rows", "100000"))
-    opts["max-write-rows"] = parse_int("--max-write-rows", opts.get("max-write-rows", "100000"))
-    ttl = parse_int("--idempotency-ttl", opts.get("idempotency-ttl", "86400"), minimum=1)
+            raise BadFlag("--auto-compact expects a ratio between 0 and 1, or off")
+    max_conn = whole("--max-connections", given(opts, "--max-connections"))
+    idle = whole("--idle-timeout", given(opts, "--idle-timeout"))
+    for flag in ("--header-timeout", "--body-timeout"):
+        opts[flag[2:]] = seconds(flag, given(opts, flag), never=True)
+    for flag in ("--max-statement-bytes", "--max-answer-rows", "--max-write-rows"):
+        opts[flag[2:]] = whole(flag, given(opts, flag))
+    ttl = whole("--idempotency-ttl", given(opts, "--idempotency-ttl"), minimum=1)
     slow = opts.get("slow-ms")
-    slow_ms = float(parse_int("--slow-ms", slow)) if slow is not None else None
+    slow_ms = float(whole("--slow-ms", slow)) if slow is not None else None
     busy_us = parse_busy_poll(opts.get("busy-poll"))
     token = access.server_token_text
     if not is_loopback(host) and access.open and not opts.get("insecure"):
         say(f"refusing to bind {host}:{port} with no token: set --http-token, or pass --insecure")
         return 1
 
-    from .replication.options import BadFlags, checked
+    from .replication.options import checked
 
-    try:
-        replication = checked(opts, path, sync)
-    except BadFlags as e:
-        raise Exit(2, e.message) from None
+    replication = checked(opts, path, sync)
     from .database import Database
     from .replication.identity import Identity, refusal
 
@@ -380,9 +303,8 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
     app = App(db, Config(version=version(), token=token, cors=opts.get("http-cors"), idempotency_ttl_s=ttl,
                          slow_ms=slow_ms, sync_always=bool(path) and sync == "always",
                          auth=access.auth if access else None, auth_delay_ms=access.delay_ms if access else 100,
-                         max_statement_bytes=opts.get("max-statement-bytes", 1 << 20), closes_told=True,
-                         max_answer_rows=opts.get("max-answer-rows", 100_000),
-                         max_write_rows=opts.get("max-write-rows", 100_000)),
+                         max_statement_bytes=opts["max-statement-bytes"], closes_told=True,
+                         max_answer_rows=opts["max-answer-rows"], max_write_rows=opts["max-write-rows"]),
               connections=lambda: len(server_box[0].server_state.connections) if server_box else 0, busy=poll,
               requests=lambda: server_box[0].server_state.total_requests if server_box else 0)
     if node is not None:
@@ -393,7 +315,7 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
     # the direct path (protocol.py) answers /query and /batch, unless the access log must see every request
     front = Front(app if access_log is None else None, max_connections=max_conn, busy=poll,
                   evict=access is not None and not access.open,
-                  header_timeout=opts.get("header-timeout", 10.0), body_timeout=opts.get("body-timeout", 60.0))
+                  header_timeout=opts["header-timeout"], body_timeout=opts["body-timeout"])
     if node is not None and node.primary:  # new connections drop Fenec-Primary once promoted
         node.promoted.append(lambda: setattr(front, "answer_lines", app.answer_lines()))
 

@@ -8,18 +8,14 @@ from lark import Token
 
 from . import ast as A
 from .escapes import unescape as _unescape
-from .to_ast import DURATION_MS, Located, ToAst, _int, _name, _qerr, _toks
+from .to_ast import Located, ToAst, _int, _name, _qerr, _toks, duration_ms
 
 
 def _duration_ms(s: str, what: str) -> int:
-    """`30s`, `1m`, ... as ms (whole ms, s, m, h or d, as `@ttl` takes them)."""
-    i = 0
-    while s[i].isdigit():
-        i += 1
-    unit = s[i:]
-    if unit not in DURATION_MS:
+    """`30s`, `1m`, ... as ms (whole ms, s, m, h or d, as `@ttl` takes them), at least 1."""
+    ms = duration_ms(s)
+    if ms is None:
         raise _qerr(f"{what} is whole ms, s, m, h or d, not `{s}`")
-    ms = int(s[:i]) * DURATION_MS[unit]
     if ms < 1:
         raise _qerr(f"{what} is at least 1ms")
     return ms
@@ -68,15 +64,11 @@ class ControlStatements(ToAst):
     # ---------------------------------------------------------------- schedules
     def schedule_when(self, c):
         if c[0].type == "EVERY":
-            s = str(c[1])
-            i = 0
-            while s[i].isdigit():
-                i += 1
-            unit = s[i:]
-            if unit not in DURATION_MS:
-                raise Located(c[1].start_pos, f"`every` takes whole ms, s, m, h or d, not `{s}`: "
+            ms = duration_ms(str(c[1]))
+            if ms is None:
+                raise Located(c[1].start_pos, f"`every` takes whole ms, s, m, h or d, not `{c[1]}`: "
                                                "a calendar period is a cron")
-            return ("every", int(s[:i]) * DURATION_MS[unit], None)
+            return ("every", ms, None)
         zone = _unescape(str(c[3])[1:-1]) if len(c) > 3 else None
         return ("cron", _unescape(str(c[1])[1:-1]), zone)
 

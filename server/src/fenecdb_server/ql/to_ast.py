@@ -30,6 +30,20 @@ ANNOTATIONS = {"hash", "unique", "sorted", "geo", "ttl"}
 DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
+def split_duration(s: str) -> tuple[int, str]:
+    """A DURATION token's count and unit: `30s` -> (30, "s")."""
+    i = 0
+    while s[i].isdigit():
+        i += 1
+    return int(s[:i]), s[i:]
+
+
+def duration_ms(s: str) -> int | None:
+    """A DURATION token in ms where its unit is ms, s, m, h or d; None for a calendar unit (mo, w, y)."""
+    n, unit = split_duration(s)
+    return n * DURATION_MS[unit] if unit in DURATION_MS else None
+
+
 def _qerr(msg: str) -> FenecError:
     return FenecError("query", msg)
 
@@ -181,11 +195,7 @@ class Expressions(Transformer):
         return A.Lit(None)
 
     def dur_lit(self, c):
-        s = str(c[0])
-        i = 0
-        while s[i].isdigit():
-            i += 1
-        return A.Duration(int(s[:i]), s[i:])
+        return A.Duration(*split_duration(str(c[0])))
 
     def param(self, c):
         n = int(str(c[0])[1:])
@@ -505,14 +515,10 @@ class ToAst(Expressions):
         if name == "ttl":
             if len(c) < 2 or c[1].type != "DURATION":
                 raise _qerr("`@ttl` takes a duration: `@ttl(30m)`")
-            s = str(c[1])
-            i = 0
-            while s[i].isdigit():
-                i += 1
-            unit = s[i:]
-            if unit not in DURATION_MS:
-                raise _qerr(f"a @ttl duration is whole ms, s, m, h or d, not `{s}`")
-            return ("ttl", int(s[:i]) * DURATION_MS[unit])
+            ms = duration_ms(str(c[1]))
+            if ms is None:
+                raise _qerr(f"a @ttl duration is whole ms, s, m, h or d, not `{c[1]}`")
+            return ("ttl", ms)
         if len(c) > 1:
             raise _qerr(f"`@{name}` takes no argument")
         return (name, None)
