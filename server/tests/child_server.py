@@ -26,14 +26,15 @@ class Server:
     """A child server; `lines` gathers its stderr, `ready` waits until it listens."""
 
     def __init__(self, *argv: str, http: str = "127.0.0.1:0", prefix: tuple[str, ...] = ()) -> None:
-        self.host = http.rsplit(":", 1)[0]
+        self.host, port = http.rsplit(":", 1)
+        self.given_port = self.port = int(port)  # a given port is kept across restarts: clients may use it
         self.argv = [*prefix, sys.executable, "-m", "fenecdb_server.cli", "--http", http, *argv]
         self.lines: list[str] = []
-        self.port = 0
         self.spawn()
 
     def spawn(self) -> None:
-        self.port = 0
+        self.port = self.given_port
+        self.listening = False
         self._ready = threading.Event()
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, text=True)
@@ -45,12 +46,13 @@ class Server:
             self.lines.append(line.rstrip("\n"))
             if "listening on: http://" in line and not ready.is_set():
                 self.port = int(line.split("listening on: http://", 1)[1].split()[0].rsplit(":", 1)[1])
+                self.listening = True
                 ready.set()
         ready.set()
 
     def ready(self) -> Self:
         self._ready.wait(START_S)
-        assert self.port, "the server did not start:\n" + "\n".join(self.lines)
+        assert self.listening, "the server did not start:\n" + "\n".join(self.lines)
         return self
 
     @property
