@@ -105,7 +105,8 @@ def main() -> int:
     record("server-sources", run("server-sources", [python, "-m", "pytest", "-m", "sources", "server/tests"],
                                  extra_env={"FENECDB_PURE_PYTHON": "1"}))
     # failover through etcd (server/tests_cluster): a real etcd (Debian's etcd-server) and three servers,
-    # 20 SIGKILL failovers among the faults; a few minutes
+    # 20 SIGKILL failovers among the faults; a few minutes. Its network faults are made in namespaces
+    # (root and `ip`), else through fault proxies: its first line says which, and why
     if shutil.which("etcd") is None:
         skip("failover", "no 'etcd' on PATH")
     else:

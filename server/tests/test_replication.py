@@ -2,8 +2,8 @@
 its primary into its own file, serves reads, refuses every write naming its primary, catches up
 after a kill, a freeze or past the buffer (re-imaged), and its file is refused to a plain server.
 
-Each server is `python -m fenecdb_server.cli` (the `fenec-server` entry point, on the sources this
-interpreter imports). Conditions are waited for with generous deadlines; nothing assumes a rate.
+Each server is a child_server.Server: `python -m fenecdb_server.cli`, on the sources this interpreter
+imports. Conditions are waited for with generous deadlines; nothing assumes a rate.
 """
 
 from __future__ import annotations
@@ -12,97 +12,25 @@ import http.client
 import json
 import os
 import signal
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import child_server
 import pytest
 
 TOKEN = "replication-secret"
-START_S = 60.0
 DEADLINE_S = 30.0
 
 
-class Server:
-    """A child server; `lines` gathers its stderr."""
-
-    def __init__(self, *argv: str) -> None:
-        self.argv = [sys.executable, "-m", "fenecdb_server.cli", "--http", "127.0.0.1:0", *argv]
-        self.lines: list[str] = []
-        self.port = 0
-        self._ready = threading.Event()
-        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True)
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line.rstrip("\n"))
-            if "listening on: http://" in line:
-                self.port = int(line.split("listening on: http://", 1)[1].split()[0].rsplit(":", 1)[1])
-                self._ready.set()
-        self._ready.set()
-
-    def ready(self) -> Server:
-        self._ready.wait(START_S)
-        assert self.port, "the server did not start:\n" + "\n".join(self.lines)
-        return self
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def request(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None,
-                timeout: float = 30.0) -> tuple[int, dict[str, str], Any]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        try:
-            data = json.dumps(body).encode() if body is not None else None
-            conn.request(method, path, body=data, headers=headers or {})
-            resp = conn.getresponse()
-            raw = resp.read()
-            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, json.loads(raw) if raw else None
-        finally:
-            conn.close()
-
-    def query(self, text: str, params: list | None = None, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], Any]:
-        body: dict[str, Any] = {"query": text}
-        if params is not None:
-            body["params"] = params
-        return self.request("POST", "/query", body, headers)
-
-    def batch(self, texts: list[str]) -> tuple[int, dict[str, str], Any]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-        try:
-            conn.request("POST", "/batch", body="\n".join(json.dumps({"query": t}) for t in texts).encode())
-            resp = conn.getresponse()
-            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, json.loads(resp.read())
-        finally:
-            conn.close()
+class Server(child_server.Server):
+    """child_server.Server; `status` with this module's token."""
 
     def status(self) -> dict[str, Any]:
         code, _, body = self.request("GET", "/_replication/status", headers={"authorization": f"Bearer {TOKEN}"})
         assert code == 200, body
         return body
-
-    def exit(self, timeout: float = 30.0) -> int:
-        return self.proc.wait(timeout)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-
-    def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait(10)
 
 
 def primary(path: Path, *flags: str) -> Server:

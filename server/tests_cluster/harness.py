@@ -1,44 +1,38 @@
-"""What the failover tests run: a real etcd, three real `fenec-server` members of one cluster, a
-fault proxy (conformance/fault_layer.py) in front of etcd for each member and in front of each
-member for the others, and the clients whose own records the history checker reads.
+"""What the failover tests run: a real etcd, three real `fenec-server` members of one cluster on
+a network the tests can cut (network.py: namespaces and veth pairs, or fault proxies where a
+namespace cannot be made), and the clients whose own records the history checker reads.
 
-Each member is `python -m fenecdb_server.cli` (the `fenec-server` entry point, on the sources this
-interpreter imports) with `--etcd <its etcd proxy> --advertise <its proxy>`: freezing a member's
-two proxies cuts it off from etcd and from the other members, while the test's clients still reach
-every member directly (the worst case: a deposed primary that clients can still write to).
+Each member is a child_server.Server (`python -m fenecdb_server.cli`, on the sources this
+interpreter imports) with `--etcd` and `--advertise` at its place in the network. `Member.cut`
+cuts it off from etcd, from the other members or both, while the test's clients still reach it
+(the worst case: a deposed primary that clients can still write to must refuse them).
+`under_load` is a cluster with writers and a worker on it, closed whatever the test did.
 """
 
 from __future__ import annotations
 
 import http.client
-import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "conformance"))
-from fault_layer import Proxy  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from child_server import Server  # noqa: E402
+from history import Load  # noqa: E402
+from network import Network, Place, network  # noqa: E402
 
 TOKEN = "cluster-secret"
-START_S = 60.0
 DEADLINE_S = 30.0
 TTL = int(os.environ.get("FENEC_LEASE_TTL", "2"))  # the lease, seconds (--lease-ttl)
 ETCD = shutil.which("etcd")
 JOBS = "create collection jobs (payload json, run_at timestamp @sorted, owner text)"
-CLAIM = "set jobs {owner: $1, run_at: now() + 60000} where run_at <= now() order run_at limit 1 returning id, payload"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+SYNC = ("--sync-replicas", "1")
 
 
 def wait_for(what: str, check: Any, deadline: float = DEADLINE_S) -> Any:
@@ -53,33 +47,33 @@ def wait_for(what: str, check: Any, deadline: float = DEADLINE_S) -> Any:
 
 
 class Etcd:
-    """A one-member etcd on a data directory of its own; `restart` keeps the directory."""
+    """A one-member etcd at its place in `net`, on a data directory of its own; `restart` keeps
+    the directory."""
 
-    def __init__(self, where: Path) -> None:
+    def __init__(self, where: Path, net: Network) -> None:
         assert ETCD is not None
         self.dir = where / "etcd"
-        self.port = free_port()
-        self.peer = free_port()
+        self.net = net
+        self.host, self.port = net.etcd_host, net.etcd_port
         self.proc: subprocess.Popen[bytes] | None = None
-        self.start()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def start(self) -> None:
         assert ETCD is not None
-        peer = f"http://127.0.0.1:{self.peer}"
+        peer = self.net.etcd_peer
         self.proc = subprocess.Popen(
-            [ETCD, "--data-dir", str(self.dir), "--name", "t", "--listen-client-urls", self.url,
-             "--advertise-client-urls", self.url, "--listen-peer-urls", peer,
+            [*self.net.etcd_prefix, ETCD, "--data-dir", str(self.dir), "--name", "t",
+             "--listen-client-urls", self.url, "--advertise-client-urls", self.url, "--listen-peer-urls", peer,
              "--initial-advertise-peer-urls", peer, "--initial-cluster", f"t={peer}"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for("etcd to answer", self.healthy)
 
     def healthy(self) -> bool:
         try:
-            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=2)
             conn.request("GET", "/health")
             ok = conn.getresponse().status == 200
             conn.close()
@@ -101,81 +95,47 @@ class Etcd:
         self.start()
 
 
-class Member:
-    """One server of the cluster; its file, its port and its name survive a kill and a restart."""
+class Member(Server):
+    """One server of the cluster at its place; its file, its address and its name survive a kill
+    and a restart (`start`)."""
 
-    def __init__(self, where: Path, name: str, etcd: Etcd, *flags: str) -> None:
+    def __init__(self, where: Path, name: str, place: Place, *flags: str) -> None:
         self.name = name
+        self.place = place
         self.file = where / f"{name}.fenec"
-        self.port = free_port()
-        self.etcd_proxy = Proxy()
-        self.etcd_proxy.start(etcd.port)
-        self.proxy = Proxy()  # the URL the others reach this one at
-        self.proxy.start(self.port)
-        self.flags = flags
-        self.lines: list[str] = []
-        self.proc: subprocess.Popen[str] | None = None
-        self.start()
+        super().__init__("--file", str(self.file), "--replication-token", TOKEN, "--sync", "always",
+                         "--etcd", place.etcd, "--cluster", "t", "--advertise", place.advertise,
+                         "--lease-ttl", str(TTL), *place.flags, *flags,
+                         http=f"{place.host}:{place.port}", prefix=place.prefix)
+        self.ready()
 
     @property
     def advertise(self) -> str:
-        return self.proxy.url
+        return self.place.advertise
 
     def start(self) -> None:
-        argv = [sys.executable, "-m", "fenecdb_server.cli", "--file", str(self.file),
-                "--http", f"127.0.0.1:{self.port}", "--replication-token", TOKEN, "--sync", "always",
-                "--etcd", self.etcd_proxy.url, "--cluster", "t", "--advertise", self.advertise,
-                "--lease-ttl", str(TTL), *self.flags]
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True)
-        ready = threading.Event()
-        threading.Thread(target=self._read, args=(self.proc, ready), daemon=True).start()
-        ready.wait(START_S)
-        assert any("listening on" in line for line in self.lines), "\n".join(self.lines)
-
-    def _read(self, proc: subprocess.Popen[str], ready: threading.Event) -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            self.lines.append(line.rstrip("\n"))
-            if "listening on" in line:
-                ready.set()
-        ready.set()
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGCONT)
-        self.proc.kill()
-        self.proc.wait()
+        self.spawn()
+        self.ready()
 
     def signal(self, sig: int) -> None:
-        assert self.proc is not None
         self.proc.send_signal(sig)
 
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+    def cut(self, etcd: bool = True, peers: bool = True) -> None:
+        """Its path to etcd, to the other members, or both, silent until `heal`; the clients still
+        reach it."""
+        self.place.cut(etcd, peers)
+
+    def heal(self) -> None:
+        self.place.heal()
 
     def close(self) -> None:
         self.stop()
-        self.proxy.close()
-        self.etcd_proxy.close()
+        self.place.close()
 
-    def request(self, method: str, path: str, body: Any = None, timeout: float = 5.0) -> tuple[int, dict, Any]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        try:
-            data = json.dumps(body).encode() if body is not None else None
-            conn.request(method, path, body=data, headers={"authorization": f"Bearer {TOKEN}"})
-            resp = conn.getresponse()
-            raw = resp.read()
-            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, json.loads(raw) if raw else None
-        finally:
-            conn.close()
+    def request(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None,
+                timeout: float = 5.0) -> tuple[int, dict[str, str], Any]:
+        return super().request(method, path, body, {"authorization": f"Bearer {TOKEN}", **(headers or {})},
+                               timeout)
 
     def status(self) -> dict[str, Any]:
         try:
@@ -186,32 +146,44 @@ class Member:
 
 
 class Cluster:
-    """etcd and three members (a, b, c)."""
+    """etcd and three members (a, b, c) on a network of their own; a context manager that closes
+    them all, network included."""
+
+    NAMES = ("a", "b", "c")
 
     def __init__(self, where: Path, *flags: str) -> None:
-        self.etcd = Etcd(where)
+        self.net = network(list(self.NAMES))
+        self.etcd = Etcd(where, self.net)
         self.members: list[Member] = []
         try:
-            for name in ("a", "b", "c"):
-                self.members.append(Member(where, name, self.etcd, *flags))
+            self.etcd.start()
+            for name in self.NAMES:
+                self.members.append(Member(where, name, self.net.place(name), *flags))
         except BaseException:
             self.close()
             raise
         self.by_url = {m.advertise: m for m in self.members}
 
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
-        for m in self.members:
-            m.close()
-        self.etcd.stop()
+        try:
+            for m in self.members:
+                m.close()
+            self.etcd.stop()
+        finally:
+            self.net.close()
 
     def primary(self, deadline: float = DEADLINE_S) -> Member:
         """The member that says it leads (and whose lease is current), waited for."""
         def leading() -> Member | None:
             for m in self.members:
-                if m.proc is not None and m.proc.poll() is None:
-                    st = m.status()
-                    if st.get("cluster", {}).get("leading"):
-                        return m
+                if m.running() and m.status().get("cluster", {}).get("leading"):
+                    return m
             return None
         return wait_for("a primary", leading, deadline)
 
@@ -222,9 +194,22 @@ class Cluster:
         def level() -> bool:
             seq = p.status().get("seq")
             return all(m is p or (m.status().get("role") == "replica" and m.status().get("seq") == seq)
-                       for m in self.members if m.proc is not None and m.proc.poll() is None)
+                       for m in self.members if m.running())
         wait_for("every member to follow the primary", level, deadline)
         return p
+
+
+@contextmanager
+def under_load(where: Path, *flags: str) -> Iterator[tuple[Cluster, Load]]:
+    """A cluster whose primary holds `jobs`, with three writers and a worker on it (history.Load);
+    the load stopped and the cluster closed on the way out, whatever happened."""
+    with Cluster(where, *flags) as cluster:
+        assert cluster.settled().request("POST", "/query", {"query": JOBS})[0] == 200
+        load = Load(cluster.members, cluster.by_url)
+        try:
+            yield cluster, load
+        finally:
+            load.stop()
 
 
 def percentile(values: list[float], q: float) -> float:

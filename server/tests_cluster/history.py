@@ -21,9 +21,12 @@ import http.client
 import json
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from harness import CLAIM, Member
+if TYPE_CHECKING:
+    from harness import Member
+
+CLAIM = "set jobs {owner: $1, run_at: now() + 60000} where run_at <= now() order run_at limit 1 returning id, payload"
 
 REQUEST_S = 5.0  # a client's wait for an answer (a frozen server's requests are given up after it)
 
@@ -104,7 +107,7 @@ class Client:
         (the client moved on)."""
         member = self.members[self.at]
         if self.conn is None:
-            self.conn = http.client.HTTPConnection("127.0.0.1", member.port, timeout=REQUEST_S)
+            self.conn = http.client.HTTPConnection(member.host, member.port, timeout=REQUEST_S)
         sent = time.monotonic()
         try:
             self.conn.request("POST", "/query", body=json.dumps({"query": text, "params": params}))

@@ -3,9 +3,15 @@ and three real members under `--sync-replicas 1`, with three writers and a worke
 records the history checker reads (history.py): no acknowledged write lost, no ack undone, nothing
 acknowledged by a deposed primary; and a new primary taking writes within 10 s of each fault.
 
+A cut is made on the network the cluster runs on (network.py): a link set down between network
+namespaces, or a fault proxy frozen where a namespace cannot be made; the run's header says which
+(`network faults: ...`). The clients still reach a member that is cut off, so its refusal is
+tested, not only its silence.
+
 FENEC_FAILOVERS sets the SIGKILL test's rounds (default 3; `make failover` and the failover part of
-scripts/test_all.py run 20), FENEC_LEASE_TTL the members' lease (default 2 s). Without an `etcd` on
-PATH every test here is skipped (scripts/test_all.py prints the part's SKIP line).
+scripts/test_all.py run 20), FENEC_LEASE_TTL the members' lease (default 2 s),
+FENEC_NETWORK_FAULTS=proxy forces the proxies. Without an `etcd` on PATH every test here is skipped
+(scripts/test_all.py prints the part's SKIP line).
 """
 
 from __future__ import annotations
@@ -20,8 +26,8 @@ import time
 from pathlib import Path
 
 import pytest
-from harness import CLAIM, ETCD, JOBS, TTL, Cluster, Member, record_times, wait_for
-from history import Load
+from harness import ETCD, JOBS, SYNC, TTL, Cluster, Member, record_times, under_load, wait_for
+from history import CLAIM, Load
 
 pytestmark = pytest.mark.skipif(ETCD is None, reason="etcd: no 'etcd' on PATH")
 
@@ -31,14 +37,6 @@ ROUNDS = int(os.environ.get("FENEC_FAILOVERS", "3"))
 
 def term_of(m: Member) -> int:
     return int(m.status().get("cluster", {}).get("term", 0))
-
-
-def begin(where: Path) -> tuple[Cluster, Load]:
-    cluster = Cluster(where, "--sync-replicas", "1")
-    p = cluster.settled()
-    code, _, _ = p.request("POST", "/query", {"query": JOBS})
-    assert code == 200
-    return cluster, Load(cluster.members, cluster.by_url)
 
 
 def others(cluster: Cluster, p: Member) -> list[Member]:
@@ -76,10 +74,9 @@ def finish(cluster: Cluster, load: Load) -> Member:
 
 
 def test_a_killed_primary_is_replaced_and_nothing_acknowledged_is_lost(tmp_path: Path) -> None:
-    cluster, load = begin(tmp_path)
     times: list[float] = []
     elected: list[float] = []
-    try:
+    with under_load(tmp_path, *SYNC) as (cluster, load):
         for _ in range(ROUNDS):
             p = cluster.settled(60)
             term = term_of(p)
@@ -89,34 +86,25 @@ def test_a_killed_primary_is_replaced_and_nothing_acknowledged_is_lost(tmp_path:
             times.append(new_term_taking_writes(load, term, fault_at, others(cluster, p), elected))
             p.start()  # back on its file: it rejoins as a replica
         finish(cluster, load)
-    finally:
-        load.stop()
-        cluster.close()
     record_times("SIGKILL the primary", times, elected)
     assert max(elected) < FAILOVER_S, elected
 
 
 def test_a_primary_cut_off_from_etcd_and_the_replicas_fences_itself_and_rejoins(tmp_path: Path) -> None:
-    cluster, load = begin(tmp_path)
     times: list[float] = []
     elected: list[float] = []
-    try:
+    with under_load(tmp_path, *SYNC) as (cluster, load):
         for _ in range(2):
             p = cluster.settled(60)
             term = term_of(p)
             writes_flow(load)
             fault_at = time.monotonic()
-            p.etcd_proxy.freeze()
-            p.proxy.freeze()  # the clients still reach it directly: it must refuse them
+            p.cut()  # the clients still reach it: it must refuse them
             times.append(new_term_taking_writes(load, term, fault_at, others(cluster, p), elected))
             writes_flow(load)
-            p.etcd_proxy.pass_()
-            p.proxy.pass_()
+            p.heal()
             wait_for("the old primary to follow the new one", lambda m=p: m.status().get("role") == "replica")
         finish(cluster, load)
-    finally:
-        load.stop()
-        cluster.close()
     record_times("cut the primary off", times, elected)
     assert max(elected) < FAILOVER_S, elected
 
@@ -124,54 +112,43 @@ def test_a_primary_cut_off_from_etcd_and_the_replicas_fences_itself_and_rejoins(
 def test_a_primary_cut_off_from_etcd_alone_stops_acknowledging_before_its_lease_lapses(tmp_path: Path) -> None:
     """No sync replica here: the replicas would stop acknowledging the deposed primary's writes
     and hide a missing fence. Its lease alone must stop it."""
-    cluster = Cluster(tmp_path)
-    p = cluster.settled()
-    assert p.request("POST", "/query", {"query": JOBS})[0] == 200
-    load = Load(cluster.members, cluster.by_url)
-    try:
+    with under_load(tmp_path) as (cluster, load):
+        p = cluster.primary()
         term = term_of(p)
         writes_flow(load)
         fault_at = time.monotonic()
-        p.etcd_proxy.freeze()  # the replicas still follow it, the clients still write to it
+        p.cut(peers=False)  # the replicas still follow it, the clients still write to it
         new_term_taking_writes(load, term, fault_at)
         writes_flow(load)
         late = [a for a in load.history.acked if a.term <= term and a.sent > fault_at + TTL]
         assert not late, f"acknowledged after its lease lapsed: {late[:5]}"
-        p.etcd_proxy.pass_()
+        p.heal()
         wait_for("the old primary to follow the new one", lambda m=p: m.status().get("role") == "replica")
         load.stop()
         load.history.check_fenced()
-    finally:
-        load.stop()
-        cluster.close()
 
 
 def test_a_replica_cut_off_from_etcd_changes_nothing(tmp_path: Path) -> None:
-    cluster, load = begin(tmp_path)
-    try:
+    with under_load(tmp_path, *SYNC) as (cluster, load):
         p = cluster.settled()
         term = term_of(p)
         r = next(m for m in cluster.members if m is not p)
         writes_flow(load)
-        r.etcd_proxy.freeze()
+        r.cut(peers=False)
         wait_for("the replica's lease to lapse", lambda: not r.status().get("cluster", {}).get("etcd", True))
         time.sleep(TTL * 2)  # past its lease: its member key is gone
         writes_flow(load)
         assert r.status().get("role") == "replica"  # it kept following
-        r.etcd_proxy.pass_()
+        r.heal()
         writes_flow(load)
         assert term_of(p) == term and cluster.primary() is p  # no election
         finish(cluster, load)
-    finally:
-        load.stop()
-        cluster.close()
 
 
 def test_a_primary_paused_past_its_lease_acknowledges_nothing_after_and_rejoins(tmp_path: Path) -> None:
-    cluster, load = begin(tmp_path)
     times: list[float] = []
     elected: list[float] = []
-    try:
+    with under_load(tmp_path, *SYNC) as (cluster, load):
         for _ in range(2):
             p = cluster.settled(60)
             term = term_of(p)
@@ -183,17 +160,13 @@ def test_a_primary_paused_past_its_lease_acknowledges_nothing_after_and_rejoins(
             p.signal(signal.SIGCONT)  # its held answers, its late renewals: none may count
             wait_for("the paused primary to follow the new one", lambda m=p: m.status().get("role") == "replica")
         finish(cluster, load)
-    finally:
-        load.stop()
-        cluster.close()
     record_times("SIGSTOP the primary", times, elected)
     assert max(elected) < FAILOVER_S, elected
 
 
 def test_etcd_restarted_under_load_loses_nothing(tmp_path: Path) -> None:
-    cluster, load = begin(tmp_path)
     times: list[float] = []
-    try:
+    with under_load(tmp_path, *SYNC) as (cluster, load):
         for _ in range(2):
             cluster.settled(60)
             writes_flow(load)
@@ -203,22 +176,18 @@ def test_etcd_restarted_under_load_loses_nothing(tmp_path: Path) -> None:
             wait_for("writes after etcd's restart", lambda n=n: load.history.count() > n + 5, 60)
             times.append(max(0.0, min(a.answered for a in load.history.acked[n:]) - back))
         finish(cluster, load)
-    finally:
-        load.stop()
-        cluster.close()
     record_times("restart etcd", times)
     assert max(times) < FAILOVER_S, times
 
 
 def test_a_held_claim_on_a_primary_that_steps_down_is_answered_at_once(tmp_path: Path) -> None:
-    cluster = Cluster(tmp_path)
-    try:
+    with Cluster(tmp_path) as cluster:
         p = cluster.settled()
         assert p.request("POST", "/query", {"query": JOBS})[0] == 200
         got: list[tuple[int, object, float]] = []
 
         def hold() -> None:
-            conn = http.client.HTTPConnection("127.0.0.1", p.port, timeout=60)
+            conn = http.client.HTTPConnection(p.host, p.port, timeout=60)
             conn.request("POST", "/query", body=json.dumps({"query": CLAIM, "params": ["w"]}),
                          headers={"fenec-wait": "30000"})
             resp = conn.getresponse()
@@ -228,18 +197,15 @@ def test_a_held_claim_on_a_primary_that_steps_down_is_answered_at_once(tmp_path:
         t.start()
         wait_for("the claim to be held", lambda: "fenec_held_requests 1" in metrics(p))
         fault_at = time.monotonic()
-        p.etcd_proxy.freeze()
-        p.proxy.freeze()
+        p.cut()  # the claim's client still reaches it
         t.join(60)
         status, body, at = got[0]
         assert at - fault_at < 15, "the held claim waited out its Fenec-Wait"  # its lease is 2 s
         assert status in (200, 503) and not (status == 200 and body), (status, body)  # nothing taken
-    finally:
-        cluster.close()
 
 
 def metrics(m: Member) -> str:
-    conn = http.client.HTTPConnection("127.0.0.1", m.port, timeout=5)
+    conn = http.client.HTTPConnection(m.host, m.port, timeout=5)
     try:
         conn.request("GET", "/_metrics")
         return conn.getresponse().read().decode()
@@ -248,8 +214,7 @@ def metrics(m: Member) -> str:
 
 
 def test_schedules_fire_on_the_primary_alone_and_go_on_after_a_failover(tmp_path: Path) -> None:
-    cluster = Cluster(tmp_path)
-    try:
+    with Cluster(tmp_path) as cluster:
         p = cluster.settled()
         for text in ("create collection ticks (n int)", "create schedule tick every 1s put ticks {n: 1}"):
             assert p.request("POST", "/query", {"query": text})[0] == 200
@@ -272,12 +237,10 @@ def test_schedules_fire_on_the_primary_alone_and_go_on_after_a_failover(tmp_path
             if m is not q:
                 code, _, theirs = m.request("POST", "/query", {"query": "get ticks order id"})
                 assert [r["id"] for r in theirs] == ids[:len(theirs)], m.name  # a prefix of the primary's
-    finally:
-        cluster.close()
 
 
 def delete_key(cluster: Cluster, key: str) -> None:
-    conn = http.client.HTTPConnection("127.0.0.1", cluster.etcd.port, timeout=5)
+    conn = http.client.HTTPConnection(cluster.etcd.host, cluster.etcd.port, timeout=5)
     try:
         conn.request("POST", "/v3/kv/deleterange", body=json.dumps({"key": base64.b64encode(key.encode()).decode()}))
         assert conn.getresponse().status == 200
@@ -293,8 +256,7 @@ def test_only_the_sync_set_may_win_and_its_member_holds_every_acknowledged_write
     replica is cut off from etcd: the lagging one, alone in etcd, must not take over (it would
     lose them); writes stay refused until the sync replica comes back and wins, or until an
     operator deletes the sync set (docs/operations.md): then the lagging one wins at once."""
-    cluster, load = begin(tmp_path)
-    try:
+    with under_load(tmp_path, *SYNC) as (cluster, load):
         p = cluster.settled()
         term = term_of(p)
         synced = wait_for("the primary's sync set", lambda: p.status().get("cluster", {}).get("sync"))
@@ -304,7 +266,7 @@ def test_only_the_sync_set_may_win_and_its_member_holds_every_acknowledged_write
         writes_flow(load)
         o.kill()  # the replica out of the set: down, so it misses what follows
         writes_flow(load, 30)  # acknowledged: on the primary and the sync replica alone
-        s.etcd_proxy.freeze()
+        s.cut(peers=False)
         wait_for("the sync replica to lose etcd", lambda: not s.status().get("cluster", {}).get("etcd", True))
         time.sleep(TTL * 2)  # past its lease: etcd lists the lagging one alone once it is back
         fault_at = time.monotonic()
@@ -324,11 +286,8 @@ def test_only_the_sync_set_may_win_and_its_member_holds_every_acknowledged_write
             load.stop()
             load.history.check_fenced()  # what only the sync replica held may be lost: the operator's choice
             return
-        s.etcd_proxy.pass_()
+        s.heal()
         assert cluster.primary(60) is s
         new_term_taking_writes(load, term, fault_at)
         p.start()  # it rejoins as a replica
         finish(cluster, load)
-    finally:
-        load.stop()
-        cluster.close()

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from harness import ETCD, free_port, wait_for
+from harness import ETCD, wait_for
+from network import free_port
 
 pytestmark = pytest.mark.skipif(ETCD is None, reason="etcd: no 'etcd' on PATH")
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "cluster.py"
