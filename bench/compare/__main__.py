@@ -1,4 +1,5 @@
-"""`make queue-compare`: python -m bench.compare [--quick] [--jobs N] [--rounds R] [--systems a,b] [--dir D]"""
+"""`make queue-compare`: python -m bench.compare [--quick] [--jobs N] [--rounds R] [--seconds S]
+[--durable-seconds S] [--systems a,b] [--only p,q] [--dir D]"""
 
 from __future__ import annotations
 
@@ -19,24 +20,35 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, help="jobs in the full queue [1 000 000; --quick 100 000]")
     ap.add_argument("--rounds", type=int, help="rounds, systems alternated in each [3]")
     ap.add_argument("--seconds", type=float, help="each throughput window [3; --quick 1]")
+    ap.add_argument("--durable-seconds", type=float, help="each durable writes window [2; --quick 1]")
     ap.add_argument("--systems", help="a comma-separated subset of: fenecdb,postgres,redis,beanstalkd")
+    ap.add_argument("--only", help="a comma-separated subset of the parts of a round: " + ",".join(harness.PARTS)
+                    + " (claims: the claim, wake and load rows; durable: the durable writes; sync: the durable "
+                      "writes with one sync replica; async: claim + ack with one async replica) [all]")
     ap.add_argument("--dir", help="where the servers' temporary data directories go (its disk is the one "
                                   "the durable row measures; run as root, the postgres user must be able to "
                                   "reach it) [the system's temp dir]")
     ap.add_argument("--out", default=str(OUT), help="where queue-compare.md and .json are written")
     args = ap.parse_args(argv)
     sizes = harness.QUICK if args.quick else harness.Sizes()
-    changes = {k: v for k, v in (("jobs", args.jobs), ("rounds", args.rounds), ("seconds", args.seconds))
-               if v is not None}
+    changes = {k: v for k, v in (("jobs", args.jobs), ("rounds", args.rounds), ("seconds", args.seconds),
+                                 ("durable_seconds", args.durable_seconds)) if v is not None}
     sizes = dataclasses.replace(sizes, **changes)
-    if sizes.rounds < 1 or sizes.jobs < 1000 or sizes.seconds <= 0:
-        ap.error("--jobs must be at least 1000, --rounds at least 1, --seconds above 0")
+    if sizes.rounds < 1 or sizes.jobs < 1000 or sizes.seconds <= 0 or sizes.durable_seconds <= 0:
+        ap.error("--jobs must be at least 1000, --rounds at least 1, --seconds and --durable-seconds above 0")
     if sizes.jobs < 20 * sizes.claims:  # the timed claims take at most half the queue
         sizes = dataclasses.replace(sizes, claims=sizes.jobs // 20)
     only = [s.strip() for s in args.systems.split(",")] if args.systems else None
     known = {"fenecdb", "postgres", "redis", "beanstalkd"}
     if only and not set(only) <= known:
         ap.error(f"--systems: unknown {sorted(set(only) - known)}; known: {sorted(known)}")
+
+    parts = tuple(harness.PARTS)
+    if args.only:
+        asked = [p.strip() for p in args.only.split(",") if p.strip()]
+        if not asked or not set(asked) <= set(harness.PARTS):
+            ap.error(f"--only: unknown {sorted(set(asked) - set(harness.PARTS))}; known: {list(harness.PARTS)}")
+        parts = tuple(p for p in harness.PARTS if p in asked)
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
@@ -48,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, stop_running)
     try:
-        results = harness.run(sizes, only, args.dir, log)
+        results = harness.run(sizes, only, args.dir, log, parts)
     except KeyboardInterrupt:
         log("\nqueue-compare: interrupted; every server it started is stopped, nothing written")
         return 130

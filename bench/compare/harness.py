@@ -39,9 +39,40 @@ class Sizes:
 QUICK = Sizes(jobs=100_000, rounds=3, claims=200, few_ready=100, wakes=30, seconds=1.0, durable_seconds=1.0)
 WORKERS = (1, 4, 8)
 WRITERS = (1, 8)
+# the parts of a round (`--only` runs some of them): the claim, wake and load rows on the everyday setting; the
+# durable writes; the durable writes with one sync replica; claim + ack with one async replica
+PARTS = ("claims", "durable", "sync", "async")
+# `phase` calls inside each part (`one_round`); a round adds one at the start of every part but its first,
+# and one at its end
+PART_PHASES = {"claims": 5 + len(WORKERS), "durable": len(WRITERS) - 1, "sync": len(WRITERS) - 1,
+               "async": len(WORKERS)}
+FIRST_PHASE = {"claims": "start, wake a blocked worker", "durable": "start, durable",
+               "sync": "start, durable, one sync replica", "async": "start, one async replica"}
 
 
-def rows(jobs: int) -> list[Row]:
+def part_of(row: str) -> str:
+    """The part of a round that measures the row `row` ("" for the host check, which every round makes)."""
+    if row == "host_ms":
+        return ""
+    if row.startswith("durable_sync_"):
+        return "sync"
+    if row.startswith("durable_"):
+        return "durable"
+    if row.startswith("tput_async_"):
+        return "async"
+    return "claims"
+
+
+def phases_per_round(parts: tuple[str, ...] = PARTS) -> int:
+    """The `phase` calls of `one_round` running `parts`."""
+    return sum(PART_PHASES[p] for p in parts) + len(parts)
+
+
+def rows(jobs: int, parts: tuple[str, ...] = PARTS) -> list[Row]:
+    return [r for r in all_rows(jobs) if part_of(r.key) in ("", *parts)]
+
+
+def all_rows(jobs: int) -> list[Row]:
     n = f"{jobs:,}".replace(",", " ")
     out = [Row("load", f"load {n} ready jobs", "jobs/s", "higher"),
            Row("claim_p50", f"claim 10 of {n} ready, p50", "ms", "lower"),
@@ -75,7 +106,7 @@ def host_check() -> float:
     return (time.perf_counter() - t0) * 1000
 
 
-PHASES_PER_ROUND = 7 + 2 * len(WORKERS) + 2 * len(WRITERS)  # the `phase` calls of `one_round`
+PHASES_PER_ROUND = phases_per_round()  # the `phase` calls of `one_round`, every part run
 
 
 def discover(only: list[str] | None) -> tuple[dict[str, Any], dict[str, dict]]:
@@ -137,16 +168,31 @@ def server(system: Any, dirs: Workdirs, durable: bool, replica: str | None = Non
 
 
 def one_round(system: Any, sizes: Sizes, dirs: Workdirs, record: Callable[[str, float], None],
-              phase: Callable[[str], None], note: Callable[[str], None]) -> None:
-    """The phases of one system in one round; `phase` is called after each (PHASES_PER_ROUND in all).
+              phase: Callable[[str], None], note: Callable[[str], None], parts: tuple[str, ...] = PARTS) -> None:
+    """The phases of one system in one round; `phase` is called after each (`phases_per_round(parts)` in all).
 
     Three server starts, each on a fresh data directory: the wake rows and the million ready jobs; the
     million leased or delayed (a fresh server rather than a dropped queue, so no system is still reclaiming
     the last million — FenecDB's auto-compaction, Redis's AOF rewrite, beanstalkd's old tube, PostgreSQL's
     dead rows — while the row is measured); the durable writes at the strongest setting. Then, for a system
     that has replicas (`replicas` names the kinds), two more: the durable writes with one synchronous replica,
-    and claim + ack with one asynchronous replica attached. The host is timed before each start (`host_check`)."""
-    host = [host_check()]
+    and claim + ack with one asynchronous replica attached. The host is timed before each start (`host_check`).
+    `parts` (PARTS) chooses which of these run: "claims" the first two starts, then "durable", "sync", "async"."""
+    host: list[float] = []
+    for i, part in enumerate(parts):
+        if i:
+            phase(FIRST_PHASE[part])
+        if part in ("claims", "durable") or part in getattr(system, "replicas", ()):  # a server starts
+            host.append(host_check())
+        {"claims": _claims, "durable": _durable, "sync": _sync, "async": _async}[part](
+            system, sizes, dirs, record, phase, note, host)
+    if host:
+        record("host_ms", sum(host) / len(host))
+    phase("done")
+
+
+def _claims(system: Any, sizes: Sizes, dirs: Workdirs, record: Callable[[str, float], None],
+            phase: Callable[[str], None], note: Callable[[str], None], host: list[float]) -> None:
     with server(system, dirs, durable=False):
         r = loadgen.wake_latency(system, sizes.wakes, None)
         record("wake_block_p50", r["p50"])
@@ -185,63 +231,68 @@ def one_round(system: Any, sizes: Sizes, dirs: Workdirs, record: Callable[[str, 
             r = loadgen.few_ready_latency(s, sizes.few_ready)
         record("few_p50", r["p50"])
         record("few_p99", r["p99"])
-        phase("restart, durable")
-    host.append(host_check())
+
+
+def _durable(system: Any, sizes: Sizes, dirs: Workdirs, record: Callable[[str, float], None],
+             phase: Callable[[str], None], note: Callable[[str], None], host: list[float]) -> None:
     with server(system, dirs, durable=True):
         for i, w in enumerate(WRITERS):
             if i:
                 phase(f"durable writes, {w} writers")
             record(f"durable_{w}", loadgen.run_workers(system, "put", w, sizes.durable_seconds)["rate"])
-    kinds = getattr(system, "replicas", ())
-    phase("restart, durable, one sync replica")
-    if "sync" in kinds:
-        host.append(host_check())
-        with server(system, dirs, durable=True, replica="sync"):
-            for i, w in enumerate(WRITERS):
-                if i:
-                    phase(f"durable writes, {w} writers, one sync replica")
-                record(f"durable_sync_{w}", loadgen.run_workers(system, "put", w, sizes.durable_seconds)["rate"])
-    else:
+
+
+def _sync(system: Any, sizes: Sizes, dirs: Workdirs, record: Callable[[str, float], None],
+          phase: Callable[[str], None], note: Callable[[str], None], host: list[float]) -> None:
+    if "sync" not in getattr(system, "replicas", ()):
         for w in WRITERS[1:]:
             phase(f"durable writes, {w} writers, one sync replica: none")
-    phase(f"restart, one async replica, load {sizes.jobs} ready")
-    if "async" in kinds:
-        host.append(host_check())
-        with server(system, dirs, durable=False, replica="async"):
-            system.load(sizes.jobs, ready=True)
-            system.replica_level()  # the replica holds the load: the windows measure the stream, not a backlog
-            taken = 0
-            for w in WORKERS:
-                phase(f"claim + ack, {w} worker(s), one async replica")
-                if taken:
-                    system.load(taken, ready=True)
-                r = loadgen.run_workers(system, "claim-ack", w, sizes.seconds)
-                if r["dry"]:
-                    note(f"{system.name}: the queue ran dry in the {w}-worker window with a replica")
-                record(f"tput_async_{w}", r["rate"])
-                taken = r["done"]
-    else:
+        return
+    with server(system, dirs, durable=True, replica="sync"):
+        for i, w in enumerate(WRITERS):
+            if i:
+                phase(f"durable writes, {w} writers, one sync replica")
+            record(f"durable_sync_{w}", loadgen.run_workers(system, "put", w, sizes.durable_seconds)["rate"])
+
+
+def _async(system: Any, sizes: Sizes, dirs: Workdirs, record: Callable[[str, float], None],
+           phase: Callable[[str], None], note: Callable[[str], None], host: list[float]) -> None:
+    if "async" not in getattr(system, "replicas", ()):
         for w in WORKERS:
             phase(f"claim + ack, {w} worker(s), one async replica: none")
-    record("host_ms", sum(host) / len(host))
-    phase("done")
+        return
+    with server(system, dirs, durable=False, replica="async"):
+        system.load(sizes.jobs, ready=True)
+        system.replica_level()  # the replica holds the load: the windows measure the stream, not a backlog
+        taken = 0
+        for w in WORKERS:
+            phase(f"claim + ack, {w} worker(s), one async replica")
+            if taken:
+                system.load(taken, ready=True)
+            r = loadgen.run_workers(system, "claim-ack", w, sizes.seconds)
+            if r["dry"]:
+                note(f"{system.name}: the queue ran dry in the {w}-worker window with a replica")
+            record(f"tput_async_{w}", r["rate"])
+            taken = r["done"]
 
 
-def run(sizes: Sizes, only: list[str] | None, workdir: str | None, log: Callable[[str], None]) -> dict[str, Any]:
+def run(sizes: Sizes, only: list[str] | None, workdir: str | None, log: Callable[[str], None],
+        parts: tuple[str, ...] = PARTS) -> dict[str, Any]:
     present, info = discover(only)
     for entry in info.values():
         if "skipped" in entry:
             log(f"queue-compare: skipping {entry['name']}: {entry['skipped']}")
     results: dict[str, Any] = {
         "machine": machine(), "settings": dataclasses.asdict(sizes), "systems": info,
-        "rows": [dataclasses.asdict(r) for r in rows(sizes.jobs)], "values": {}, "errors": [], "notes": [],
+        "parts": list(parts), "rows": [dataclasses.asdict(r) for r in rows(sizes.jobs, parts)], "values": {}, "errors": [], "notes": [],
         "phase_seconds": {},
         "order": [], "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     keys = list(present)
     if not keys:
         return results
-    prog = Progress(sizes.rounds * len(keys) * PHASES_PER_ROUND)
+    per_round = phases_per_round(parts)
+    prog = Progress(sizes.rounds * len(keys) * per_round)
     dirs = Workdirs(workdir)
     try:
         for rnd in range(sizes.rounds):
@@ -256,7 +307,7 @@ def run(sizes: Sizes, only: list[str] | None, workdir: str | None, log: Callable
                 def record(row: str, value: float, key: str = key, rnd: int = rnd) -> None:
                     results["values"].setdefault(row, {}).setdefault(key, {})[str(rnd)] = value
 
-                clock = {"t": time.monotonic(), "what": "start, wake a blocked worker"}
+                clock = {"t": time.monotonic(), "what": FIRST_PHASE[parts[0]]}
 
                 def phase(what: str, label: str = label, key: str = key, clock: dict = clock) -> None:
                     now = time.monotonic()
@@ -267,11 +318,11 @@ def run(sizes: Sizes, only: list[str] | None, workdir: str | None, log: Callable
 
                 prog.show(f"{label}: {clock['what']}")
                 try:
-                    one_round(system, sizes, dirs, record, phase, results["notes"].append)
+                    one_round(system, sizes, dirs, record, phase, results["notes"].append, parts)
                 except Exception as e:  # a failed system-round is reported, and the run goes on
                     results["errors"].append(f"round {rnd + 1} {system.name}: {e!r}")
                     log(f"\nqueue-compare: round {rnd + 1} {system.name} failed: {e!r}")
-                    prog.done = done_before + PHASES_PER_ROUND
+                    prog.done = done_before + per_round
                     prog.show(f"{label}: failed")
     finally:
         prog.finish()

@@ -44,6 +44,39 @@ def test_a_stream_waiting_on_the_feed_is_woken_by_the_logs_sync(tmp_path: Path) 
         db.close()
 
 
+def test_a_waiting_stream_runs_in_the_loops_next_turn_after_the_sync(tmp_path: Path) -> None:
+    """The stream sends on the turn after the fdatasync's, not two turns later (its task awaits
+    its own future: asyncio.wait would wake it through a future of its own, a turn later)."""
+    db = Database(str(tmp_path / "p.fenec"), sync="off")
+    feed = Feed(db, 1 << 20)
+    feed.attach()
+
+    async def main() -> tuple[bool, bool, int]:
+        woken: list[bool] = []
+
+        async def stream() -> None:
+            more = feed.more()
+            await feed.wait(more, 30)
+            woken.append(True)
+
+        task = asyncio.create_task(stream())
+        await asyncio.sleep(0)  # the stream waits
+        db.query("create collection jobs (n int)")
+        db.log.sync()  # the sync's turn, on the loop's thread
+        before = bool(woken)
+        await asyncio.sleep(0)  # one turn
+        after = bool(woken)
+        await task
+        for _ in range(5):  # an idle primary's keep-alive waits, each ended by its time, do not pile up
+            await feed.wait(feed.more(), 0.001)
+        return before, after, len(feed._waiting)
+
+    try:
+        assert asyncio.run(asyncio.wait_for(main(), 30)) == (False, True, 1)
+    finally:
+        db.close()
+
+
 class Replicas:
     def __init__(self) -> None:
         self.replicas: set[Replica] = set()

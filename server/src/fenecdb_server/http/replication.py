@@ -152,7 +152,7 @@ async def stream(node: Node, scope: MutableMapping[str, Any], send: Send) -> Non
                 continue
             quiet = KEEPALIVE_S - (time.monotonic() - last)
             if quiet > 0:
-                await asyncio.wait((more,), timeout=quiet)
+                await feed.wait(more, quiet)
             else:
                 await send({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
                 last = time.monotonic()

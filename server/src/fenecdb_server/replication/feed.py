@@ -10,9 +10,11 @@ That is all the write path pays, and only on a server started with `--replicatio
 The stream (`GET /_replication`) is sent by the event loop, never by the writer: `durable_after`
 answers the records a replica may have, those with a change number past its own and a ticket the
 log's fsync has covered (only writes already on the primary's disk are sent, server.md §7). A
-stream with nothing to send waits on `more()`, which the log's sync resolves (`Log.synced`, on
-whichever thread synced: at once on the loop's own, through `call_soon_threadsafe` from any
-other); a stream arms it before it looks, so a sync between its look and its wait still wakes it.
+stream with nothing to send waits on a future of its own, `more()`, which the log's sync resolves
+(`Log.synced`, on whichever thread synced: at once on the loop's own, through
+`call_soon_threadsafe` from any other); a stream arms it before it looks, so a sync between its look
+and its wait still wakes it. It awaits that future itself (`wait`), so the stream runs in the loop's
+next turn after the sync's.
 
 Wire format: the bytes of a data file (storage/log.py). The file header (16 bytes), then records
 framed as the log frames them (12-byte header: length, CRC-32 of the payload, CRC-32 of the
@@ -84,7 +86,7 @@ class Feed:
         self._bytes = 0
         self.base = 0  # the change number before the first kept record: a replica at it or past it is fed
         self.replicas: set[Replica] = set()
-        self._more: asyncio.Future[None] | None = None  # what the streams with nothing to send wait on
+        self._waiting: list[asyncio.Future[None]] = []  # the futures of the streams with nothing to send
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
 
@@ -105,29 +107,40 @@ class Feed:
     # -- waking the streams --
 
     def more(self) -> asyncio.Future[None]:
-        """On the loop: a future done once the log's fsync covers more records. Taken before a
-        stream looks for records (see the module's docstring)."""
-        more = self._more
-        if more is None or more.done():
-            loop = asyncio.get_running_loop()
-            more = loop.create_future()
-            self._loop = loop
-            self._loop_thread = threading.get_ident()
-            self._more = more
+        """On the loop: a future of the calling stream's own, done once the log's fsync covers more
+        records. Taken before a stream looks for records (see the module's docstring)."""
+        loop = asyncio.get_running_loop()
+        more = loop.create_future()
+        self._loop = loop
+        self._loop_thread = threading.get_ident()
+        waiting = [f for f in self._waiting if not f.done()]  # a wait ended by its time is dropped here
+        waiting.append(more)
+        self._waiting = waiting
         return more
+
+    @staticmethod
+    async def wait(more: asyncio.Future[None], seconds: float) -> None:
+        """On the loop: until `more` is done or `seconds` have passed. The stream's task awaits
+        the future itself (asyncio.wait would wake it a turn later, through a future of its own);
+        it is the stream's own, so a stream cancelled meanwhile cancels no other's."""
+        timer = asyncio.get_running_loop().call_later(seconds, _wake, more)
+        try:
+            await more
+        finally:
+            timer.cancel()
 
     def synced(self) -> None:
         """The log's fsync covers more records (`Log.synced`: any thread, holding the log's lock)."""
-        more = self._more
-        if more is None:
+        waiting = self._waiting
+        if not waiting:
             return
-        self._more = None
+        self._waiting = []
         loop = self._loop
         assert loop is not None
         if threading.get_ident() == self._loop_thread:
-            _wake(more)
+            _wake_all(waiting)
         else:
-            loop.call_soon_threadsafe(_wake, more)
+            loop.call_soon_threadsafe(_wake_all, waiting)
 
     def _read_back(self) -> None:
         """Under the write lock, nothing appended meanwhile: the file's last records, up to
@@ -231,6 +244,12 @@ class Feed:
 def _wake(more: asyncio.Future[None]) -> None:
     if not more.done():
         more.set_result(None)
+
+
+def _wake_all(waiting: list[asyncio.Future[None]]) -> None:
+    for more in waiting:
+        if not more.done():
+            more.set_result(None)
 
 
 _SEQ = re.compile(rb'\{"s":(\d+)[,}]')

@@ -9,12 +9,13 @@ from it, then the file compacted to it before the next record is applied: a cras
 leaves the old file, whose change number asks for the image again). Every record is checked as
 recovery checks one: a damaged or cut stream is dropped, never applied, and asked for again.
 
-A primary under `--sync-replicas` (its stream's `Fenec-Sync-Replicas` header above 0) is told which
-change this replica's disk holds: the acker thread posts `/_replication/ack` on a connection of its own
-each time the log's fsync covers more of the records applied, one post for all the records a sync
-covered. The acker syncs them itself (one fdatasync for all that came meanwhile, whatever `--sync`
-says: under `always` the applier does not wait for each record's, under `<ms>` its primary's
-answers do not wait for the period); nothing is acked before its sync.
+Records that come together are made durable together: once nothing more of the stream is there to
+read (link.py's `Stream.ready`), or `SETTLE_S` after the first record not yet settled, the follower
+settles what it applied: one fdatasync for all of it (under `--sync always`, or whatever `--sync` says
+when its primary waits for acks), then, when the primary runs `--sync-replicas` (its stream's
+`Fenec-Sync-Replicas` header above 0), one ack saying the change its disk now holds (link.py's
+`Acks`, a connection of its own). Nothing is acked before its fdatasync. The same thread reads,
+applies, syncs and acks: no record is handed to another thread on its way to the primary's answer.
 
 In a cluster (cluster.py) the stream's `Fenec-Term` header names the term of the primary sending it:
 a stream of a term below the highest this replica has seen (`floor`: in etcd, or in a record it
@@ -28,27 +29,27 @@ asking for what it missed, after a pause that grows from 0.1 s to 2 s while it f
 
 from __future__ import annotations
 
-import collections
-import http.client
 import logging
 import secrets
-import socket
 import struct
 import threading
 import time
 import urllib.parse
 import zlib
 from collections.abc import Callable
+from http import HTTPStatus
 
 from ..database import Database
 from ..engine import records
 from ..errors import FenecError
 from ..storage.format import FILE_HEADER_SIZE, MAX_PAYLOAD, RECORD_HEADER_SIZE, SNAPSHOT_BIT, file_header
 from .identity import Identity
+from .link import Acks, Refused, Stream
 
 log = logging.getLogger("fenecdb.replication")
 
 SILENCE_S = 5.0
+SETTLE_S = 0.05  # a stream that never pauses (a long catch-up) is still settled this often
 _HEAD12 = struct.Struct("<III")
 
 
@@ -82,27 +83,24 @@ class Follower:
         self.ident = secrets.token_hex(8)  # this follower, to its primary (its acks counted once)
         self.acking = False  # the primary wants acks (its --sync-replicas)
         self.acked = 0  # the change the last ack said
-        self._applied: collections.deque[tuple[int, int]] = collections.deque()  # (ticket, change) not acked
-        self._more = threading.Event()
+        self._ticket = 0  # the log's ticket of the last record applied and not settled yet (0: none)
+        self._change = 0  # the change number of the last record applied
+        self._durable = 0  # the highest change this follower made sure its disk holds (0: none yet)
+        self._since = 0.0  # time.monotonic() of the first record not settled yet
         self._stop = threading.Event()
-        self._conn: http.client.HTTPConnection | None = None
+        self._stream: Stream | None = None
+        self._acks = Acks(self.host, self.port, token, SILENCE_S)
         self._thread = threading.Thread(target=self._run, name="fenec-follower", daemon=True)
-        self._acker = threading.Thread(target=self._ack_loop, name="fenec-acker", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
-        self._acker.start()
 
     def stop(self) -> None:
         """Stop following (the current record is applied whole or not at all) and wait for it."""
         self._stop.set()
-        self._more.set()
-        conn = self._conn
-        if conn is not None and conn.sock is not None:
-            try:
-                conn.sock.shutdown(2)
-            except OSError:
-                pass
+        stream = self._stream
+        if stream is not None:
+            stream.shutdown()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=10)
 
@@ -112,55 +110,63 @@ class Follower:
 
     def _run(self) -> None:
         pause = 0.1
-        while not self._stop.is_set():
-            try:
-                self._follow()
-                pause = 0.1
-            except (OSError, http.client.HTTPException, StreamBroken, ValueError) as e:
-                if not self._stop.is_set():
-                    log.warning("replication: following %s: %s; reconnecting", self.url, e or type(e).__name__)
-            except Exception:
-                log.exception("replication: internal error following %s", self.url)
-            finally:
-                self.connected = False
-                conn, self._conn = self._conn, None
-                if conn is not None:
-                    conn.close()
-            if self._stop.wait(pause):
-                return
-            pause = min(2.0, pause * 2)
+        try:
+            while not self._stop.is_set():
+                try:
+                    self._follow()
+                    pause = 0.1
+                except (OSError, EOFError, Refused, StreamBroken, ValueError) as e:
+                    if not self._stop.is_set():
+                        log.warning("replication: following %s: %s; reconnecting", self.url,
+                                    e or type(e).__name__)
+                except Exception:
+                    log.exception("replication: internal error following %s", self.url)
+                finally:
+                    self.connected = False
+                    stream, self._stream = self._stream, None
+                    if stream is not None:
+                        stream.close()
+                if self._stop.wait(pause):
+                    return
+                pause = min(2.0, pause * 2)
+        finally:
+            self._acks.close()
 
     def _follow(self) -> None:
         since = self.db.seq
         query = urllib.parse.urlencode({"since": since, "history": self.identity.history})
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=SILENCE_S)
-        self._conn = conn
         headers = {"authorization": f"Bearer {self.token}", "fenec-replica": self.ident}
         if self.member:
             headers["fenec-member"] = self.member
-        conn.request("GET", f"/_replication?{query}", headers=headers)
-        resp = conn.getresponse()
-        if resp.status != http.HTTPStatus.OK:
-            body = resp.read(4096).decode("utf-8", "replace")
-            raise StreamBroken(f"the primary answered {resp.status}: {body}")
-        history = resp.getheader("fenec-history") or ""
-        self.primary_seq = int(resp.getheader("fenec-seq") or 0)
-        self.acking = int(resp.getheader("fenec-sync-replicas") or 0) > 0
+        stream = self._stream = Stream.open(self.host, self.port, f"/_replication?{query}", headers, SILENCE_S)
+        if self._stop.is_set():  # stopped while connecting: `stop` found no stream to shut
+            return
+        if stream.status != HTTPStatus.OK:
+            raise StreamBroken(f"the primary answered {stream.status}: {self._refusal(stream)}")
+        history = stream.headers.get("fenec-history", "")
+        self.primary_seq = int(stream.headers.get("fenec-seq") or 0)
+        self.acking = int(stream.headers.get("fenec-sync-replicas") or 0) > 0
         self.acked = 0  # a new stream: its first ack says where this replica stands
-        self.term = int(resp.getheader("fenec-term") or 0)
+        self.term = int(stream.headers.get("fenec-term") or 0)
         self._check_term()
-        if _read(resp, FILE_HEADER_SIZE) != file_header():
+        if stream.take(FILE_HEADER_SIZE) != file_header():
             raise StreamBroken("the stream does not start with a data file's header")
         self.connected = True
         self.last_contact = time.time()
+        if self.acking and self._durable and not self._ticket:
+            self._ack(self._durable)  # what the last stream may not have told (an ack lost with it)
         imaged = False
+        crc32 = zlib.crc32
+        unpack = _HEAD12.unpack
         while not self._stop.is_set():
-            head = _read(resp, RECORD_HEADER_SIZE)
-            word, crc, hcrc = _HEAD12.unpack(head)
-            if zlib.crc32(head[:8]) != hcrc:
+            if self._ticket and (not stream.ready() or time.monotonic() - self._since >= SETTLE_S):
+                self._settle()
+            head = stream.take(RECORD_HEADER_SIZE)
+            word, crc, hcrc = unpack(head)
+            if crc32(head[:8]) != hcrc:
                 raise StreamBroken("a record header failed its check")
-            payload = _read(resp, word & MAX_PAYLOAD)
-            if zlib.crc32(payload) != crc:
+            payload = stream.take(word & MAX_PAYLOAD)
+            if crc32(payload) != crc:
                 raise StreamBroken("a record failed its check")
             self.last_contact = time.time()
             if word & SNAPSHOT_BIT:
@@ -172,12 +178,21 @@ class Follower:
             if not payload:  # a keep-alive: the primary has no record on its disk past ours
                 self.primary_seq = self.db.seq
                 self.level_at = self.last_contact
+                if self.acking and not self._ticket and (self.acked < self._durable or self._acks.lost()):
+                    self._ack(self._durable)  # an ack lost with its connection: said again (link.py)
                 continue
             self._check_term()
             if not imaged and self.identity.history != history:
                 self.identity.follow(self.url, history)
             self._apply(payload)
             imaged = False
+
+    @staticmethod
+    def _refusal(stream: Stream) -> str:
+        try:
+            return stream.take(min(4096, int(stream.headers.get("content-length") or 0))).decode("utf-8", "replace")
+        except (OSError, EOFError, ValueError):
+            return ""
 
     def _check_term(self) -> None:
         if self.floor is not None and self.term < self.floor():
@@ -193,19 +208,43 @@ class Follower:
             ticket = appender.append(payload, seq, ops) if appender is not None else None
         finally:
             engine.lock.release_write()
-        if appender is not None:
-            if self.acking and isinstance(ticket, int):
-                # the acker syncs before it says (one fdatasync for every record applied meanwhile)
-                self._applied.append((ticket, seq))
-                self._more.set()
-            else:
-                appender.wait_durable(ticket)
+        if isinstance(ticket, int):
+            if not self._ticket:
+                self._since = time.monotonic()
+            self._ticket = ticket  # settled with the records that came with it (the module's docstring)
+        self._change = seq
         self.records += 1
         if seq >= self.primary_seq:
             self.primary_seq = seq
             self.level_at = time.time()
         if self.applied is not None:
             self.applied(seq)
+
+    def _settle(self) -> None:
+        """The records applied and not settled: one fdatasync for them all where `--sync always`
+        or the primary's acks want it, then the ack (the module's docstring)."""
+        ticket, self._ticket = self._ticket, 0
+        log_ = self.db.log
+        if log_ is None:
+            return
+        if self.acking or log_.policy == "always":
+            try:
+                log_.sync_upto(ticket)
+            except FenecError as e:  # the disk failed: nothing more is ever said to be on it
+                raise StreamBroken(f"this replica's disk refused: {e}") from e
+            self._durable = self._change
+        if self.acking and self._durable > self.acked:
+            self._ack(self._durable)
+
+    def _ack(self, seq: int) -> None:
+        """Tell the primary this disk holds change `seq`; one lost is said again at the next
+        keep-alive, or by the next ack (link.py)."""
+        try:
+            self._acks.send(self.ident, seq)
+        except OSError as e:
+            log.warning("replication: acking change %d to %s: %s", seq, self.url, e or type(e).__name__)
+            return
+        self.acked = seq
 
     def _image(self, payload: bytes) -> None:
         """The whole database replaced by the image, and the file made of it (the module's
@@ -222,59 +261,18 @@ class Follower:
             self.images += 1
         finally:
             engine.lock.release_write()
+        self._ticket = 0
+        self._change = seq
         if self.db.path is not None:
             self.db.compact()  # the file holds the image, synced: its change is on this disk
-        if self.acking:
-            self._applied.clear()
-            self._applied.append((0, seq))
-            self._more.set()
+            self._durable = seq
+            if self.acking:
+                self._ack(seq)
         if seq > self.primary_seq:
             self.primary_seq = seq
         log.warning("replication: re-imaged from %s at change %d", self.url, seq)
         if self.applied is not None:
             self.applied(seq)
-
-    def _ack_loop(self) -> None:
-        """Tell the primary the change the disk holds, as the log's fsyncs cover more (the
-        module's docstring); a failed post is tried again with the next, on a new connection."""
-        conn: http.client.HTTPConnection | None = None
-        while not self._stop.is_set():
-            self._more.wait(0.05)  # a sync under --sync <ms> comes on its own: looked for now and then
-            self._more.clear()
-            if not self.acking:
-                continue
-            log_ = self.db.log
-            applied = self._applied
-            if log_ is not None and applied and applied[-1][0] > log_.durable:
-                try:  # its primary waits: the disk now, whatever the period of --sync <ms>
-                    log_.sync_upto(applied[-1][0])
-                except FenecError:
-                    continue  # the log failed: nothing more is ever said to be on this disk
-            durable = log_.durable if log_ is not None else 0
-            upto = 0
-            while applied and applied[0][0] <= durable:
-                upto = applied.popleft()[1]
-            if upto <= self.acked:
-                continue
-            try:
-                if conn is None:
-                    conn = http.client.HTTPConnection(self.host, self.port, timeout=SILENCE_S)
-                    conn.connect()
-                    assert conn.sock is not None
-                    conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                # bytes: http.client sends a bytes body with the head in one send (a second small send
-                # would wait for the first one's delayed ACK)
-                conn.request("POST", "/_replication/ack", body=f"replica={self.ident}&seq={upto}".encode(),
-                             headers={"authorization": f"Bearer {self.token}"})
-                conn.getresponse().read()
-                self.acked = upto
-            except (OSError, http.client.HTTPException):
-                if conn is not None:
-                    conn.close()
-                conn = None
-                applied.appendleft((0, upto))  # said again with the next
-        if conn is not None:
-            conn.close()
 
     def behind(self) -> tuple[int, float]:
         """Changes the primary said it had that this replica has not applied, and seconds since
@@ -293,15 +291,3 @@ class Follower:
                 "last_contact_s": round(time.time() - self.last_contact, 3) if self.last_contact else None,
                 "images": self.images}
 
-
-def _read(resp: http.client.HTTPResponse, n: int) -> bytes:
-    """Exactly `n` bytes of the stream, or StreamBroken."""
-    if n == 0:
-        return b""
-    got = resp.read(n)
-    while len(got) < n:
-        more = resp.read(n - len(got))
-        if not more:
-            raise StreamBroken("the stream ended")
-        got += more
-    return got
