@@ -8,7 +8,7 @@ have idled into a deeper state, and the process resumes with cold caches. Measur
 polling", alternated in one sitting: claim 10 p50 0.192-0.203 ms without, 0.142 ms with a 100 µs
 window; claim + ack with one worker 20 300-20 500 jobs/s without, 27 600-28 200 with).
 
-So each answer written (`touch`, from http/protocol.py's `_write_answer`) pushes a deadline
+So each answer written (`touch`, from http/protocol.py's `_finish`) pushes a deadline
 `window` ahead (counted from the answer, not from the request's arrival: a window counted from the
 arrival ran out while the request was served, and measured no faster), and while
 the deadline is ahead the loop is kept from sleeping: `_spin` re-queues itself with `call_soon`,

@@ -114,7 +114,8 @@ class Connection(asyncio.Protocol):
         self._in_head = True
         self._head_bytes = 0
         self._head_size = 0
-        self._timer: Any = None
+        self._timer: Any = None  # the head's or the body's timeout, while one is read in part
+        self._timing = ""  # which: "head", "body", or "" (none armed)
         self._mid = False  # the parser is inside a request (its head or body read in part)
         self._target = 0  # bytes of the request target read so far
         self._refusal: tuple[int, bytes] | None = None  # decided in a parser callback, written after it
@@ -285,10 +286,12 @@ class Connection(asyncio.Protocol):
 
     def _arm(self, seconds: float, what: str) -> None:
         self._disarm()
+        self._timing = what
         if seconds > 0:
             self._timer = self.loop.call_later(seconds, self._timed_out, what, seconds)
 
     def _disarm(self) -> None:
+        self._timing = ""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -322,13 +325,20 @@ class Connection(asyncio.Protocol):
             else:
                 self._refuse(E.BAD_REQUEST, E.malformed(why))
             return
-        if self._in_head and self._head_bytes > HEAD_CEILING + 4:
-            # the head has not ended within the ceiling: refuse before buffering more of it. With
-            # no URL read yet, its request line has not ended: the target is what is too long
-            if self._head_size == 0 and self._target == 0:
-                self._refuse(E.TARGET_TOO_LONG, E.target_too_long())
-            else:
-                self._refuse(E.HEAD_TOO_LARGE, E.head_too_large())
+        if not self._mid:
+            return  # every request read whole: no timer runs (the keep-alive timer does, once answered)
+        if self._in_head:
+            if self._head_bytes > HEAD_CEILING + 4:
+                # the head has not ended within the ceiling: refuse before buffering more of it. With
+                # no URL read yet, its request line has not ended: the target is what is too long
+                if self._head_size == 0 and self._target == 0:
+                    self._refuse(E.TARGET_TOO_LONG, E.target_too_long())
+                else:
+                    self._refuse(E.HEAD_TOO_LARGE, E.head_too_large())
+            elif self._timing != "head":  # a request begun: its head timed from its first byte
+                self._arm(self.shared.header_timeout, "head")
+        elif self._timing != "body":  # its head read: its body timed from now
+            self._arm(self.shared.body_timeout, "body")
 
     # -- the parser's callbacks that read a head (the subclass reads the rest) --
 
@@ -340,8 +350,6 @@ class Connection(asyncio.Protocol):
         self._url = b""
         self._headers = []
         self._expect = False
-        if self._timer is None:  # a later request on the connection: timed from its first byte
-            self._arm(self.shared.header_timeout, "head")
 
     def on_url(self, url: bytes) -> None:
         self._target += len(url)
@@ -376,7 +384,8 @@ class Connection(asyncio.Protocol):
         self._quiet = self.loop.time()
         if self._mid or self._owes():
             return
-        self.resume_reading()
+        if self._read_paused:
+            self.resume_reading()
         self._idle_since = self._quiet
         if self._idle_timer is None:
             self._idle_timer = self.loop.call_later(self.timeout_keep_alive, self._idle_check)

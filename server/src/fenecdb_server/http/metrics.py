@@ -63,8 +63,8 @@ def resident_bytes() -> int | None:
 
 class KindCounts:
     """The statement counters of one kind (read or write): how many, how many failed, the latency
-    histogram's buckets (the last past BUCKETS) and the seconds summed. Attributes of a compiled
-    class, not dicts keyed by kind: counted on every request (a put spent 3 300 instructions in it)."""
+    histogram's buckets (the last past BUCKETS) and the seconds summed. Attributes, not dicts keyed
+    by kind: counted on every request."""
 
     __slots__ = ("statements", "errors", "counts", "seconds")
 
@@ -117,7 +117,7 @@ class Metrics:
             out.append(f'fenec_statement_errors_total{{transport="http",kind="{k}"}} {kinds[k].errors}')
         head("fenec_statement_duration_seconds", "histogram", "Arrival to answer.")
         for k in KINDS:
-            kc = kinds[k]  # not `c`: mypyc types a name once, and `c` is a collection's stats below
+            kc = kinds[k]  # this kind's counters
             running = 0
             for bound, n in zip(BUCKETS, kc.counts, strict=False):
                 running += n

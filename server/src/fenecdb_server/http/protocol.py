@@ -155,19 +155,18 @@ class FenecProtocol(Connection):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._head_bytes = 0
-        self._arm(self.shared.body_timeout, "body")
         if self.transport.is_closing():
             self._reading = None
             return
         parser = self.parser
-        version = parser.get_http_version()
-        keep = version != "1.0" and parser.should_keep_alive() and not self._spare
+        keep = parser.should_keep_alive() and not self._spare
         url = self._url
         request: DirectRequest | AsgiCycle
         if url in DIRECT_TARGETS and self._goes_direct(parser):
             request = self._direct(url, keep)
         else:
-            request = self._cycle(parser, version, keep)
+            version = parser.get_http_version()
+            request = self._cycle(parser, version, keep and version != "1.0")
         self._reading = request
         if self.current is None:
             self.current = request
@@ -188,7 +187,8 @@ class FenecProtocol(Connection):
 
     def on_message_complete(self) -> None:
         self._mid = False
-        self._disarm()
+        if self._timing:
+            self._disarm()
         self._in_head = True
         self._head_bytes = 0
         request = self._reading
@@ -271,10 +271,10 @@ class FenecProtocol(Connection):
         if request is not self.current:
             return
         self.current = None
-        if self.transport.is_closing():
+        if not keep or self.transport.is_closing():
             self.server_state.total_requests += 1
             return
-        if not self._starting:
+        if self.waiting and not self._starting:
             self._next()
         self._answered()
 
