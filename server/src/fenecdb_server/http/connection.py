@@ -163,9 +163,7 @@ class Connection(asyncio.Protocol):
         self._arm(shared.header_timeout, "head")
 
     def _turn_away(self, transport: Any, why: str) -> None:
-        """503 and close, before any request is read: the answer written, the writing side shut,
-        and the connection closed once the client's first bytes are read (`data_received`), or
-        it closes, or LINGER s pass."""
+        """503 and close before any request is read, once its first bytes are read or LINGER s pass."""
         self._refused = True
         self.transport = transport
         transport.write(render_close(E.UNAVAILABLE, E.body(why), b"retry-after: 1\r\n"))
@@ -176,8 +174,7 @@ class Connection(asyncio.Protocol):
             transport.close()
 
     def _evict(self) -> bool:
-        """Close the longest-idle connection that has presented no accepted token and is between
-        requests, for this one; False where there is none."""
+        """Close the longest-idle evictable connection for this one; False where there is none."""
         victim: Connection | None = None
         for other in self.connections:
             if isinstance(other, Connection) and other._evictable() and \
@@ -199,12 +196,9 @@ class Connection(asyncio.Protocol):
         self._credentialed = True
 
     def shutdown(self) -> None:
-        """The server stops (uvicorn's `Server.shutdown` calls it): closed now if idle, else
-        after the answer it owes (the subclass's)."""
+        """The server stops (uvicorn calls it): closed now if idle, else after the answer it owes."""
         if not self._owes() and self.transport is not None:
             self.transport.close()
-
-    # -- reading --
 
     def pause_reading(self) -> None:
         if not self._read_paused:
@@ -215,8 +209,6 @@ class Connection(asyncio.Protocol):
         if self._read_paused:
             self._read_paused = False
             self.transport.resume_reading()
-
-    # -- writing, and a reader that does not read --
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -242,8 +234,7 @@ class Connection(asyncio.Protocol):
             await self._writable.wait()
 
     def _stalled(self) -> None:
-        """Paused for --idle-timeout s: the client reads nothing. Aborted, not closed: a close would
-        wait for the buffer to drain, which it never does."""
+        """Paused for --idle-timeout s: aborted, since a close would wait for a drain that never comes."""
         self._stall = None
         self.transport.abort()
 
@@ -376,10 +367,9 @@ class Connection(asyncio.Protocol):
     # -- the keep-alive timer --
 
     def _answered(self) -> None:
-        """An answer is written and the connection is kept: counted, and idle from now if nothing
-        else is owed. One timer stays armed while requests come, and when it fires it closes the
-        connection only if the last answer is `timeout_keep_alive` old with no request since;
-        otherwise it is armed again for what is left."""
+        """An answer is written and the connection kept: counted, and idle from now if nothing else is
+        owed. One timer stays armed while requests come; it closes the connection only if the last
+        answer is `timeout_keep_alive` old with no request since, else it is armed for what is left."""
         self.server_state.total_requests += 1
         self._quiet = self.loop.time()
         if self._mid or self._owes():
