@@ -108,9 +108,10 @@ class Front:
         self.unlogged = 0
         self.logged_at = now
 
-    def protocol(self, **kwargs: Any) -> FenecProtocol:
-        """A connection's protocol: what uvicorn's `Config(http=...)` calls with its config and state."""
-        return FenecProtocol(self, **kwargs)
+    def protocol(self, config: Any, server_state: Any, app_state: Any = None, _loop: Any = None) -> FenecProtocol:
+        """A connection's protocol: what uvicorn's `Config(http=...)` calls with its config and state
+        (each argument named: a compiled call does not forward `**kwargs` by name)."""
+        return FenecProtocol(self, config, server_state, app_state, _loop)
 
 
 class DirectRequest:
@@ -131,11 +132,12 @@ class DirectRequest:
 class FenecProtocol(Connection):
     """One connection: its requests read, routed and answered in order (the module's contract)."""
 
-    def __init__(self, shared: Front, **kwargs: Any) -> None:
-        super().__init__(shared, **kwargs)
+    def __init__(self, shared: Front, config: Any, server_state: Any, app_state: Any = None,
+                 _loop: Any = None) -> None:
+        super().__init__(shared, config, server_state, app_state, _loop)
         self.service: Service | None = shared.app
         self.asgi = shared.asgi
-        self.tasks: set[Any] = kwargs["server_state"].tasks
+        self.tasks: set[Any] = server_state.tasks
         # the header lines every direct answer carries (the service's, the same for the server's life)
         self._version_line, self._cors_lines = shared.answer_lines
         self._reading: DirectRequest | AsgiCycle | None = None  # the request whose body is being read
