@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fenec.http")
 
+# each direct target's path as the service reads it (a replica's ack among them, not only /query and /batch)
+DIRECT_PATHS = {target: target.decode("ascii") for target in DIRECT_TARGETS}
 DIRECT_BODY = OFF_LOOP_BODY  # a larger body is decoded in a worker thread, by the ASGI door
 
 
@@ -229,7 +231,7 @@ class FenecProtocol(Connection):
                 "client": self.client, "server": self.server, "scheme": "http", "root_path": "",
                 "fenec.conn": self}
         scope = base.copy()  # a scope of its own for each request
-        scope["path"] = "/query" if url == b"/query" else "/batch"
+        scope["path"] = DIRECT_PATHS[url]
         scope["raw_path"] = url
         scope["headers"] = headers
         scope["fenec.head"] = head
