@@ -239,7 +239,8 @@ class FenecProtocol(Connection):
 
     def _cycle(self, parser: Any, version: str, keep: bool) -> AsgiCycle:
         """The request to the ASGI door: its scope from the parsed head."""
-        parsed = httptools.parse_url(self._url)
+        # Any: the stubs name its parts bytes, but an absent part (the query) is None
+        parsed: Any = httptools.parse_url(self._url)
         raw_path = parsed.path
         path = raw_path.decode("ascii")
         if "%" in path:
