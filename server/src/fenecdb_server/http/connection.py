@@ -352,7 +352,8 @@ class Connection(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         name = name.lower()
-        value = value.rstrip(b" \t")  # llhttp keeps a value's trailing blanks, which are not its (RFC 9110 §5.5)
+        if value and (value[-1] == 32 or value[-1] == 9):  # llhttp keeps a value's trailing blanks,
+            value = value.rstrip(b" \t")  # which are not its (RFC 9110 §5.5)
         if name == b"expect" and value.lower() == b"100-continue":
             self._expect = True
         self._headers.append((name, value))

@@ -116,6 +116,20 @@ class Front:
         return FenecProtocol(self, config, server_state, app_state, _loop)
 
 
+def _fits(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether a POST with these headers is read whole here: one Content-Length within DIRECT_BODY,
+    no Transfer-Encoding, no Upgrade (the door answers those, and an upgrade's request is a plain one)."""
+    length = None
+    for name, value in headers:
+        if name == b"content-length":
+            if length is not None:
+                return False
+            length = value
+        elif name == b"transfer-encoding" or name == b"upgrade":
+            return False
+    return length is not None and length.isdigit() and len(length) <= 9 and int(length) <= DIRECT_BODY
+
+
 class DirectRequest:
     """A request the service answers itself: its scope, its body as it arrives, and its answer's
     state while one is owed."""
@@ -144,8 +158,10 @@ class FenecProtocol(Connection):
         self.current: DirectRequest | AsgiCycle | None = None  # the request being answered
         self.waiting: deque[DirectRequest | AsgiCycle] = deque()  # read, waiting for their turn
         self._starting = False  # the loop of `_next` runs (an answer written in it starts no other)
-        self._seen: list[tuple[bytes, bytes]] | None = None  # the last direct head's headers, and its Head
+        # the last head to a direct target: its headers, its Head, and whether its body may be read here
+        self._seen: list[tuple[bytes, bytes]] | None = None
         self._seen_head: Head | None = None
+        self._seen_fits = False
         self._scope_base: dict[str, Any] | None = None  # what every direct request's scope holds alike
         self._dated: Any = None  # the server's headers last written as lines (its date), and those lines
         self._dated_lines = b""
@@ -205,25 +221,16 @@ class FenecProtocol(Connection):
     def _goes_direct(self, parser: Any) -> bool:
         if self.service is None or self._spare or self._expect or self._head_size > HEAD_CEILING:
             return False
-        if parser.get_method() != b"POST" or parser.should_upgrade():
+        if parser.get_method() != b"POST":
             return False
-        length = None
-        for name, value in self._headers:
-            if name == b"content-length":
-                if length is not None:
-                    return False
-                length = value
-            elif name == b"transfer-encoding":
-                return False
-        return length is not None and length.isdigit() and len(length) <= 9 and int(length) <= DIRECT_BODY
+        headers = self._headers
+        if headers != self._seen:  # a client sends the same head again and again: read once
+            self._seen, self._seen_head, self._seen_fits = headers, Head(headers), _fits(headers)
+        return self._seen_fits
 
     def _direct(self, url: bytes, keep: bool) -> DirectRequest:
         headers = self._headers
-        if headers == self._seen:  # a client sends the same head again and again: read once
-            head = self._seen_head
-        else:
-            head = Head(headers)
-            self._seen, self._seen_head = headers, head
+        head = self._seen_head  # read by `_goes_direct`
         base = self._scope_base
         if base is None:
             base = self._scope_base = {
