@@ -1,9 +1,9 @@
-"""A connection's limits: uvicorn's httptools protocol with the wire limits of http.md §1 that must
-act before the service sees a request (protocol.py adds the direct path to it):
+"""A connection's limits and timers: an `asyncio.Protocol` of the server's own that reads every
+request head with httptools (llhttp) and keeps the wire limits of http.md §1 that must act before
+the service sees a request (protocol.py reads the requests and answers them):
 
 * past `--max-connections` a new connection is answered 503 `too many connections` with
-  `Retry-After: 1` and closed (uvicorn's own `limit_concurrency` answers plain text and counts
-  tasks, not connections), but for RESERVE connections past it that may ask only `/_health`
+  `Retry-After: 1` and closed, but for RESERVE connections past it that may ask only `/_health`
   or `/_metrics` (one request each, then closed): held claims are connections, and a server
   whose slots are all held workers is healthy, so its health check and its scrape must answer;
 * a request head must arrive whole within `--header-timeout` s of the connection (or of its
@@ -12,14 +12,13 @@ act before the service sees a request (protocol.py adds the direct path to it):
   for ever, and 100 of them (the default ceiling) locked every client out;
 * a header block over 64 KiB is 431 (llhttp has no ceiling of its own: the bytes of the head
   are counted as they arrive, so a head that never ends cannot grow without bound), and a
-  request target over 65 535 bytes 414, refused as its bytes arrive (httptools reads no longer
-  URL: past it uvicorn's read of the head failed, a 400 `User callback error`);
-* a request the parser cannot read is a JSON 400 (uvicorn writes plain text), an unknown
-  method a 501;
+  request target over 65 535 bytes 414, refused as its bytes arrive;
+* a request the parser cannot read is a JSON 400, an unknown method a 501;
 * at the ceiling, on a server that takes tokens, a new connection closes the longest-idle one
-  that has not presented an accepted token (`credentialed`) and is between requests: no request being read or run, no
-  answer owed, no held claim. Connections that only ask `/_health` cannot keep a token holder
-  out; a held claim, or a connection in the middle of a request, is never closed for another;
+  that has not presented an accepted token (`credentialed`) and is between requests: no request
+  being read or run, no answer owed, no held claim. Connections that only ask `/_health` cannot
+  keep a token holder out; a held claim, or a connection in the middle of a request, is never
+  closed for another;
 * out of file descriptors: once a new connection's socket is among the last FD_RESERVE
   descriptors the process may open (`ulimit -n`; a socket takes the lowest one free, so fewer
   than FD_RESERVE are left), it is answered 503 `Retry-After: 1` and closed, and a line is
@@ -33,26 +32,28 @@ act before the service sees a request (protocol.py adds the direct path to it):
   closes, or LINGER s pass): closed with its request unread it would be reset, and its client
   lose the answer;
 * an answer the client does not read: while the transport is paused (its buffer past the high
-  mark) a long answer renders no more of itself (`Answer.parts`, written piece by piece as the
-  transport has room), and a connection paused for `--idle-timeout` s is cut (aborted: what it
-  buffered is freed).
+  mark) no answer renders more of itself (`drain`; a long answer of the service is written piece
+  by piece as the transport has room, protocol.py), and a connection paused for
+  `--idle-timeout` s is cut (aborted: what it buffered is freed);
+* between requests, one keep-alive timer (`_answered`): armed when an answer is written and the
+  connection has nothing else to do, it closes a connection idle for `--idle-timeout` s.
 
-Between requests it keeps one keep-alive timer of its own (`_answered`), and it is a subclass of
-uvicorn's protocol that uses its internals: the uvicorn version is pinned exactly in
-pyproject.toml, and test_http_uvicorn_pin.py fails when an upgrade moves what is used.
+It takes from uvicorn only what its `Config(http=...)` hands every protocol it makes: the config
+(`timeout_keep_alive`) and the server's state (the set of open connections, the running tasks,
+the date header, the count of requests answered); test_http_uvicorn_pin.py holds them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from . import errors as E
-from .wire import Owed, render_close
+from .wire import render_close
 
 if TYPE_CHECKING:
     from .busy_poll import BusyPoll
@@ -63,6 +64,7 @@ RESERVE = 8
 FD_RESERVE = 16  # descriptors kept free (a socket among the last 16 the process may open is turned away)
 FD_LOG_EVERY = 10.0  # s between two lines saying connections were turned away for descriptors
 LINGER = 1.0  # s a turned-away connection waits for its client's request, to read it before closing
+READ_AHEAD = 64 << 10  # bytes of a body read ahead of the application before reading pauses
 
 log = logging.getLogger("fenec.http")
 
@@ -82,34 +84,62 @@ def _descriptor(transport: Any) -> int:
     return int(sock.fileno()) if sock is not None else -1
 
 
-class Connection(HttpToolsProtocol):
-    """One connection's limits and timers (the module's list); FenecProtocol adds the direct path."""
+def _address(transport: Any, which: str) -> tuple[str, int] | None:
+    info = transport.get_extra_info(which)
+    if isinstance(info, (list, tuple)) and len(info) >= 2:
+        return str(info[0]), int(info[1])
+    return None
 
-    def __init__(self, shared: Front, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+
+class Connection(asyncio.Protocol):
+    """One connection's limits, timers and flow (the module's list); FenecProtocol reads and
+    answers its requests."""
+
+    def __init__(self, shared: Front, config: Any, server_state: Any, app_state: Any = None,
+                 _loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.shared = shared
+        self.loop: Any = _loop or asyncio.get_event_loop()
+        self.server_state = server_state
+        self.connections: set[Any] = server_state.connections
+        self.timeout_keep_alive: float = config.timeout_keep_alive
         self.busy: BusyPoll | None = shared.busy
+        self.parser: Any = httptools.HttpRequestParser(self)
+        # a request pipelined behind one that closes the connection is not read: its answer is written first
+        self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
+        self.transport: Any = None
+        self.client: tuple[str, int] | None = None
+        self.server: tuple[str, int] | None = None
         self._refused = False
         self._spare = False
         self._in_head = True
         self._head_bytes = 0
         self._head_size = 0
-        self._timer: Any = None
-        self._mid = False  # httptools is inside a request (its head or body read in part)
+        self._timer: Any = None  # the head's or the body's timeout, while one is read in part
+        self._timing = ""  # which: "head", "body", or "" (none armed)
+        self._mid = False  # the parser is inside a request (its head or body read in part)
         self._target = 0  # bytes of the request target read so far
         self._refusal: tuple[int, bytes] | None = None  # decided in a parser callback, written after it
-        # told the moment the client's close is read (a held claim's `HeldClaims.forget`, http.md §8.10):
-        # uvicorn's own path to the app (connection_lost, the receive() watcher) takes more loop turns
+        self._url = b""  # the request's target, its headers (names lower-cased) and whether it expects a 100
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._expect = False
+        # told the moment the client's close is read (a held claim's `HeldClaims.forget`, http.md §8.10)
         self._leaving: list[Callable[[], None]] = []
-        self._idle_timer: Any = None  # the direct path's keep-alive timer (`_answered`)
+        self._idle_timer: Any = None  # the keep-alive timer (`_answered`)
         self._idle_since: float | None = None  # when its last answer was written; None: a request runs
         self._credentialed = False  # a request on it carried a token the server accepted
         self._cut = False  # closed for a newcomer at the ceiling
         self._quiet = 0.0  # when it last went idle: opened, or an answer written
         self._stall: Any = None  # armed while the transport is paused: cuts a reader that reads nothing
-        self._pump: Iterator[bytes] | None = None  # a long answer's pieces not written yet
-        self._pump_owed: Owed | None = None
         self._linger: Any = None  # a turned-away connection's last moment (`_turn_away`)
+        self.write_paused = False
+        self._writable: asyncio.Event | None = None  # set when writing resumes (`drain`)
+        self._read_paused = False
+
+    def _owes(self) -> bool:  # the subclass's: an answer is being made or written, or a request waits
+        raise NotImplementedError
+
+    def _gone(self) -> None:  # the subclass's: the connection is lost, what is owed on it is not written
+        raise NotImplementedError
 
     def connection_made(self, transport: Any) -> None:
         shared = self.shared
@@ -125,14 +155,15 @@ class Connection(HttpToolsProtocol):
                 return
             self._spare = True
             shared.spares += 1
-        super().connection_made(transport)
+        self.connections.add(self)
+        self.transport = transport
+        self.client = _address(transport, "peername")
+        self.server = _address(transport, "sockname")
         self._quiet = self.loop.time()
         self._arm(shared.header_timeout, "head")
 
     def _turn_away(self, transport: Any, why: str) -> None:
-        """503 and close, before any request is read: the answer written, the writing side shut,
-        and the connection closed once the client's first bytes are read (`data_received`), or
-        it closes, or LINGER s pass."""
+        """503 and close before any request is read, once its first bytes are read or LINGER s pass."""
         self._refused = True
         self.transport = transport
         transport.write(render_close(E.UNAVAILABLE, E.body(why), b"retry-after: 1\r\n"))
@@ -143,8 +174,7 @@ class Connection(HttpToolsProtocol):
             transport.close()
 
     def _evict(self) -> bool:
-        """Close the longest-idle connection that has presented no accepted token and is between
-        requests, for this one; False where there is none."""
+        """Close the longest-idle evictable connection for this one; False where there is none."""
         victim: Connection | None = None
         for other in self.connections:
             if isinstance(other, Connection) and other._evictable() and \
@@ -158,24 +188,32 @@ class Connection(HttpToolsProtocol):
         return True
 
     def _evictable(self) -> bool:
-        cycle = self.cycle
-        return not (self._credentialed or self._cut or self._spare or self._refused or self._mid or self.pipeline
-                    or self._pump is not None or self.transport is None or self.transport.is_closing()) \
-            and (cycle is None or cycle.response_complete)
+        return not (self._credentialed or self._cut or self._spare or self._refused or self._mid or self._owes()
+                    or self.transport is None or self.transport.is_closing())
 
     def credentialed(self) -> None:
-        """A request on this connection carried a token the server accepted (App): never closed for
-        another connection at the ceiling."""
+        """A request on it carried a token the server accepted: never closed for another at the ceiling."""
         self._credentialed = True
 
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        self._quiet = self.loop.time()
+    def shutdown(self) -> None:
+        """The server stops (uvicorn calls it): closed now if idle, else after the answer it owes."""
+        if not self._owes() and self.transport is not None:
+            self.transport.close()
 
-    # -- a reader that does not read --
+    def pause_reading(self) -> None:
+        if not self._read_paused:
+            self._read_paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._read_paused:
+            self._read_paused = False
+            self.transport.resume_reading()
 
     def pause_writing(self) -> None:
-        super().pause_writing()
+        self.write_paused = True
+        if self._writable is not None:
+            self._writable.clear()
         seconds = self.timeout_keep_alive
         if seconds and self._stall is None:
             self._stall = self.loop.call_later(seconds, self._stalled)
@@ -184,13 +222,19 @@ class Connection(HttpToolsProtocol):
         if self._stall is not None:
             self._stall.cancel()
             self._stall = None
-        super().resume_writing()
-        if self._pump is not None:
-            self._pump_on()
+        self.write_paused = False
+        if self._writable is not None:
+            self._writable.set()
+
+    async def drain(self) -> None:
+        """Until the transport has room again (or the connection is lost)."""
+        if self._writable is None:
+            self._writable = asyncio.Event()
+        if self.write_paused:
+            await self._writable.wait()
 
     def _stalled(self) -> None:
-        """Paused for --idle-timeout s: the client reads nothing. Aborted, not closed: a close would
-        wait for the buffer to drain, which it never does."""
+        """Paused for --idle-timeout s: aborted, since a close would wait for a drain that never comes."""
         self._stall = None
         self.transport.abort()
 
@@ -200,13 +244,13 @@ class Connection(HttpToolsProtocol):
                 self._linger.cancel()
                 self._linger = None
             return
+        self.connections.discard(self)
         if self._cut:
             self._cut = False
             self.shared.cut -= 1
         if self._stall is not None:
             self._stall.cancel()
             self._stall = None
-        self._pump = None
         self._disarm()
         if self._idle_timer is not None:
             self._idle_timer.cancel()
@@ -215,10 +259,14 @@ class Connection(HttpToolsProtocol):
             self._spare = False
             self.shared.spares -= 1
         self._left()
-        super().connection_lost(exc)
+        self._gone()
+        self.write_paused = False
+        if self._writable is not None:
+            self._writable.set()
+        self.parser = None
 
     def eof_received(self) -> None:
-        self._left()  # the transport closes after this, as uvicorn's does
+        self._left()  # the transport closes after this (None returned)
 
     def _left(self) -> None:
         hooks, self._leaving = self._leaving, []
@@ -229,10 +277,12 @@ class Connection(HttpToolsProtocol):
 
     def _arm(self, seconds: float, what: str) -> None:
         self._disarm()
+        self._timing = what
         if seconds > 0:
             self._timer = self.loop.call_later(seconds, self._timed_out, what, seconds)
 
     def _disarm(self) -> None:
+        self._timing = ""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -241,12 +291,19 @@ class Connection(HttpToolsProtocol):
         self._timer = None
         self._refuse(E.TIMED_OUT, E.timed_out(what, seconds))
 
-    def feed(self, data: bytes) -> None:
-        """`data` to httptools, a refusal written where it cannot read it or the head passes the ceiling."""
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            if self._linger is not None:  # what the client sent is read: a close now resets nothing
+                self.transport.close()
+            return
+        parser = self.parser
+        if parser is None:
+            return
+        self._idle_since = None  # bytes of a request came: the connection is not idle
         if self._in_head:
             self._head_bytes += len(data)
         try:
-            self.parser.feed_data(data)
+            parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             pass  # no upgrade is served: the request goes on as a plain one
         except httptools.HttpParserError as e:
@@ -259,13 +316,48 @@ class Connection(HttpToolsProtocol):
             else:
                 self._refuse(E.BAD_REQUEST, E.malformed(why))
             return
-        if self._in_head and self._head_bytes > HEAD_CEILING + 4:
-            # the head has not ended within the ceiling: refuse before buffering more of it. With
-            # no URL read yet, its request line has not ended: the target is what is too long
-            if self._head_size == 0 and self._target == 0:
-                self._refuse(E.TARGET_TOO_LONG, E.target_too_long())
-            else:
-                self._refuse(E.HEAD_TOO_LARGE, E.head_too_large())
+        if not self._mid:
+            return  # every request read whole: no timer runs (the keep-alive timer does, once answered)
+        if self._in_head:
+            if self._head_bytes > HEAD_CEILING + 4:
+                # the head has not ended within the ceiling: refuse before buffering more of it. With
+                # no URL read yet, its request line has not ended: the target is what is too long
+                if self._head_size == 0 and self._target == 0:
+                    self._refuse(E.TARGET_TOO_LONG, E.target_too_long())
+                else:
+                    self._refuse(E.HEAD_TOO_LARGE, E.head_too_large())
+            elif self._timing != "head":  # a request begun: its head timed from its first byte
+                self._arm(self.shared.header_timeout, "head")
+        elif self._timing != "body":  # its head read: its body timed from now
+            self._arm(self.shared.body_timeout, "body")
+
+    # -- the parser's callbacks that read a head (the subclass reads the rest) --
+
+    def on_message_begin(self) -> None:
+        self._mid = True
+        self._in_head = True
+        self._head_size = 0
+        self._target = 0
+        self._url = b""
+        self._headers = []
+        self._expect = False
+
+    def on_url(self, url: bytes) -> None:
+        self._target += len(url)
+        if self._target > E.TARGET_CEILING:
+            self._refusal = (E.TARGET_TOO_LONG, E.target_too_long())
+            raise ValueError("the request target is too long")  # stops the parser: data_received refuses
+        self._url += url
+        self._head_size += len(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        name = name.lower()
+        if value and (value[-1] == 32 or value[-1] == 9):  # llhttp keeps a value's trailing blanks,
+            value = value.rstrip(b" \t")  # which are not its (RFC 9110 §5.5)
+        if name == b"expect" and value.lower() == b"100-continue":
+            self._expect = True
+        self._headers.append((name, value))
+        self._head_size += len(name) + len(value) + 4
 
     def _refuse(self, status: int, body: bytes) -> None:
         if self.transport.is_closing():
@@ -273,78 +365,21 @@ class Connection(HttpToolsProtocol):
         self.transport.write(render_close(status, body))
         self.transport.close()
 
-    def send_400_response(self, msg: str) -> None:
-        self._refuse(E.BAD_REQUEST, E.malformed(msg.rstrip(".")))
-
-    def on_message_begin(self) -> None:
-        self._mid = True
-        super().on_message_begin()
-        self._in_head = True
-        self._head_size = 0
-        self._target = 0
-        if self._timer is None:  # a later request on the connection: timed from its first byte
-            self._arm(self.shared.header_timeout, "head")
-
-    def on_url(self, url: bytes) -> None:
-        self._target += len(url)
-        if self._target > E.TARGET_CEILING:
-            self._refusal = (E.TARGET_TOO_LONG, E.target_too_long())
-            raise ValueError("the request target is too long")  # stops the parser: data_received refuses
-        super().on_url(url)
-        self._head_size += len(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        super().on_header(name, value)
-        self._head_size += len(name) + len(value) + 4
-
-    def _pump_on(self) -> None:
-        transport = self.transport
-        while not self.flow.write_paused:
-            parts = self._pump
-            owed = self._pump_owed
-            if parts is None or owed is None:
-                return
-            if transport.is_closing():
-                self._pump = None
-                return
-            piece = next(parts, None)
-            if piece is not None:
-                transport.write(b"%x\r\n%b\r\n" % (len(piece), piece))
-                continue
-            transport.write(b"0\r\n\r\n")
-            self._pump = None
-            self._pump_owed = None
-            owed.response_complete = True
-            if not owed.keep_alive:
-                transport.close()
-                return
-            self._answered()
-            return
-
     # -- the keep-alive timer --
 
     def _answered(self) -> None:
-        """uvicorn's `on_response_complete` after a short-way answer (counted, reading resumed, a
-        request queued meanwhile started), with the keep-alive timer armed lazily: uvicorn arms a
-        timer after every answer and cancels it at the next request, a timer made and dropped per
-        request (5 000 instructions of a put's 190 000, bench/README.md). Here one timer stays armed
-        while requests come, and when it fires it closes the connection only if the last answer is
-        `timeout_keep_alive` old with no request since; otherwise it is armed again for what is left."""
-        if self.pipeline or self.transport.is_closing():
-            self.on_response_complete()
-            return
+        """An answer is written and the connection kept: counted, and idle from now if nothing else is
+        owed. One timer stays armed while requests come; it closes the connection only if the last
+        answer is `timeout_keep_alive` old with no request since, else it is armed for what is left."""
         self.server_state.total_requests += 1
-        flow = self.flow
-        if flow.read_paused:  # uvicorn's `resume_reading`, its test here (a call a request saved)
-            flow.resume_reading()
-        self._idle_since = self._quiet = self.loop.time()
+        self._quiet = self.loop.time()
+        if self._mid or self._owes():
+            return
+        if self._read_paused:
+            self.resume_reading()
+        self._idle_since = self._quiet
         if self._idle_timer is None:
             self._idle_timer = self.loop.call_later(self.timeout_keep_alive, self._idle_check)
-
-    def _unset_keepalive_if_required(self) -> None:
-        if self.timeout_keep_alive_task is not None:  # uvicorn's own timer, after an answer of the ASGI door
-            super()._unset_keepalive_if_required()
-        self._idle_since = None  # bytes of a request came: the connection is not idle
 
     def _idle_check(self) -> None:
         self._idle_timer = None
@@ -354,5 +389,5 @@ class Connection(HttpToolsProtocol):
         left = since + self.timeout_keep_alive - self.loop.time()
         if left > 0:
             self._idle_timer = self.loop.call_later(left, self._idle_check)
-        else:
-            self.timeout_keep_alive_handler()
+        elif not self.transport.is_closing():
+            self.transport.close()

@@ -26,8 +26,8 @@ from .auth import OPEN, Caller
 class Head:
     """The few things read from a request's headers (their names lower-cased), in one pass: those
     its answer depends on; `transfer-encoding` is only noted (a chunked body is refused). The last
-    of a repeated header is the one kept. The direct path reads a connection's repeated head once
-    (protocol.py), and this with it (`scope["fenec.head"]`)."""
+    of a repeated header is the one kept. The transport reads a connection's repeated head into
+    one Head (protocol.py) and hands it over in `scope["fenec.head"]`."""
 
     __slots__ = ("length", "chunked", "auth", "wait", "idem", "origin", "after")
 

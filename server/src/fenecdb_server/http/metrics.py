@@ -118,7 +118,7 @@ class Metrics:
             out.append(f'fenec_statement_errors_total{{transport="http",kind="{k}"}} {kinds[k].errors}')
         head("fenec_statement_duration_seconds", "histogram", "Arrival to answer.")
         for k in KINDS:
-            kc = kinds[k]  # not `c`: mypyc types a name once, and `c` is a collection's stats below
+            kc = kinds[k]  # this kind's counters
             running = 0
             for bound, n in zip(BUCKETS, kc.counts, strict=False):
                 running += n
