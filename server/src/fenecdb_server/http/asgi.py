@@ -26,7 +26,7 @@ from . import errors as E
 from . import routing
 from .auth import OPEN, AuthRefused
 from .bodies import dumps
-from .exchange import Answer, Held, Pending, Request
+from .exchange import Answer, Held, Pending, Request, request_of
 from .intake import Refusal, Work
 from .limits import BODY_CEILING, METHODS, OFF_LOOP_BODY, parse_length
 
@@ -102,7 +102,7 @@ class AsgiDoor:
         if method not in METHODS:
             await self.respond(send, E.NOT_IMPLEMENTED, E.not_implemented(method), ())
             return
-        req = Request(scope)
+        req = request_of(scope)
         if method == "OPTIONS":
             await self.preflight(send)
             return
@@ -134,9 +134,7 @@ class AsgiDoor:
             return
         if caller is not OPEN:
             app.delay.cleared(req.peer)
-            conn = scope.get("fenec.conn")
-            if conn is not None:
-                conn.credentialed()
+            req.credentialed()
         req.caller = caller
         if how == routing.DIRECT:
             await self.take(req, receive, send)

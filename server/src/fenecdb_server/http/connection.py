@@ -14,6 +14,11 @@ the service sees a request (protocol.py reads the requests and answers them):
   are counted as they arrive, so a head that never ends cannot grow without bound), and a
   request target over 65 535 bytes 414, refused as its bytes arrive;
 * a request the parser cannot read is a JSON 400, an unknown method a 501;
+* a refusal of the transport (400, 408, 414, 431, 501: `_refuse`) has its answer written and
+  its writing side shut, then what its client still sends is read and dropped (a lingering
+  close) until the client closes, REFUSED_READ bytes are read or REFUSED_LINGER s pass, and
+  only then closed: closed with bytes of the request unread, the connection is reset, and a
+  client still sending its head sees the reset instead of the answer;
 * at the ceiling, on a server that takes tokens, a new connection closes the longest-idle one
   that has not presented an accepted token (`credentialed`) and is between requests: no request
   being read or run, no answer owed, no held claim. Connections that only ask `/_health` cannot
@@ -64,6 +69,8 @@ RESERVE = 8
 FD_RESERVE = 16  # descriptors kept free (a socket among the last 16 the process may open is turned away)
 FD_LOG_EVERY = 10.0  # s between two lines saying connections were turned away for descriptors
 LINGER = 1.0  # s a turned-away connection waits for its client's request, to read it before closing
+REFUSED_LINGER = 5.0  # s at most a refused connection reads what its client still sends (`_refuse`)
+REFUSED_READ = 1 << 20  # bytes at most it reads and drops so: a client that never stops sending is cut
 READ_AHEAD = 64 << 10  # bytes of a body read ahead of the application before reading pauses
 
 log = logging.getLogger("fenec.http")
@@ -109,17 +116,20 @@ class Connection(asyncio.Protocol):
         self.transport: Any = None
         self.client: tuple[str, int] | None = None
         self.server: tuple[str, int] | None = None
-        self._refused = False
+        self._refused = False  # turned away before any request was read (`_turn_away`)
+        self._lingering = False  # refused after its answer (`_refuse`): what comes is read and dropped
+        self._dropped = 0  # bytes read and dropped since
         self._spare = False
         self._in_head = True
         self._head_bytes = 0
         self._head_size = 0
         self._timer: Any = None  # the head's or the body's timeout, while one is read in part
         self._timing = ""  # which: "head", "body", or "" (none armed)
-        self._mid = False  # the parser is inside a request (its head or body read in part)
-        self._target = 0  # bytes of the request target read so far
+        self._mid = False  # a request is read in part (its head or body; set as its bytes arrive)
         self._refusal: tuple[int, bytes] | None = None  # decided in a parser callback, written after it
-        self._url = b""  # the request's target, its headers (names lower-cased) and whether it expects a 100
+        # the request's target, its headers (names as sent: lower-cased only where read) and whether it
+        # expects a 100; set back when the request ends (`on_message_complete`)
+        self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
         self._expect = False
         # told the moment the client's close is read (a held claim's `HeldClaims.forget`, http.md §8.10)
@@ -130,7 +140,7 @@ class Connection(asyncio.Protocol):
         self._cut = False  # closed for a newcomer at the ceiling
         self._quiet = 0.0  # when it last went idle: opened, or an answer written
         self._stall: Any = None  # armed while the transport is paused: cuts a reader that reads nothing
-        self._linger: Any = None  # a turned-away connection's last moment (`_turn_away`)
+        self._linger: Any = None  # a turned-away or refused connection's last moment
         self.write_paused = False
         self._writable: asyncio.Event | None = None  # set when writing resumes (`drain`)
         self._read_paused = False
@@ -144,14 +154,14 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: Any) -> None:
         shared = self.shared
         if shared.fd_ceiling and _descriptor(transport) >= shared.fd_ceiling:
-            self._turn_away(transport, E.NO_DESCRIPTORS)
+            _turn_away(self, transport, E.NO_DESCRIPTORS)
             shared.out_of_descriptors(self.loop)
             return
         limit = shared.max_connections
         if limit and len(self.connections) - shared.spares - shared.cut >= limit \
-                and not (shared.evict and self._evict()):
+                and not (shared.evict and _evict(self.connections, shared)):
             if shared.spares >= RESERVE:
-                self._turn_away(transport, E.TOO_MANY)
+                _turn_away(self, transport, E.TOO_MANY)
                 return
             self._spare = True
             shared.spares += 1
@@ -162,42 +172,14 @@ class Connection(asyncio.Protocol):
         self._quiet = self.loop.time()
         self._arm(shared.header_timeout, "head")
 
-    def _turn_away(self, transport: Any, why: str) -> None:
-        """503 and close before any request is read, once its first bytes are read or LINGER s pass."""
-        self._refused = True
-        self.transport = transport
-        transport.write(render_close(E.UNAVAILABLE, E.body(why), b"retry-after: 1\r\n"))
-        if transport.can_write_eof():
-            transport.write_eof()
-            self._linger = self.loop.call_later(LINGER, transport.abort)
-        else:
-            transport.close()
-
-    def _evict(self) -> bool:
-        """Close the longest-idle evictable connection for this one; False where there is none."""
-        victim: Connection | None = None
-        for other in self.connections:
-            if isinstance(other, Connection) and other._evictable() and \
-                    (victim is None or other._quiet < victim._quiet):
-                victim = other
-        if victim is None:
-            return False
-        victim._cut = True
-        self.shared.cut += 1
-        victim.transport.close()
-        return True
-
-    def _evictable(self) -> bool:
-        return not (self._credentialed or self._cut or self._spare or self._refused or self._mid or self._owes()
-                    or self.transport is None or self.transport.is_closing())
-
     def credentialed(self) -> None:
         """A request on it carried a token the server accepted: never closed for another at the ceiling."""
         self._credentialed = True
 
     def shutdown(self) -> None:
-        """The server stops (uvicorn calls it): closed now if idle, else after the answer it owes."""
-        if not self._owes() and self.transport is not None:
+        """The server stops (uvicorn calls it): closed now if idle or refused, else after the answer
+        it owes."""
+        if (self._lingering or not self._owes()) and self.transport is not None:
             self.transport.close()
 
     def pause_reading(self) -> None:
@@ -239,10 +221,10 @@ class Connection(asyncio.Protocol):
         self.transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
         if self._refused:
-            if self._linger is not None:
-                self._linger.cancel()
-                self._linger = None
             return
         self.connections.discard(self)
         if self._cut:
@@ -251,22 +233,27 @@ class Connection(asyncio.Protocol):
         if self._stall is not None:
             self._stall.cancel()
             self._stall = None
-        self._disarm()
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
         if self._spare:
             self._spare = False
             self.shared.spares -= 1
-        self._left()
-        self._gone()
+        self._quit()
         self.write_paused = False
         if self._writable is not None:
             self._writable.set()
         self.parser = None
 
+    def _quit(self) -> None:
+        """No more requests on it: its timers stopped, what waits for its client told it left, the
+        answers it owes not written (the connection is lost, or refused and lingering)."""
+        self._disarm()
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        self._left()
+        self._gone()
+
     def eof_received(self) -> None:
-        self._left()  # the transport closes after this (None returned)
+        self._left()  # the transport closes after this (None returned), a lingering one too
 
     def _left(self) -> None:
         hooks, self._leaving = self._leaving, []
@@ -296,10 +283,16 @@ class Connection(asyncio.Protocol):
             if self._linger is not None:  # what the client sent is read: a close now resets nothing
                 self.transport.close()
             return
+        if self._lingering:  # refused: what the client still sends is dropped, up to a bound
+            self._dropped += len(data)
+            if self._dropped > REFUSED_READ:
+                self.transport.abort()
+            return
         parser = self.parser
         if parser is None:
             return
         self._idle_since = None  # bytes of a request came: the connection is not idle
+        self._mid = True  # a request begun (the parser's end of it sets this back)
         if self._in_head:
             self._head_bytes += len(data)
         try:
@@ -322,7 +315,7 @@ class Connection(asyncio.Protocol):
             if self._head_bytes > HEAD_CEILING + 4:
                 # the head has not ended within the ceiling: refuse before buffering more of it. With
                 # no URL read yet, its request line has not ended: the target is what is too long
-                if self._head_size == 0 and self._target == 0:
+                if self._head_size == 0 and not self._url:
                     self._refuse(E.TARGET_TOO_LONG, E.target_too_long())
                 else:
                     self._refuse(E.HEAD_TOO_LARGE, E.head_too_large())
@@ -333,37 +326,49 @@ class Connection(asyncio.Protocol):
 
     # -- the parser's callbacks that read a head (the subclass reads the rest) --
 
-    def on_message_begin(self) -> None:
-        self._mid = True
-        self._in_head = True
-        self._head_size = 0
-        self._target = 0
-        self._url = b""
-        self._headers = []
-        self._expect = False
-
-    def on_url(self, url: bytes) -> None:
-        self._target += len(url)
-        if self._target > E.TARGET_CEILING:
+    def on_url(self, url: bytes) -> None:  # once, or once a piece where the target comes in pieces
+        if self._url:
+            url = self._url + url
+        if len(url) > E.TARGET_CEILING:
             self._refusal = (E.TARGET_TOO_LONG, E.target_too_long())
             raise ValueError("the request target is too long")  # stops the parser: data_received refuses
-        self._url += url
-        self._head_size += len(url)
+        self._url = url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        name = name.lower()
         if value and (value[-1] == 32 or value[-1] == 9):  # llhttp keeps a value's trailing blanks,
             value = value.rstrip(b" \t")  # which are not its (RFC 9110 §5.5)
-        if name == b"expect" and value.lower() == b"100-continue":
+        if len(name) == 6 and name.lower() == b"expect" and value.lower() == b"100-continue":
             self._expect = True
         self._headers.append((name, value))
         self._head_size += len(name) + len(value) + 4
 
+    def _ended(self) -> None:
+        """A request read whole: the next one's head is read from nothing."""
+        self._mid = False
+        if self._timing:
+            self._disarm()
+        self._in_head = True
+        self._head_bytes = 0
+        self._head_size = 0
+        self._url = b""
+        self._headers = []
+        self._expect = False
+
     def _refuse(self, status: int, body: bytes) -> None:
-        if self.transport.is_closing():
+        """Answer `status` and close, lingering (the module's list): the answer and the end of
+        the writing side are sent now, the socket is closed once the client has closed its side
+        (`eof_received`), or cut at a bound."""
+        transport = self.transport
+        if self._lingering or transport.is_closing():
             return
-        self.transport.write(render_close(status, body))
-        self.transport.close()
+        transport.write(render_close(status, body))
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()
+        self._lingering = True
+        self._linger = self.loop.call_later(REFUSED_LINGER, transport.abort)
+        self._quit()
 
     # -- the keep-alive timer --
 
@@ -391,3 +396,33 @@ class Connection(asyncio.Protocol):
             self._idle_timer = self.loop.call_later(left, self._idle_check)
         elif not self.transport.is_closing():
             self.transport.close()
+
+
+def _turn_away(conn: Connection, transport: Any, why: str) -> None:
+    """503 and close before any request is read, once its first bytes are read or LINGER s pass."""
+    conn._refused = True
+    conn.transport = transport
+    transport.write(render_close(E.UNAVAILABLE, E.body(why), b"retry-after: 1\r\n"))
+    if transport.can_write_eof():
+        transport.write_eof()
+        conn._linger = conn.loop.call_later(LINGER, transport.abort)
+    else:
+        transport.close()
+
+
+def _evict(connections: set[Any], shared: Front) -> bool:
+    """Close the longest-idle connection that may be closed for a newcomer; False where there is none:
+    one that presented no accepted token, between requests (none read, run or owed), open."""
+    victim: Connection | None = None
+    for other in connections:
+        if isinstance(other, Connection) and not (
+                other._credentialed or other._cut or other._spare or other._refused or other._mid or other._owes()
+                or other.transport is None or other.transport.is_closing()) and \
+                (victim is None or other._quiet < victim._quiet):
+            victim = other
+    if victim is None:
+        return False
+    victim._cut = True
+    shared.cut += 1
+    victim.transport.close()
+    return True

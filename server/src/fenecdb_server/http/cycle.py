@@ -85,6 +85,8 @@ class AsgiCycle:
                 self.fault()
 
     def fault(self) -> None:
+        if self.disconnected:  # the connection is lost, or refused and closing: nothing more is written
+            return
         transport = self.door.transport
         if not self.started and not transport.is_closing():
             transport.write(render_close(E.FAULT, E.body(E.INTERNAL)))
@@ -94,7 +96,7 @@ class AsgiCycle:
         door = self.door
         if self.waiting_continue:
             self.waiting_continue = False
-            if not door.transport.is_closing():
+            if not self.disconnected and not door.transport.is_closing():
                 door.transport.write(CONTINUE)
         if not self.disconnected and not self.complete:
             door.resume_reading()

@@ -40,7 +40,7 @@ import httptools
 from . import errors as E
 from .connection import FD_LOG_EVERY, FD_RESERVE, HEAD_CEILING, READ_AHEAD, Connection, descriptor_limit
 from .cycle import AsgiCycle
-from .exchange import Answer, Head, Pending, Service
+from .exchange import Answer, Head, Pending, Request, Service
 from .limits import OFF_LOOP_BODY
 from .routing import DIRECT_TARGETS, SPARE_TARGETS
 from .wire import LAST_CHUNK, chunk, lines, render_api, render_close, render_stream_head
@@ -116,9 +116,15 @@ class Front:
         return FenecProtocol(self, config, server_state, app_state, _loop)
 
 
+def lowered(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """Headers as read, their names lower-cased (as ASGI and `Head` read them)."""
+    return [(name.lower(), value) for name, value in headers]
+
+
 def _fits(headers: list[tuple[bytes, bytes]]) -> bool:
-    """Whether a POST with these headers is read whole here: one Content-Length within DIRECT_BODY,
-    no Transfer-Encoding, no Upgrade (the door answers those, and an upgrade's request is a plain one)."""
+    """Whether a POST with these headers (names lower-cased) is read whole here: one Content-Length
+    within DIRECT_BODY, no Transfer-Encoding, no Upgrade (the door answers those, and an upgrade's
+    request is a plain one)."""
     length = None
     for name, value in headers:
         if name == b"content-length":
@@ -131,13 +137,16 @@ def _fits(headers: list[tuple[bytes, bytes]]) -> bool:
 
 
 class DirectRequest:
-    """A request the service answers itself: its scope, its body as it arrives, and its answer's
-    state while one is owed."""
+    """A request the service answers itself: what it reads of it, its headers as read (for the ASGI
+    door, should the service leave it there), its body as it arrives, and its answer's state while
+    one is owed."""
 
-    __slots__ = ("scope", "body", "keep", "complete", "disconnected", "gone")
+    __slots__ = ("request", "head", "headers", "body", "keep", "complete", "disconnected", "gone")
 
-    def __init__(self, scope: dict[str, Any], keep: bool) -> None:
-        self.scope = scope
+    def __init__(self, request: Request, head: Head, headers: list[tuple[bytes, bytes]], keep: bool) -> None:
+        self.request = request
+        self.head = head
+        self.headers = headers
         self.body: list[bytes] = []
         self.keep = keep
         self.complete = False
@@ -160,9 +169,8 @@ class FenecProtocol(Connection):
         self._starting = False  # the loop of `_next` runs (an answer written in it starts no other)
         # the last head to a direct target: its headers, its Head, and whether its body may be read here
         self._seen: list[tuple[bytes, bytes]] | None = None
-        self._seen_head: Head | None = None
+        self._seen_head = Head([])
         self._seen_fits = False
-        self._scope_base: dict[str, Any] | None = None  # what every direct request's scope holds alike
         self._dated: Any = None  # the server's headers last written as lines (its date), and those lines
         self._dated_lines = b""
         self._pump: Iterator[bytes] | None = None  # a long answer's pieces not written yet
@@ -181,7 +189,10 @@ class FenecProtocol(Connection):
         url = self._url
         request: DirectRequest | AsgiCycle
         if url in DIRECT_TARGETS and self._goes_direct(parser):
-            request = self._direct(url, keep)
+            client = self.client
+            head = self._seen_head
+            request = DirectRequest(Request("POST", DIRECT_PATHS[url], url, head,
+                                            client[0] if client is not None else "", self), head, self._headers, keep)
         else:
             version = parser.get_http_version()
             request = self._cycle(parser, version, keep and version != "1.0")
@@ -204,11 +215,7 @@ class FenecProtocol(Connection):
                 self.pause_reading()
 
     def on_message_complete(self) -> None:
-        self._mid = False
-        if self._timing:
-            self._disarm()
-        self._in_head = True
-        self._head_bytes = 0
+        self._ended()
         request = self._reading
         self._reading = None
         if type(request) is DirectRequest:
@@ -219,30 +226,15 @@ class FenecProtocol(Connection):
             request.end()
 
     def _goes_direct(self, parser: Any) -> bool:
-        if self.service is None or self._spare or self._expect or self._head_size > HEAD_CEILING:
+        if self.service is None or self._spare or self._expect or self._head_size + len(self._url) > HEAD_CEILING:
             return False
         if parser.get_method() != b"POST":
             return False
         headers = self._headers
         if headers != self._seen:  # a client sends the same head again and again: read once
-            self._seen, self._seen_head, self._seen_fits = headers, Head(headers), _fits(headers)
+            low = lowered(headers)
+            self._seen, self._seen_head, self._seen_fits = headers, Head(low), _fits(low)
         return self._seen_fits
-
-    def _direct(self, url: bytes, keep: bool) -> DirectRequest:
-        headers = self._headers
-        head = self._seen_head  # read by `_goes_direct`
-        base = self._scope_base
-        if base is None:
-            base = self._scope_base = {
-                "type": "http", "http_version": "1.1", "method": "POST", "query_string": b"",
-                "client": self.client, "server": self.server, "scheme": "http", "root_path": "",
-                "fenec.conn": self}
-        scope = base.copy()  # a scope of its own for each request
-        scope["path"] = DIRECT_PATHS[url]
-        scope["raw_path"] = url
-        scope["headers"] = headers
-        scope["fenec.head"] = head
-        return DirectRequest(scope, keep)
 
     def _cycle(self, parser: Any, version: str, keep: bool) -> AsgiCycle:
         """The request to the ASGI door: its scope from the parsed head."""
@@ -256,10 +248,10 @@ class FenecProtocol(Connection):
         scope: dict[str, Any] = {
             "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": version,
             "method": method, "scheme": "http", "path": path, "raw_path": raw_path,
-            "query_string": parsed.query or b"", "root_path": "", "headers": self._headers,
+            "query_string": parsed.query or b"", "root_path": "", "headers": lowered(self._headers),
             "client": self.client, "server": self.server, "state": {},
             "fenec.conn": self, "fenec.leaving": self._leaving}
-        if self._head_size > HEAD_CEILING:
+        if self._head_size + len(self._url) > HEAD_CEILING:
             scope["fenec.head_too_large"] = True
         if self._spare and raw_path not in SPARE_TARGETS:
             # past the ceiling: only a health check or a scrape, and the connection closes after it
@@ -306,7 +298,7 @@ class FenecProtocol(Connection):
 
     def shutdown(self) -> None:
         current = self.current
-        if current is None and not self.waiting:
+        if self._lingering or (current is None and not self.waiting):
             super().shutdown()
             return
         if current is not None:
@@ -337,18 +329,17 @@ class FenecProtocol(Connection):
         """Hand the whole request to the service; its answer written now, or when it is ready."""
         service = self.service
         assert service is not None
-        scope = request.scope
         body = request.body[0] if len(request.body) == 1 else b"".join(request.body)
         try:
-            answer = service.handle(scope, body)
+            answer = service.handle(request.request, body)
         except Exception:  # as the ASGI door does: a fault no route caught is a JSON 500
-            log.exception("internal fault answering POST %s", scope["path"])
+            log.exception("internal fault answering POST %s", request.request.path)
             self.transport.write(render_close(E.FAULT, E.body(E.INTERNAL)))
             self.transport.close()
             self.done(request, False)
             return
         if answer is None:  # the service will not answer it here: the ASGI door does
-            cycle = AsgiCycle(self, self._door_scope(scope), request.keep, False)
+            cycle = AsgiCycle(self, self._door_scope(request), request.keep, False)
             cycle.add(body)
             cycle.end()
             self.current = cycle
@@ -362,12 +353,15 @@ class FenecProtocol(Connection):
             request.gone = service.hold(answer, lambda a: self._release(request, a))  # type: ignore[arg-type]
             self._leaving.append(request.gone)  # told in the turn its client's close is read
 
-    def _door_scope(self, scope: dict[str, Any]) -> dict[str, Any]:
-        out = dict(scope)
-        out["asgi"] = {"version": "3.0", "spec_version": "2.3"}
-        out["state"] = {}
-        out["fenec.leaving"] = self._leaving  # a long answer stops rendering once its client leaves
-        return out
+    def _door_scope(self, request: DirectRequest) -> dict[str, Any]:
+        """The scope of a request the service left to the ASGI door."""
+        req = request.request
+        return {
+            "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+            "method": "POST", "scheme": "http", "path": req.path, "raw_path": req.target, "query_string": b"",
+            "root_path": "", "headers": lowered(request.headers), "client": self.client, "server": self.server,
+            "state": {}, "fenec.conn": self, "fenec.head": request.head,
+            "fenec.leaving": self._leaving}  # a long answer stops rendering once its client leaves
 
     def _release(self, request: DirectRequest, answer: Answer) -> None:
         if request.gone is not None and request.gone in self._leaving:
