@@ -53,7 +53,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import httptools
 
@@ -64,14 +64,15 @@ if TYPE_CHECKING:
     from .busy_poll import BusyPoll
     from .protocol import Front
 
-HEAD_CEILING = E.HEAD_CEILING
-RESERVE = 8
-FD_RESERVE = 16  # descriptors kept free (a socket among the last 16 the process may open is turned away)
-FD_LOG_EVERY = 10.0  # s between two lines saying connections were turned away for descriptors
-LINGER = 1.0  # s a turned-away connection waits for its client's request, to read it before closing
-REFUSED_LINGER = 5.0  # s at most a refused connection reads what its client still sends (`_refuse`)
-REFUSED_READ = 1 << 20  # bytes at most it reads and drops so: a client that never stops sending is cut
-READ_AHEAD = 64 << 10  # bytes of a body read ahead of the application before reading pauses
+HEAD_CEILING: Final = E.HEAD_CEILING
+TARGET_CEILING: Final = E.TARGET_CEILING
+RESERVE: Final = 8
+FD_RESERVE: Final = 16  # descriptors kept free (a socket among the last 16 the process may open is turned away)
+FD_LOG_EVERY: Final = 10.0  # s between two lines saying connections were turned away for descriptors
+LINGER: Final = 1.0  # s a turned-away connection waits for its client's request, to read it before closing
+REFUSED_LINGER: Final = 5.0  # s at most a refused connection reads what its client still sends (`_refuse`)
+REFUSED_READ: Final = 1 << 20  # bytes at most it reads and drops so: a client that never stops sending is cut
+READ_AHEAD: Final = 64 << 10  # bytes of a body read ahead of the application before reading pauses
 
 log = logging.getLogger("fenec.http")
 
@@ -98,89 +99,18 @@ def _address(transport: Any, which: str) -> tuple[str, int] | None:
     return None
 
 
-class Connection(asyncio.Protocol):
-    """One connection's limits, timers and flow (the module's list); FenecProtocol reads and
-    answers its requests."""
+class Flow(asyncio.Protocol):
+    """A connection's flow: its reading paused and resumed, and its writing (the module's list: an
+    answer the client does not read)."""
 
-    def __init__(self, shared: Front, config: Any, server_state: Any, app_state: Any = None,
-                 _loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self.shared = shared
-        self.loop: Any = _loop or asyncio.get_event_loop()
-        self.server_state = server_state
-        self.connections: set[Any] = server_state.connections
-        self.timeout_keep_alive: float = config.timeout_keep_alive
-        self.busy: BusyPoll | None = shared.busy
-        self.parser: Any = httptools.HttpRequestParser(self)
-        # a request pipelined behind one that closes the connection is not read: its answer is written first
-        self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
+    def __init__(self, loop: Any, timeout_keep_alive: float) -> None:
+        self.loop: Any = loop
+        self.timeout_keep_alive = timeout_keep_alive
         self.transport: Any = None
-        self.client: tuple[str, int] | None = None
-        self.server: tuple[str, int] | None = None
-        self._refused = False  # turned away before any request was read (`_turn_away`)
-        self._lingering = False  # refused after its answer (`_refuse`): what comes is read and dropped
-        self._dropped = 0  # bytes read and dropped since
-        self._spare = False
-        self._in_head = True
-        self._head_bytes = 0
-        self._head_size = 0
-        self._timer: Any = None  # the head's or the body's timeout, while one is read in part
-        self._timing = ""  # which: "head", "body", or "" (none armed)
-        self._mid = False  # a request is read in part (its head or body; set as its bytes arrive)
-        self._refusal: tuple[int, bytes] | None = None  # decided in a parser callback, written after it
-        # the request's target, its headers (names as sent: lower-cased only where read) and whether it
-        # expects a 100; set back when the request ends (`on_message_complete`)
-        self._url = b""
-        self._headers: list[tuple[bytes, bytes]] = []
-        self._expect = False
-        # told the moment the client's close is read (a held claim's `HeldClaims.forget`, http.md §8.10)
-        self._leaving: list[Callable[[], None]] = []
-        self._idle_timer: Any = None  # the keep-alive timer (`_answered`)
-        self._idle_since: float | None = None  # when its last answer was written; None: a request runs
-        self._credentialed = False  # a request on it carried a token the server accepted
-        self._cut = False  # closed for a newcomer at the ceiling
-        self._quiet = 0.0  # when it last went idle: opened, or an answer written
         self._stall: Any = None  # armed while the transport is paused: cuts a reader that reads nothing
-        self._linger: Any = None  # a turned-away or refused connection's last moment
         self.write_paused = False
         self._writable: asyncio.Event | None = None  # set when writing resumes (`drain`)
         self._read_paused = False
-
-    def _owes(self) -> bool:  # the subclass's: an answer is being made or written, or a request waits
-        raise NotImplementedError
-
-    def _gone(self) -> None:  # the subclass's: the connection is lost, what is owed on it is not written
-        raise NotImplementedError
-
-    def connection_made(self, transport: Any) -> None:
-        shared = self.shared
-        if shared.fd_ceiling and _descriptor(transport) >= shared.fd_ceiling:
-            _turn_away(self, transport, E.NO_DESCRIPTORS)
-            shared.out_of_descriptors(self.loop)
-            return
-        limit = shared.max_connections
-        if limit and len(self.connections) - shared.spares - shared.cut >= limit \
-                and not (shared.evict and _evict(self.connections, shared)):
-            if shared.spares >= RESERVE:
-                _turn_away(self, transport, E.TOO_MANY)
-                return
-            self._spare = True
-            shared.spares += 1
-        self.connections.add(self)
-        self.transport = transport
-        self.client = _address(transport, "peername")
-        self.server = _address(transport, "sockname")
-        self._quiet = self.loop.time()
-        self._arm(shared.header_timeout, "head")
-
-    def credentialed(self) -> None:
-        """A request on it carried a token the server accepted: never closed for another at the ceiling."""
-        self._credentialed = True
-
-    def shutdown(self) -> None:
-        """The server stops (uvicorn calls it): closed now if idle or refused, else after the answer
-        it owes."""
-        if (self._lingering or not self._owes()) and self.transport is not None:
-            self.transport.close()
 
     def pause_reading(self) -> None:
         if not self._read_paused:
@@ -219,6 +149,90 @@ class Connection(asyncio.Protocol):
         """Paused for --idle-timeout s: aborted, since a close would wait for a drain that never comes."""
         self._stall = None
         self.transport.abort()
+
+
+class Connection(Flow):
+    """One connection's limits and timers (the module's list); FenecProtocol reads and answers its
+    requests."""
+
+    def __init__(self, shared: Front, config: Any, server_state: Any, app_state: Any = None,
+                 _loop: asyncio.AbstractEventLoop | None = None) -> None:
+        super().__init__(_loop or asyncio.get_event_loop(), config.timeout_keep_alive)
+        self.shared = shared
+        self.server_state = server_state
+        self.connections: set[Any] = server_state.connections
+        self.busy: BusyPoll | None = shared.busy
+        self.parser: Any = httptools.HttpRequestParser(self)
+        # a request pipelined behind one that closes the connection is not read: its answer is written first
+        self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
+        self.client: tuple[str, int] | None = None
+        self.server: tuple[str, int] | None = None
+        self._refused = False  # turned away before any request was read (`_turn_away`)
+        self._lingering = False  # refused after its answer (`_refuse`): what comes is read and dropped
+        self._dropped = 0  # bytes read and dropped since
+        self._spare = False
+        self._in_head = True
+        self._head_bytes = 0
+        self._head_size = 0
+        self._timer: Any = None  # the head's or the body's timeout, while one is read in part
+        self._timing = ""  # which: "head", "body", or "" (none armed)
+        self._mid = False  # a request is read in part (its head or body; set as its bytes arrive)
+        self._refusal: tuple[int, bytes] | None = None  # decided in a parser callback, written after it
+        # the request's target, its header lines (names as sent: lower-cased only where read) and whether
+        # it expects a 100; set back when the request ends (`on_message_complete`)
+        self._url = b""
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._expect = False
+        # a client sends the same head again and again: the last head the subclass read whole (`_seen`),
+        # and while the head being read repeats it (`_same`), how many of its lines it repeated so far
+        self._seen: list[tuple[bytes, bytes]] | None = None
+        self._same: list[tuple[bytes, bytes]] | None = None
+        self._count = 0
+        # told the moment the client's close is read (a held claim's `HeldClaims.forget`, http.md §8.10)
+        self._leaving: list[Callable[[], None]] = []
+        self._idle_timer: Any = None  # the keep-alive timer (`_answered`)
+        self._idle_since: float | None = None  # when its last answer was written; None: a request runs
+        self._credentialed = False  # a request on it carried a token the server accepted
+        self._cut = False  # closed for a newcomer at the ceiling
+        self._quiet = 0.0  # when it last went idle: opened, or an answer written
+        self._linger: Any = None  # a turned-away or refused connection's last moment
+
+    def _owes(self) -> bool:  # the subclass's: an answer is being made or written, or a request waits
+        raise NotImplementedError
+
+    def _gone(self) -> None:  # the subclass's: the connection is lost, what is owed on it is not written
+        raise NotImplementedError
+
+    def connection_made(self, transport: Any) -> None:
+        shared = self.shared
+        if shared.fd_ceiling and _descriptor(transport) >= shared.fd_ceiling:
+            _turn_away(self, transport, E.NO_DESCRIPTORS)
+            shared.out_of_descriptors(self.loop)
+            return
+        limit = shared.max_connections
+        if limit and len(self.connections) - shared.spares - shared.cut >= limit \
+                and not (shared.evict and _evict(self.connections, shared)):
+            if shared.spares >= RESERVE:
+                _turn_away(self, transport, E.TOO_MANY)
+                return
+            self._spare = True
+            shared.spares += 1
+        self.connections.add(self)
+        self.transport = transport
+        self.client = _address(transport, "peername")
+        self.server = _address(transport, "sockname")
+        self._quiet = self.loop.time()
+        self._arm(shared.header_timeout, "head")
+
+    def credentialed(self) -> None:
+        """A request on it carried a token the server accepted: never closed for another at the ceiling."""
+        self._credentialed = True
+
+    def shutdown(self) -> None:
+        """The server stops (uvicorn calls it): closed now if idle or refused, else after the answer
+        it owes."""
+        if (self._lingering or not self._owes()) and self.transport is not None:
+            self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._linger is not None:
@@ -329,7 +343,7 @@ class Connection(asyncio.Protocol):
     def on_url(self, url: bytes) -> None:  # once, or once a piece where the target comes in pieces
         if self._url:
             url = self._url + url
-        if len(url) > E.TARGET_CEILING:
+        if len(url) > TARGET_CEILING:
             self._refusal = (E.TARGET_TOO_LONG, E.target_too_long())
             raise ValueError("the request target is too long")  # stops the parser: data_received refuses
         self._url = url
@@ -339,8 +353,29 @@ class Connection(asyncio.Protocol):
             value = value.rstrip(b" \t")  # which are not its (RFC 9110 §5.5)
         if len(name) == 6 and name.lower() == b"expect" and value.lower() == b"100-continue":
             self._expect = True
-        self._headers.append((name, value))
         self._head_size += len(name) + len(value) + 4
+        same = self._same
+        if same is not None:  # the head repeats the last one so far: no list is made while it does
+            i = self._count
+            if i < len(same):
+                seen_name, seen_value = same[i]
+                if seen_name == name and seen_value == value:
+                    self._count = i + 1
+                    return
+            self._headers = same[:i]
+            self._same = None
+        self._headers.append((name, value))
+
+    def _header_lines(self) -> list[tuple[bytes, bytes]]:
+        """The head's header lines, once it is read: the last head's own list where it repeats it whole
+        (nothing changes a list once read: the subclass reads the same object as the same head)."""
+        same = self._same
+        if same is not None:
+            if self._count == len(same):
+                return same
+            self._headers = same[:self._count]
+            self._same = None
+        return self._headers
 
     def _ended(self) -> None:
         """A request read whole: the next one's head is read from nothing."""
@@ -351,8 +386,12 @@ class Connection(asyncio.Protocol):
         self._head_bytes = 0
         self._head_size = 0
         self._url = b""
-        self._headers = []
         self._expect = False
+        seen = self._seen
+        self._same = seen
+        self._count = 0
+        if seen is None:
+            self._headers = []
 
     def _refuse(self, status: int, body: bytes) -> None:
         """Answer `status` and close, lingering (the module's list): the answer and the end of

@@ -33,7 +33,7 @@ import logging
 import urllib.parse
 from collections import deque
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import httptools
 
@@ -51,8 +51,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("fenec.http")
 
 # each direct target's path as the service reads it (a replica's ack among them, not only /query and /batch)
-DIRECT_PATHS = {target: target.decode("ascii") for target in DIRECT_TARGETS}
-DIRECT_BODY = OFF_LOOP_BODY  # a larger body is decoded in a worker thread, by the ASGI door
+DIRECT_PATHS: Final = {target: target.decode("ascii") for target in DIRECT_TARGETS}
+DIRECT_BODY: Final = OFF_LOOP_BODY  # a larger body is decoded in a worker thread, by the ASGI door
 
 
 class Front:
@@ -167,8 +167,8 @@ class FenecProtocol(Connection):
         self.current: DirectRequest | AsgiCycle | None = None  # the request being answered
         self.waiting: deque[DirectRequest | AsgiCycle] = deque()  # read, waiting for their turn
         self._starting = False  # the loop of `_next` runs (an answer written in it starts no other)
-        # the last head to a direct target: its headers, its Head, and whether its body may be read here
-        self._seen: list[tuple[bytes, bytes]] | None = None
+        # the last head to a direct target (`_seen`, its header lines): its Head, and whether its body
+        # may be read here
         self._seen_head = Head([])
         self._seen_fits = False
         self._dated: Any = None  # the server's headers last written as lines (its date), and those lines
@@ -187,15 +187,17 @@ class FenecProtocol(Connection):
         parser = self.parser
         keep = parser.should_keep_alive() and not self._spare
         url = self._url
+        headers = self._header_lines()
+        path = DIRECT_PATHS.get(url)
         request: DirectRequest | AsgiCycle
-        if url in DIRECT_TARGETS and self._goes_direct(parser):
+        if path is not None and self._goes_direct(parser, headers):
             client = self.client
             head = self._seen_head
-            request = DirectRequest(Request("POST", DIRECT_PATHS[url], url, head,
-                                            client[0] if client is not None else "", self), head, self._headers, keep)
+            request = DirectRequest(Request("POST", path, url, head, client[0] if client is not None else "", self),
+                                    head, headers, keep)
         else:
             version = parser.get_http_version()
-            request = self._cycle(parser, version, keep and version != "1.0")
+            request = self._cycle(parser, headers, version, keep and version != "1.0")
         self._reading = request
         if self.current is None:
             self.current = request
@@ -225,18 +227,17 @@ class FenecProtocol(Connection):
         elif type(request) is AsgiCycle:
             request.end()
 
-    def _goes_direct(self, parser: Any) -> bool:
+    def _goes_direct(self, parser: Any, headers: list[tuple[bytes, bytes]]) -> bool:
         if self.service is None or self._spare or self._expect or self._head_size + len(self._url) > HEAD_CEILING:
             return False
         if parser.get_method() != b"POST":
             return False
-        headers = self._headers
-        if headers != self._seen:  # a client sends the same head again and again: read once
+        if headers is not self._seen:  # a repeated head is read once (`Connection._header_lines`)
             low = lowered(headers)
             self._seen, self._seen_head, self._seen_fits = headers, Head(low), _fits(low)
         return self._seen_fits
 
-    def _cycle(self, parser: Any, version: str, keep: bool) -> AsgiCycle:
+    def _cycle(self, parser: Any, headers: list[tuple[bytes, bytes]], version: str, keep: bool) -> AsgiCycle:
         """The request to the ASGI door: its scope from the parsed head."""
         # Any: the stubs name its parts bytes, but an absent part (the query) is None
         parsed: Any = httptools.parse_url(self._url)
@@ -248,7 +249,7 @@ class FenecProtocol(Connection):
         scope: dict[str, Any] = {
             "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": version,
             "method": method, "scheme": "http", "path": path, "raw_path": raw_path,
-            "query_string": parsed.query or b"", "root_path": "", "headers": lowered(self._headers),
+            "query_string": parsed.query or b"", "root_path": "", "headers": lowered(headers),
             "client": self.client, "server": self.server, "state": {},
             "fenec.conn": self, "fenec.leaving": self._leaving}
         if self._head_size + len(self._url) > HEAD_CEILING:
