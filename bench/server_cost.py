@@ -8,14 +8,15 @@ in one sitting); the engine's own share is `bench/claim_bytecodes.py` and `make 
 
 `--door asgi` sends every request through the ASGI door instead of the direct path (the server
 runs with `--access-log /dev/null`, which the direct path leaves to that door): the difference is
-what the direct path saves, the access log's own lines included.
+what the direct path saves, the access log's own lines included. `--get PATH` sends `GET PATH`
+instead of the claims (the door's own cost, on a route of no data: `/_health`, `/_metrics`).
 
 `--callgrind` runs the server under valgrind's callgrind and prints its instructions a claim
 instead (the counters zeroed after the warm-up, dumped after the claims): a count, not a time, so
 it holds on a loaded machine.
 
     .venv/bin/python bench/server_cost.py [--claims 3000] [--src other/server/src] [--door direct|asgi]
-                                          [--callgrind]
+                                          [--get /_health] [--callgrind]
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def main() -> int:
     ap.add_argument("--src", default=None, help="a server/src to import the server from")
     ap.add_argument("--door", choices=("direct", "asgi"), default="direct",
                     help="asgi: every request through the ASGI door (--access-log /dev/null)")
+    ap.add_argument("--get", default=None, help="send GET of this path instead of the claims (e.g. /_health)")
     ap.add_argument("--callgrind", action="store_true", help="count the server's instructions (valgrind)")
     args = ap.parse_args()
     with socket.socket() as s:
@@ -74,13 +76,31 @@ def main() -> int:
 
         def query(body: dict) -> bytes:
             conn.request("POST", "/query", body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-            return conn.getresponse().read()
+            answer = conn.getresponse()
+            data = answer.read()
+            if answer.status != 200:  # a refused put leaves claims that find nothing: a count of nothing
+                raise RuntimeError(f"the server answered {answer.status}: {data[:200]!r}")
+            return data
 
-        query({"query": "create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int)"})
-        jobs = 10 * (args.claims + 300)
-        query({"query": "put jobs $1", "params": [[{"payload": {"n": i}, "run_at": 0, "attempts": 0} for i in range(jobs)]]})
+        if not args.get:
+            query({"query": "create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int)"})
+            jobs = 10 * (args.claims + 300)
+            query({"query": "put jobs $1",
+                   "params": [[{"payload": {"n": i}, "run_at": 0, "attempts": 0} for i in range(jobs)]]})
+
+        def get() -> bytes:
+            conn.request("GET", str(args.get))
+            answer = conn.getresponse()
+            data = answer.read()
+            if answer.status != 200:
+                raise RuntimeError(f"the server answered {answer.status}: {data[:200]!r}")
+            return data
+
+        def one(params: list[str]) -> bytes:
+            return get() if args.get else query({"query": CLAIM, "params": params})
+
         for _ in range(300):
-            query({"query": CLAIM, "params": ["warm"]})
+            one(["warm"])
 
         def cpu() -> float:
             f = open(f"/proc/{proc.pid}/stat").read().rsplit(")", 1)[1].split()
@@ -90,12 +110,12 @@ def main() -> int:
             subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True, capture_output=True)
         before, started = cpu(), time.perf_counter()
         for _ in range(args.claims):
-            query({"query": CLAIM, "params": ["w"]})
+            one(["w"])
         used, wall = cpu() - before, time.perf_counter() - started
         if args.callgrind:
             subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
             print(json.dumps({"claims": args.claims, "server_instructions_per_claim": round(_instructions(dumps) / args.claims),
-                              "src": args.src or "installed", "door": args.door}))
+                              "src": args.src or "installed", "door": args.door, "get": args.get}))
             return 0
         print(json.dumps({"claims": args.claims, "server_cpu_us_per_claim": round(1e6 * used / args.claims),
                           "wall_us_per_claim": round(1e6 * wall / args.claims), "src": args.src or "installed",

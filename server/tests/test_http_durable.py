@@ -14,6 +14,7 @@ from typing import Any
 
 from fenecdb_server import Database
 from fenecdb_server.http.app import Answer, App, Config, Pending
+from fenecdb_server.http.exchange import Request, request_of
 from fenecdb_server.storage.files import FaultyFiles
 
 SCHEMA = "create collection jobs (tag text, n int)"
@@ -139,9 +140,9 @@ def test_the_short_way_answers_a_write_once_its_fdatasync_is_done_and_500_when_i
     `App.release` hands over only from the flush (a failed fdatasync: the log's 500)."""
     app, db, files = open_app(tmp_path)
 
-    def request(text: str) -> tuple[dict[str, Any], bytes]:
+    def request(text: str) -> tuple[Request, bytes]:
         body = json.dumps({"query": text}).encode()
-        return scope([(b"content-length", str(len(body)).encode())]), body
+        return request_of(scope([(b"content-length", str(len(body)).encode())])), body
 
     async def settled(got: list[Any], n: int) -> None:
         for _ in range(100):

@@ -6,6 +6,7 @@ with a generous deadline; nothing compares a duration with a bound."""
 from __future__ import annotations
 
 import json
+import select
 import socket
 import subprocess
 import threading
@@ -14,7 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
-from test_http_e2e import JOBS, Server, body_of, command, q, raw, read_from, status_of
+import pytest
+from fenecdb_server.http.connection import REFUSED_READ
+from test_http_e2e import JOBS, Server, body_of, command, complete, q, raw, read_from, status_of
 from test_http_held import read_answer
 
 DEADLINE = 60.0
@@ -218,6 +221,60 @@ def test_a_request_target_over_64_kib_is_414_in_json() -> None:
         # a long target within the ceilings is read: an ordinary 404
         r = raw(s.addr, b"GET /" + b"a" * (60 << 10) + b" HTTP/1.1\r\nHost: x\r\n\r\n", timeout=DEADLINE)
         assert status_of(r) == 404
+    finally:
+        assert s.stop() == 0
+
+
+def refused(sock: socket.socket) -> None:
+    """Until the server's answer is there to read on `sock` (DEADLINE at most)."""
+    assert select.select([sock], [], [], DEADLINE)[0], "no answer came"
+
+
+def test_a_client_still_sending_its_refused_head_reads_the_refusal() -> None:
+    """A head refused as it arrives (414 for its target, 431 for its header lines) closed the
+    connection at once, with the client's bytes unread: the socket was reset, and a client still
+    sending its head got a broken pipe or a reset instead of the answer. Now the server shuts its
+    writing side and reads on, dropping what comes: every piece is taken, then the answer is read
+    whole, then the end of the connection."""
+    s = Server()
+    try:
+        for start, status in ((b"GET /", 414), (b"GET / HTTP/1.1\r\nHost: x\r\nX-Long: ", 431)):
+            with socket.create_connection(s.addr, timeout=DEADLINE) as sock:
+                sock.sendall(start)
+                for _ in range(70):  # past the 64 KiB ceiling, a piece at a time
+                    sock.sendall(b"a" * 1024)
+                refused(sock)
+                for _ in range(32):  # the rest of its head, sent after the refusal came
+                    sock.sendall(b"a" * 1024)
+                got = read_from(sock)  # to the end the server sent: no reset on the way
+            assert status_of(got) == status and complete(got), got[:200]
+            assert body_of(got)["error"]
+        with s.client() as c:  # the server goes on serving
+            assert c.get("/_health").status_code == 200
+    finally:
+        assert s.stop() == 0
+
+
+def test_a_refused_client_that_never_stops_sending_is_cut() -> None:
+    """The reading after a refusal is bounded: a client that goes on sending after its 414 is cut
+    once the server has dropped REFUSED_READ bytes (or after REFUSED_LINGER s, were it slower)."""
+    s = Server()
+    try:
+        with socket.create_connection(s.addr, timeout=DEADLINE) as sock:
+            sock.sendall(b"GET /" + b"a" * (70 << 10))
+            refused(sock)
+            got = read_from(sock, complete)
+            assert status_of(got) == 414
+            piece = b"a" * (64 << 10)
+            sent = 0
+            with pytest.raises((BrokenPipeError, ConnectionResetError)):
+                while True:
+                    sock.sendall(piece)  # a stalled server would raise TimeoutError instead
+                    sent += len(piece)
+                    # the bound plus what the two sockets' buffers hold, with a wide margin
+                    assert sent < REFUSED_READ + (64 << 20), "the client was never cut"
+        with s.client() as c:
+            assert c.get("/_health").status_code == 200
     finally:
         assert s.stop() == 0
 

@@ -312,21 +312,21 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
 
         attach(app, node)
 
-    # the direct path (protocol.py) answers /query and /batch, unless the access log must see every request
-    front = Front(app if access_log is None else None, max_connections=max_conn, busy=poll,
-                  evict=access is not None and not access.open,
-                  header_timeout=opts["header-timeout"], body_timeout=opts["body-timeout"])
-    if node is not None and node.primary:  # new connections drop Fenec-Primary once promoted
-        node.promoted.append(lambda: setattr(front, "answer_lines", app.answer_lines()))
-
     asgi: Any = app
     if access_log is not None:
         from .http.access_log import AccessLog
 
         asgi = AccessLog(app, access_log)
-    # uvicorn makes each connection's protocol by calling `http` with its config and state, as a class
+    # the service answers /query and /batch itself (protocol.py), unless the access log must see every request
+    front = Front(app if access_log is None else None, asgi, max_connections=max_conn, busy=poll,
+                  evict=access is not None and not access.open,
+                  header_timeout=opts["header-timeout"], body_timeout=opts["body-timeout"])
+    if node is not None and node.primary:  # new connections drop Fenec-Primary once promoted
+        node.promoted.append(lambda: setattr(front, "answer_lines", app.answer_lines()))
+
+    # uvicorn serves the socket bound above (lifespan, signals, drain); `http` makes each connection's protocol
     config = uvicorn.Config(asgi, http=front.protocol, loop="uvloop", lifespan="on", log_config=None,  # type: ignore[arg-type]
-                            access_log=False, server_header=False, date_header=True,
+                            access_log=False, server_header=False, date_header=True, proxy_headers=False,
                             timeout_keep_alive=idle if idle > 0 else 10 ** 9,
                             timeout_graceful_shutdown=2)
     ver = version()

@@ -8,7 +8,8 @@ import json
 import pytest
 from fenecdb_server import Database
 from fenecdb_server.http import intake
-from fenecdb_server.http.app import App, Config, Refusal, Request
+from fenecdb_server.http.app import App, Config, Refusal
+from fenecdb_server.http.exchange import request_of
 
 ACK = "del jobs where id = $1 and owner = $2 require 1"
 
@@ -36,7 +37,7 @@ BODIES = [
 
 
 def outcome(app: App, body: bytes) -> object:
-    req = Request({"method": "POST", "path": "/batch", "headers": [(b"content-length", b"1")], "client": None})
+    req = request_of({"method": "POST", "path": "/batch", "headers": [(b"content-length", b"1")], "client": None})
     try:
         work = app.intake.batch_work(req, body)
     except Refusal as r:

@@ -12,7 +12,7 @@ import fenecdb_server.http as package
 
 HTTP = Path(package.__file__).resolve().parent
 # The transport and what it shares with the application: the transport imports from these alone.
-TRANSPORT = {"protocol", "connection", "wire", "exchange", "routing"}
+TRANSPORT = {"protocol", "connection", "cycle", "wire", "exchange", "routing"}
 SHARED = TRANSPORT | {"errors", "limits", "auth", "tokens", "busy_poll"}
 MAX_MODULE_LINES = 600
 MAX_CLASS_LINES = 300

@@ -49,10 +49,10 @@ def _refused(request: Request) -> Response | None:
 
 class FileAnswer(Response):
     """A backup's temporary file (`Database.backup_file`) as the answer's body, CHUNK bytes at a
-    time, each read only once the last is in the transport: uvicorn's `send` waits while the
+    time, each read only once the last is in the transport: the transport's `send` (cycle.py) waits while the
     transport is paused (its buffer past the high mark), so a connection holds at most that buffer
     and one chunk, whoever reads it and however slowly. A reader paused past --idle-timeout is cut
-    (protocol.py); the chunks stop at the cut, and the file is closed, which frees its room on
+    (connection.py); the chunks stop at the cut, and the file is closed, which frees its room on
     the disk, however the answer ends."""
 
     def __init__(self, file: IO[bytes], headers: dict[str, str]) -> None:

@@ -118,11 +118,10 @@ class App(Service):
             return 0
         return self.lines.shutdown()
 
-    def handle(self, scope: dict[str, Any], raw: bytes) -> Answer | Pending | Held | None:
+    def handle(self, req: Request, raw: bytes) -> Answer | Pending | Held | None:
         """`POST /query` or `/batch`, called by the transport (protocol.py) when the body's last
         byte arrives: the token checked, then `serve_now`. None where the ASGI door must answer
         it: a refused token (its 401 waits out the address's delay, auth.py), a run off the loop."""
-        req = Request(scope)  # with a Content-Length: the transport hands no chunked body over
         if req.path == ACK_PATH:  # a replica's ack, with the replication token (replication.py)
             return ack_answer(self.config.replication, req.auth, raw)
         try:
@@ -131,7 +130,7 @@ class App(Service):
             return None
         if caller is not OPEN:
             self.delay.cleared(req.peer)
-            credentialed(scope)
+            req.credentialed()
         req.caller = caller
         if req.after is not None or self.config.door_only:
             return None  # Fenec-After: the ASGI door waits; in a cluster it gates (replication.py)
@@ -241,14 +240,6 @@ class App(Service):
             self.metrics.slow += 1
             log.warning("slow statement: %.1f ms, http %s: %s %s %s", seconds * 1000, kind, req.method,
                         req.target.decode("latin-1"), _without_params(raw))
-
-
-def credentialed(scope: dict[str, Any]) -> None:
-    """Tell the connection (protocol.py, where the server is fenec-server's) that it presented an
-    accepted token: it is never closed for another connection at the ceiling."""
-    conn = scope.get("fenec.conn")
-    if conn is not None:
-        conn.credentialed()
 
 
 def _without_params(raw: bytes) -> str:

@@ -26,7 +26,7 @@ from . import errors as E
 from . import routing
 from .auth import OPEN, AuthRefused
 from .bodies import dumps
-from .exchange import Answer, Held, Pending, Request
+from .exchange import Answer, Held, Pending, Request, request_of
 from .intake import Refusal, Work
 from .limits import BODY_CEILING, METHODS, OFF_LOOP_BODY, parse_length
 
@@ -102,7 +102,7 @@ class AsgiDoor:
         if method not in METHODS:
             await self.respond(send, E.NOT_IMPLEMENTED, E.not_implemented(method), ())
             return
-        req = Request(scope)
+        req = request_of(scope)
         if method == "OPTIONS":
             await self.preflight(send)
             return
@@ -134,9 +134,7 @@ class AsgiDoor:
             return
         if caller is not OPEN:
             app.delay.cleared(req.peer)
-            conn = scope.get("fenec.conn")
-            if conn is not None:
-                conn.credentialed()
+            req.credentialed()
         req.caller = caller
         if how == routing.DIRECT:
             await self.take(req, receive, send)
@@ -164,7 +162,7 @@ class AsgiDoor:
 
     def headers_for(self, body: bytes, extra: Any, *, api: bool = False,
                     length: int | None = None) -> list[tuple[bytes, bytes]]:
-        """An answer's headers (the ASGI server adds the date): the same whichever door writes it."""
+        """An answer's headers (the transport adds the date): the same as wire.render_api writes."""
         headers = [JSON_TYPE, (b"content-length", str(len(body) if length is None else length).encode())]
         if api:
             headers.append(self.app.version_header)
@@ -183,8 +181,8 @@ class AsgiDoor:
         if parts is None:
             await self.respond(send, answer.status, answer.body, answer.headers, api=True)
             return
-        # no content-length: the ASGI server writes it chunked, and each send waits while the
-        # transport is paused (its flow control), so the next piece is rendered only once there is room
+        # no content-length: the transport writes it chunked, and each send waits while the
+        # transport is paused (cycle.py), so the next piece is rendered only once there is room
         headers = [JSON_TYPE, self.app.version_header, *answer.headers, *self.app.cors_headers]
         gone: list[bool] = []
         leaving = req.leaving if req is not None else None
@@ -308,8 +306,8 @@ class AsgiDoor:
     async def await_held(self, future: asyncio.Future[Answer], forget: Callable[[], None], receive: Receive,
                          leaving: list[Callable[[], None]] | None) -> Answer | None:
         """Wait for the held request's answer, watching the connection (§8.10): told by the
-        protocol in the turn the client's close is read, before a run for a row it found could
-        start (held/lines.py rule 8), and through receive() where the server is not ours."""
+        transport in the turn the client's close is read, before a run for a row it found could
+        start (held/lines.py rule 8), and through receive() where the ASGI server is another."""
         if leaving is not None:
             leaving.append(forget)
 

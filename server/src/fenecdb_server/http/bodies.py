@@ -18,7 +18,7 @@ except ImportError:  # pragma: no cover - orjson is optional
     orjson = None  # type: ignore[assignment]
 
 # An answer of more rows than this is written in pieces of as many rows, each rendered only when
-# the connection has room for it (protocol.py's flow control, or the ASGI server's), so a reader
+# the connection has room for it (the transport's flow control: protocol.py, cycle.py), so a reader
 # that does not read holds at most a piece and the transport's buffer of rendered bytes.
 PIECE_ROWS = 1_000
 

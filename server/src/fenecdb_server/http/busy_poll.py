@@ -7,7 +7,7 @@ have idled into a deeper state, and the process resumes with cold caches. Over H
 and wake is a large part of a claim's round trip (bench/README.md, "Busy polling", has the
 numbers).
 
-So each answer written (`touch`, from http/protocol.py's `_write_answer`) pushes a deadline
+So each answer written (`touch`, from http/protocol.py's `_finish`) pushes a deadline
 `window` ahead (counted from the answer, not from the request's arrival: a window counted from the
 arrival ran out while the request was served, and was no faster), and while
 the deadline is ahead the loop is kept from sleeping: `_spin` re-queues itself with `call_soon`,

@@ -2,12 +2,13 @@
 the transport imports this module and never the application (test_architecture.py).
 
 * `Head`: the few headers an answer depends on, read in one pass;
-* `Request`: what the service reads of a request (where it goes, its `Head`, who sent it);
+* `Request`: what the service reads of a request (where it goes, its `Head`, who sent it), made
+  by the transport for the requests it hands the service, by `request_of` from an ASGI scope;
 * `Answer`: a whole answer (status, body, extra headers; or a long body in pieces);
 * `Pending`: an answer that waits for its write's fdatasync, or for the held claim its write woke;
 * `Held`: a held claim (`Fenec-Wait`) whose first run took nothing, to be held until a run takes
   something for it or its deadline passes;
-* `Service`: the calls the transport makes: `handle(scope, body)` answers a request now, later
+* `Service`: the calls the transport makes: `handle(request, body)` answers a request now, later
   (`Pending`, `Held`) or not here (None: the ASGI door answers it), `release` and `hold` hand a
   later answer over when it is ready.
 
@@ -26,8 +27,8 @@ from .auth import OPEN, Caller
 class Head:
     """The few things read from a request's headers (their names lower-cased), in one pass: those
     its answer depends on; `transfer-encoding` is only noted (a chunked body is refused). The last
-    of a repeated header is the one kept. The direct path reads a connection's repeated head once
-    (protocol.py), and this with it (`scope["fenec.head"]`)."""
+    of a repeated header is the one kept. The transport reads a connection's repeated head into
+    one Head (protocol.py) and hands it over in its Request (to the door, in `scope["fenec.head"]`)."""
 
     __slots__ = ("length", "chunked", "auth", "wait", "idem", "origin", "after")
 
@@ -57,20 +58,18 @@ class Head:
 
 
 class Request:
-    """What the service reads of a request: where it goes, its `Head`, who sent it."""
+    """What the service reads of a request: where it goes, its `Head`, who sent it, and its
+    connection (`conn`: told when the request carried an accepted token; None where there is none).
+    The transport makes one for each request it hands the service; `request_of` makes the ASGI door's."""
 
     __slots__ = ("method", "path", "target", "length", "chunked", "auth", "wait", "idem", "origin", "after",
-                 "peer", "caller", "leaving")
+                 "peer", "caller", "conn", "leaving")
 
-    def __init__(self, scope: dict[str, Any]) -> None:
-        self.method: str = scope["method"]
-        self.path: str = scope["path"]
-        qs = scope.get("query_string") or b""
-        raw = scope.get("raw_path") or self.path.encode()
-        self.target: bytes = raw + (b"?" + qs if qs else b"")
-        head: Head | None = scope.get("fenec.head")
-        if head is None:
-            head = Head(scope["headers"])
+    def __init__(self, method: str, path: str, target: bytes, head: Head, peer: str, conn: Any = None,
+                 leaving: list[Callable[[], None]] | None = None) -> None:
+        self.method = method
+        self.path = path
+        self.target = target
         self.length: bytes | None = head.length
         self.chunked: bool = head.chunked
         self.auth: bytes | None = head.auth
@@ -78,11 +77,31 @@ class Request:
         self.idem: bytes | None = head.idem
         self.origin: bytes | None = head.origin
         self.after: bytes | None = head.after
-        client = scope.get("client")
-        self.peer: str = client[0] if client else ""
+        self.peer = peer
         self.caller: Caller = OPEN
-        # the connection's hooks for the moment its client leaves (protocol.py), where the server has them
-        self.leaving: list[Callable[[], None]] | None = scope.get("fenec.leaving")
+        self.conn = conn
+        # the connection's hooks for the moment its client leaves (protocol.py), where the door has them
+        self.leaving = leaving
+
+    def credentialed(self) -> None:
+        """It carried a token the server accepted: its connection is never closed for another at the
+        ceiling (connection.py)."""
+        if self.conn is not None:
+            self.conn.credentialed()
+
+
+def request_of(scope: dict[str, Any]) -> Request:
+    """The Request of an ASGI scope: its Head the transport's (`scope["fenec.head"]`) or read from
+    its headers."""
+    path: str = scope["path"]
+    qs = scope.get("query_string") or b""
+    raw = scope.get("raw_path") or path.encode()
+    head: Head | None = scope.get("fenec.head")
+    if head is None:
+        head = Head(scope["headers"])
+    client = scope.get("client")
+    return Request(scope["method"], path, raw + (b"?" + qs if qs else b""), head, client[0] if client else "",
+                   scope.get("fenec.conn"), scope.get("fenec.leaving"))
 
 
 class Answer:
@@ -142,7 +161,7 @@ class Service:
         after them (the server's version; the CORS headers): wire.render_api's `version`, `last`."""
         raise NotImplementedError
 
-    def handle(self, scope: dict[str, Any], raw: bytes) -> Answer | Pending | Held | None:
+    def handle(self, req: Request, raw: bytes) -> Answer | Pending | Held | None:
         """The answer to a `POST /query` or `/batch` with its whole body `raw`: now, later, or None
         where the ASGI door answers it (it must wait first: a refused token's delay, a run off the loop)."""
         raise NotImplementedError

@@ -1,23 +1,27 @@
-"""The transport: a connection (connection.py: uvicorn's httptools protocol with the wire's
-limits) with the direct path, and `Front`, what every connection of a server shares.
+"""The transport: one request pipeline for every request on a connection, and `Front`, what every
+connection of a server shares.
 
-The direct path: a `POST /query` or `/batch` with a body of at most 64 KiB, no `Expect`,
-on a connection with no answer pending, is read here and handed to the service
-(`Service.handle`, exchange.py) when its last byte arrives; the answer is written in one `write`.
-A plain one that arrives whole (`POST /query HTTP/1.1`, token-named headers, one decimal
-Content-Length) has its head read here too, without httptools' per-header callbacks
-(`_direct_read`, `wire.read_head`); any other head goes to httptools, and test_http_direct.py
-holds both reads to the ASGI door's answers. No ASGI cycle, no task, no message dicts (what each
-saves: bench/README.md, "Over HTTP"). Two answers come later, still with no task: a write's
-under `--sync always`, written by its loop turn's fdatasync (`Pending`, durable.py), and a held
-claim's (`Fenec-Wait`) that took nothing (`Held`), held in the held lines and written when a run
-takes something for it or at its deadline; its client's close is told to the lines in the turn
-it is read (`eof_received`). While one is owed, an `Owed` stands as the connection's cycle, so
-uvicorn queues the next request behind it. Whatever the service will not answer at once (a
-refused token, whose 401 waits out the address's delay; a long text not parsed yet) goes to the
-ASGI door as if its head had just been read, through uvicorn's own cycle. The other routes, and
-every request when `--access-log` is on, take the ASGI door from the start. Pipelined requests
-are answered in order, whichever door each takes.
+Every request head is read by one parser (httptools' `HttpRequestParser`, in connection.py's
+`Connection`), through the callbacks below; the one routing table (routing.py) says which
+requests the service answers itself: a `POST /query` or `/batch` with a `Content-Length` body of
+at most 64 KiB, no `Expect`, no `Transfer-Encoding`. Its body is collected and, when its last
+byte arrives, handed to the service (`Service.handle`, exchange.py) with no task and no ASGI
+message; the answer is rendered by wire.py in one `write`. The service may answer:
+
+* now (`Answer`), written at once; a long one (`Answer.parts`) is chunked, a piece each time
+  the transport has room;
+* later, still with no task: a write's under `--sync always`, written by its loop turn's
+  fdatasync (`Pending`, durable.py), and a held claim's (`Fenec-Wait`) that took nothing
+  (`Held`), held in the held lines and written when a run takes something for it or at its
+  deadline; its client's close is told to the lines in the turn it is read (`eof_received`);
+* not here (None: a refused token, whose 401 waits out the address's delay; a long text not
+  parsed yet; `Fenec-After`), then it goes to the ASGI door as any other request.
+
+Every other request goes to the ASGI door (asgi.py) through an `AsgiCycle` (cycle.py) of its own
+that this transport runs as a task: its scope built from the parsed head, its body fed to
+`receive`, what `send` gives rendered by wire.py; with `--access-log` every request does.
+Requests are answered one at a time and in the order they came: a request read while an answer
+is owed waits in `waiting` (reading paused) and starts when the answer before it is written.
 
 The transport imports nothing of the application: what it hands the service and gets back is
 exchange.py's, the routes it answers itself routing.py's.
@@ -26,45 +30,45 @@ exchange.py's, the routes it answers itself routing.py's.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+import urllib.parse
+from collections import deque
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Final
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from . import errors as E
-from .connection import FD_LOG_EVERY, FD_RESERVE, HEAD_CEILING, Connection, descriptor_limit
-from .exchange import Answer, Head, Pending, Service
+from .connection import FD_LOG_EVERY, FD_RESERVE, HEAD_CEILING, READ_AHEAD, Connection, descriptor_limit
+from .cycle import AsgiCycle
+from .exchange import Answer, Head, Pending, Request, Service
 from .limits import OFF_LOOP_BODY
 from .routing import DIRECT_TARGETS, SPARE_TARGETS
-from .wire import STATUS_LINE, Owed, lines, read_head, render, render_api
+from .wire import LAST_CHUNK, chunk, lines, render_api, render_close, render_stream_head
 
 if TYPE_CHECKING:
     from .busy_poll import BusyPoll
 
 log = logging.getLogger("fenec.http")
 
-CHUNKED_TYPE = b"content-type: application/json; charset=utf-8\r\ntransfer-encoding: chunked\r\n"
-DIRECT_BODY = OFF_LOOP_BODY  # a larger body is decoded in a worker thread, by the ASGI door
-
-# The direct path's own read of a head (`_direct_read`): the request lines it takes; what a header
-# line must look like for it to read the head itself is `wire.read_head`'s. Anything else is left
-# to httptools.
-DIRECT_LINES = (b"POST /query HTTP/1.1\r\n", b"POST /batch HTTP/1.1\r\n")
-DIRECT_LINE = len(DIRECT_LINES[0])
-DIRECT_HEAD = 8 << 10  # a longer head is read by httptools (which enforces HEAD_CEILING)
+# each direct target's path as the service reads it (a replica's ack among them, not only /query and /batch)
+DIRECT_PATHS: Final = {target: target.decode("ascii") for target in DIRECT_TARGETS}
+DIRECT_BODY: Final = OFF_LOOP_BODY  # a larger body is decoded in a worker thread, by the ASGI door
 
 
 class Front:
-    """What every connection of one server shares, set by the command line: its limits, the app
-    whose `/query` and `/batch` it answers on the direct path, and the count of reserve connections."""
+    """What every connection of one server shares, set by the command line: its limits, the
+    service that answers `/query` and `/batch`, the ASGI app of every other request, and the
+    count of reserve connections."""
 
-    __slots__ = ("app", "answer_lines", "max_connections", "header_timeout", "body_timeout", "busy", "spares", "cut", "evict",
-                 "descriptors", "fd_ceiling", "turned_away", "unlogged", "logged_at", "log_due")
+    __slots__ = ("app", "asgi", "answer_lines", "max_connections", "header_timeout", "body_timeout", "busy",
+                 "spares", "cut", "evict", "descriptors", "fd_ceiling", "turned_away", "unlogged", "logged_at",
+                 "log_due")
 
-    def __init__(self, app: Service | None = None, *, max_connections: int = 0, header_timeout: float = 10.0,
+    def __init__(self, app: Service | None, asgi: Any, *, max_connections: int = 0, header_timeout: float = 10.0,
                  body_timeout: float = 60.0, busy: BusyPoll | None = None, evict: bool = False,
                  descriptors: int | None = None) -> None:
         self.app = app  # None: every request takes the ASGI door (the access log must see each)
+        self.asgi = asgi  # the ASGI app of the door
         self.answer_lines = app.answer_lines() if app is not None else (b"", b"")
         self.max_connections = max_connections  # 0 = unlimited
         self.header_timeout = header_timeout  # 0 = never
@@ -106,256 +110,319 @@ class Front:
         self.unlogged = 0
         self.logged_at = now
 
-    def protocol(self, **kwargs: Any) -> FenecProtocol:
-        """A connection's protocol: what uvicorn's `http=` calls with its config and state."""
-        return FenecProtocol(self, **kwargs)
+    def protocol(self, config: Any, server_state: Any, app_state: Any = None, _loop: Any = None) -> FenecProtocol:
+        """A connection's protocol: what uvicorn's `Config(http=...)` calls with its config and state
+        (each argument named: a compiled call does not forward `**kwargs` by name)."""
+        return FenecProtocol(self, config, server_state, app_state, _loop)
+
+
+def lowered(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """Headers as read, their names lower-cased (as ASGI and `Head` read them)."""
+    return [(name.lower(), value) for name, value in headers]
+
+
+def _fits(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether a POST with these headers (names lower-cased) is read whole here: one Content-Length
+    within DIRECT_BODY, no Transfer-Encoding, no Upgrade (the door answers those, and an upgrade's
+    request is a plain one)."""
+    length = None
+    for name, value in headers:
+        if name == b"content-length":
+            if length is not None:
+                return False
+            length = value
+        elif name == b"transfer-encoding" or name == b"upgrade":
+            return False
+    return length is not None and length.isdigit() and len(length) <= 9 and int(length) <= DIRECT_BODY
+
+
+class DirectRequest:
+    """A request the service answers itself: what it reads of it, its headers as read (for the ASGI
+    door, should the service leave it there), its body as it arrives, and its answer's state while
+    one is owed."""
+
+    __slots__ = ("request", "head", "headers", "body", "keep", "complete", "disconnected", "gone")
+
+    def __init__(self, request: Request, head: Head, headers: list[tuple[bytes, bytes]], keep: bool) -> None:
+        self.request = request
+        self.head = head
+        self.headers = headers
+        self.body: list[bytes] = []
+        self.keep = keep
+        self.complete = False
+        self.disconnected = False
+        self.gone: Any = None  # a held claim's `forget`, while it waits
 
 
 class FenecProtocol(Connection):
-    """One connection. Compiled (setup.py): the direct path below runs once or twice a request."""
+    """One connection: its requests read, routed and answered in order (the module's contract)."""
 
-    def __init__(self, shared: Front, *args: Any, **kwargs: Any) -> None:
-        super().__init__(shared, *args, **kwargs)
-        self.front: Service | None = shared.app
-        self._direct_body: list[bytes] | None = None  # the body read so far, on the direct path
-        # the last head `_direct_read` read, and what it read (its headers list is shared by the requests
-        # that repeat it: nothing changes a scope's headers)
-        self._head_seen: bytes | None = None
-        self._head_read: tuple[list[tuple[bytes, bytes]], int, bool] | None = None
-        self._head_app: Head | None = None
-        self._scope_base: dict[str, Any] | None = None  # what every `_direct_read` scope holds alike
+    def __init__(self, shared: Front, config: Any, server_state: Any, app_state: Any = None,
+                 _loop: Any = None) -> None:
+        super().__init__(shared, config, server_state, app_state, _loop)
+        self.service: Service | None = shared.app
+        self.asgi = shared.asgi
+        self.tasks: set[Any] = server_state.tasks
+        self._reading: DirectRequest | AsgiCycle | None = None  # the request whose body is being read
+        self.current: DirectRequest | AsgiCycle | None = None  # the request being answered
+        self.waiting: deque[DirectRequest | AsgiCycle] = deque()  # read, waiting for their turn
+        self._starting = False  # the loop of `_next` runs (an answer written in it starts no other)
+        # the last head to a direct target (`_seen`, its header lines): its Head, and whether its body
+        # may be read here
+        self._seen_head = Head([])
+        self._seen_fits = False
         self._dated: Any = None  # the server's headers last written as lines (its date), and those lines
         self._dated_lines = b""
+        self._pump: Iterator[bytes] | None = None  # a long answer's pieces not written yet
+        self._pump_request: DirectRequest | None = None
 
-    def data_received(self, data: bytes) -> None:
-        if self._refused:
-            if self._linger is not None:  # what the client sent is read: a close now resets nothing
-                self.transport.close()
-            return
-        if self.parser is None:
-            return
-        self._unset_keepalive_if_required()
-        if self.front is not None and not self._mid and not self._spare and not self.pipeline \
-                and (self.cycle is None or self.cycle.response_complete) and data[:DIRECT_LINE] in DIRECT_LINES:
-            data = self._direct_read(data)
-            if not data or self._refused or self.transport.is_closing():
-                return
-        self.feed(data)
+    # -- the parser's callbacks (the head's first ones are the connection's: its limits) --
 
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._head_bytes = 0
-        self._arm(self.shared.body_timeout, "body")
-        if self._goes_direct():
-            self._direct_body = []
+        if self.transport.is_closing():
+            self._reading = None
             return
-        self.scope["fenec.leaving"] = self._leaving  # type: ignore[typeddict-unknown-key]
-        self.scope["fenec.conn"] = self  # type: ignore[typeddict-unknown-key]
-        if self._head_size > HEAD_CEILING:
-            self.scope["fenec.head_too_large"] = True  # type: ignore[typeddict-unknown-key]
-        if self._spare:
-            # past the ceiling: only a health check or a scrape, and the connection closes after it
-            path = httptools.parse_url(self.url).path
-            if path not in SPARE_TARGETS:
-                self.scope["fenec.too_many"] = True  # type: ignore[typeddict-unknown-key]
-        super().on_headers_complete()
-        if self._spare and self.cycle is not None:
-            self.cycle.keep_alive = False
+        parser = self.parser
+        keep = parser.should_keep_alive() and not self._spare
+        url = self._url
+        headers = self._header_lines()
+        path = DIRECT_PATHS.get(url)
+        request: DirectRequest | AsgiCycle
+        if path is not None and self._goes_direct(parser, headers):
+            client = self.client
+            head = self._seen_head
+            request = DirectRequest(Request("POST", path, url, head, client[0] if client is not None else "", self),
+                                    head, headers, keep)
+        else:
+            version = parser.get_http_version()
+            request = self._cycle(parser, headers, version, keep and version != "1.0")
+        self._reading = request
+        if self.current is None:
+            self.current = request
+            if type(request) is AsgiCycle:
+                self._start(request)
+        else:
+            self.waiting.append(request)
+            self.pause_reading()
 
     def on_body(self, body: bytes) -> None:
-        if self._direct_body is not None:
-            self._direct_body.append(body)
-            return
-        super().on_body(body)
+        request = self._reading
+        if type(request) is DirectRequest:
+            request.body.append(body)
+        elif type(request) is AsgiCycle:
+            request.add(body)
+            if len(request.body) > READ_AHEAD:
+                self.pause_reading()
 
     def on_message_complete(self) -> None:
-        self._mid = False
-        self._disarm()
-        if self._direct_body is not None:
-            body = b"".join(self._direct_body)
-            self._direct_body = None
-            self._in_head = True
-            self._head_bytes = 0
-            self._direct_answer(body)
+        self._ended()
+        request = self._reading
+        self._reading = None
+        if type(request) is DirectRequest:
+            request.complete = True
+            if request is self.current:
+                self._answer(request)
+        elif type(request) is AsgiCycle:
+            request.end()
+
+    def _goes_direct(self, parser: Any, headers: list[tuple[bytes, bytes]]) -> bool:
+        if self.service is None or self._spare or self._expect or self._head_size + len(self._url) > HEAD_CEILING:
+            return False
+        if parser.get_method() != b"POST":
+            return False
+        if headers is not self._seen:  # a repeated head is read once (`Connection._header_lines`)
+            low = lowered(headers)
+            self._seen, self._seen_head, self._seen_fits = headers, Head(low), _fits(low)
+        return self._seen_fits
+
+    def _cycle(self, parser: Any, headers: list[tuple[bytes, bytes]], version: str, keep: bool) -> AsgiCycle:
+        """The request to the ASGI door: its scope from the parsed head."""
+        # Any: the stubs name its parts bytes, but an absent part (the query) is None
+        parsed: Any = httptools.parse_url(self._url)
+        raw_path = parsed.path
+        path = raw_path.decode("ascii")
+        if "%" in path:
+            path = urllib.parse.unquote(path)
+        method = parser.get_method().decode("ascii")
+        scope: dict[str, Any] = {
+            "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": version,
+            "method": method, "scheme": "http", "path": path, "raw_path": raw_path,
+            "query_string": parsed.query or b"", "root_path": "", "headers": lowered(headers),
+            "client": self.client, "server": self.server, "state": {},
+            "fenec.conn": self, "fenec.leaving": self._leaving}
+        if self._head_size + len(self._url) > HEAD_CEILING:
+            scope["fenec.head_too_large"] = True
+        if self._spare and raw_path not in SPARE_TARGETS:
+            # past the ceiling: only a health check or a scrape, and the connection closes after it
+            scope["fenec.too_many"] = True
+        return AsgiCycle(self, scope, keep, self._expect)
+
+    # -- the order of answers --
+
+    def _owes(self) -> bool:
+        return self.current is not None or bool(self.waiting) or self._pump is not None
+
+    def _start(self, cycle: AsgiCycle) -> None:
+        task = self.loop.create_task(cycle.run(self.asgi))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def done(self, request: DirectRequest | AsgiCycle, keep: bool) -> None:
+        """`request`'s answer is written: the next request's turn (or the keep-alive timer's)."""
+        if request is not self.current:
             return
-        super().on_message_complete()
-        self._in_head = True
-        self._head_bytes = 0
+        self.current = None
+        if not keep or self.transport.is_closing():
+            self.server_state.total_requests += 1
+            return
+        if self.waiting and not self._starting:
+            self._next()
+        self._answered()
 
-    # -- the direct path --
-
-    def _direct_read(self, data: bytes) -> bytes:
-        """Read and answer the whole `POST /query` and `/batch` requests at the front of `data`
-        without httptools' callbacks (most of the protocol's own CPU a claim): the request line
-        exactly as in DIRECT_LINES, header lines of a token, a colon and visible bytes, one
-        decimal Content-Length, a body of at most DIRECT_BODY all here. Returns what it did not
-        take: from the first request it would not read (httptools reads it, as it reads every
-        request `_direct_read` does not), or what follows an answer owed later. Each byte is
-        looked at a bounded number of times: linear in `data`."""
-        pos = 0
-        size = len(data)
-        while data[pos:pos + DIRECT_LINE] in DIRECT_LINES:
-            first = pos + DIRECT_LINE
-            end = data.find(b"\r\n\r\n", first - 2, pos + DIRECT_HEAD)
-            if end < 0:
-                break
-            block = data[first:end] if end > first else b""  # `end` is first - 2 when there is no header line
-            if block == self._head_seen:  # a client sends the same head again and again
-                head = self._head_read
-            else:
-                head = read_head(block)
-                self._head_seen, self._head_read = block, head
-                self._head_app = None
-            if head is None:
-                return data[pos:]
-            headers, length, keep = head
-            if self._head_app is None:
-                self._head_app = Head(headers)  # what the service reads of it, once too
-            stop = end + 4 + length
-            if length < 0 or length > DIRECT_BODY or size < stop:
-                break
-            url = data[pos + 5:pos + 11]
-            base = self._scope_base
-            if base is None:
-                base = self._scope_base = {
-                    "type": "http", "http_version": "1.1", "method": "POST", "query_string": b"",
-                    "client": self.client, "server": self.server, "scheme": self.scheme,
-                    "root_path": self.root_path, "fenec.conn": self}
-            scope = base.copy()  # a scope of its own for each request, as uvicorn makes
-            scope["path"] = "/query" if url == b"/query" else "/batch"
-            scope["raw_path"] = url
-            scope["headers"] = headers
-            scope["fenec.head"] = self._head_app
-            self._disarm()  # the head timer armed when the connection opened
-            if not self._answer(scope, data[end + 4:stop], keep):
-                break  # the service will not answer it here: httptools reads it, for the ASGI door
-            pos = stop
-            if not keep or self.transport.is_closing() or not (self.cycle is None or self.cycle.response_complete):
-                break  # closed (or a fault closed it), or an answer owed: what follows waits (httptools queues it)
-        return data[pos:] if pos else data
-
-    def _goes_direct(self) -> bool:
-        if self.front is None or self._spare or self._head_size > HEAD_CEILING or self.expect_100_continue:
-            return False
-        if self.url not in DIRECT_TARGETS or self.parser.get_method() != b"POST" or self.parser.should_upgrade():
-            return False
-        if self.pipeline or not (self.cycle is None or self.cycle.response_complete):
-            return False  # an answer is still owed on this connection: this one waits its turn
-        length = None
-        for name, value in self.headers:
-            if name == b"content-length":
-                length = value
-            elif name == b"transfer-encoding":
-                return False
-        return length is not None and length.isdigit() and int(length) <= DIRECT_BODY
-
-    def _direct_answer(self, body: bytes) -> None:
-        scope = self.scope
-        path = self.url.decode("ascii")
-        scope["method"] = "POST"
-        scope["path"] = path
-        scope["raw_path"] = self.url
-        scope["query_string"] = b""
-        keep = self.parser.should_keep_alive() if self.parser is not None else False
-        if not self._answer(scope, body, keep):  # type: ignore[arg-type]
-            self._to_asgi(body)
-
-    def _answer(self, scope: dict[str, Any], body: bytes, keep: bool) -> bool:
-        """Answer the request on the direct path; False where the service leaves it to the ASGI door."""
-        front = self.front
-        assert front is not None
+    def _next(self) -> None:
+        """Start the waiting requests in turn, while each is answered at once."""
+        self._starting = True
         try:
-            answer = front.handle(scope, body)
-        except Exception:  # as the ASGI door does: a fault no route caught is a JSON 500
-            log.exception("internal fault answering POST %s", scope["path"])
-            self._write_answer(E.FAULT, E.body(E.INTERNAL), [], keep_alive=False)
-            return True
-        if answer is None:
-            return False
-        if isinstance(answer, Answer):
-            self._finish(answer, keep)
-            return True
-        # an answer owed later (its write's fdatasync, a held claim's wake or deadline): the
-        # connection's next request waits behind it as behind any answer not sent yet (uvicorn
-        # queues it in `pipeline`)
-        owed = Owed(keep)
-        self.cycle = owed  # type: ignore[assignment]
-        if isinstance(answer, Pending):
-            front.release(answer, lambda a: self._release(owed, a))
-        else:
-            owed.gone = front.hold(answer, lambda a: self._release(owed, a))
-            self._leaving.append(owed.gone)  # told in the turn its client's close is read
-        return True
+            while self.current is None and self.waiting and not self.transport.is_closing():
+                request = self.waiting.popleft()
+                self.current = request
+                if type(request) is AsgiCycle:
+                    self._start(request)
+                elif type(request) is DirectRequest and request.complete:
+                    self._answer(request)
+        finally:
+            self._starting = False
+        if not self.waiting:
+            self.resume_reading()
 
-    def _release(self, owed: Owed, answer: Answer) -> None:
-        owed.response_complete = True
-        if owed.gone is not None and owed.gone in self._leaving:
-            self._leaving.remove(owed.gone)
-        if not owed.disconnected:
-            self._finish(answer, owed.keep_alive)
-
-    def _finish(self, answer: Answer, keep: bool) -> None:
-        front = self.front
-        assert front is not None
-        transport = self.transport
-        if transport.is_closing():
-            if keep:
-                self._answered()  # uvicorn's end of a cycle, as after any answer
+    def shutdown(self) -> None:
+        current = self.current
+        if self._lingering or (current is None and not self.waiting):
+            super().shutdown()
             return
-        dated = self.server_state.default_headers  # a new list each second (uvicorn's clock tick)
+        if current is not None:
+            current.keep = False
+        self.waiting.clear()
+
+    def _gone(self) -> None:
+        self._pump = None
+        current = self.current
+        if current is not None:
+            if type(current) is AsgiCycle:
+                current.lost()
+            elif type(current) is DirectRequest:
+                current.disconnected = True
+        self.waiting.clear()
+
+    def dated_lines(self) -> bytes:
+        """The server's own header lines (its date), as lines: a new list each second."""
+        dated = self.server_state.default_headers
         if dated is not self._dated:
             self._dated = dated
             self._dated_lines = lines(dated)
+        return self._dated_lines
+
+    # -- the service's answers --
+
+    def _answer(self, request: DirectRequest) -> None:
+        """Hand the whole request to the service; its answer written now, or when it is ready."""
+        service = self.service
+        assert service is not None
+        body = request.body[0] if len(request.body) == 1 else b"".join(request.body)
+        try:
+            answer = service.handle(request.request, body)
+        except Exception:  # as the ASGI door does: a fault no route caught is a JSON 500
+            log.exception("internal fault answering POST %s", request.request.path)
+            self.transport.write(render_close(E.FAULT, E.body(E.INTERNAL)))
+            self.transport.close()
+            self.done(request, False)
+            return
+        if answer is None:  # the service will not answer it here: the ASGI door does
+            cycle = AsgiCycle(self, self._door_scope(request), request.keep, False)
+            cycle.add(body)
+            cycle.end()
+            self.current = cycle
+            self._start(cycle)
+            return
+        if type(answer) is Answer:
+            self._finish(request, answer)
+        elif type(answer) is Pending:
+            service.release(answer, lambda a: self._release(request, a))
+        else:
+            request.gone = service.hold(answer, lambda a: self._release(request, a))  # type: ignore[arg-type]
+            self._leaving.append(request.gone)  # told in the turn its client's close is read
+
+    def _door_scope(self, request: DirectRequest) -> dict[str, Any]:
+        """The scope of a request the service left to the ASGI door."""
+        req = request.request
+        return {
+            "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+            "method": "POST", "scheme": "http", "path": req.path, "raw_path": req.target, "query_string": b"",
+            "root_path": "", "headers": lowered(request.headers), "client": self.client, "server": self.server,
+            "state": {}, "fenec.conn": self, "fenec.head": request.head,
+            "fenec.leaving": self._leaving}  # a long answer stops rendering once its client leaves
+
+    def _release(self, request: DirectRequest, answer: Answer) -> None:
+        if request.gone is not None and request.gone in self._leaving:
+            self._leaving.remove(request.gone)
+        if not request.disconnected:
+            self._finish(request, answer)
+
+    def _finish(self, request: DirectRequest, answer: Answer) -> None:
+        transport = self.transport
+        keep = request.keep
+        if transport.is_closing():
+            self.done(request, keep)
+            return
         if answer.parts is not None:
-            self._stream(answer, keep)
+            self._stream(request, answer)
             return
         # the header lines every direct answer carries, read for each answer: a promotion changes them
         version_line, cors_lines = self.shared.answer_lines
-        transport.write(render_api(answer.status, self._dated_lines, answer.body, version_line,
+        transport.write(render_api(answer.status, self.dated_lines(), answer.body, version_line,
                                    answer.headers, cors_lines, keep))
         if not keep:
             transport.close()
-            return
-        if self.busy is not None:  # the client's next request is likely a few tens of µs away
+        elif self.busy is not None:  # the client's next claim is likely a few tens of µs away
             self.busy.touch(self.loop)
-        self._answered()
+        self.done(request, keep)
 
-    def _stream(self, answer: Answer, keep: bool) -> None:
+    def _stream(self, request: DirectRequest, answer: Answer) -> None:
         """A long answer, chunked: its head now, then a piece each time the transport has room
         (`_pump_on`, again from `resume_writing`). The connection's next request waits behind it."""
-        front = self.front
-        assert front is not None and answer.parts is not None
-        owed = Owed(keep)
-        self.cycle = owed  # type: ignore[assignment]
         version_line, cors_lines = self.shared.answer_lines
-        head = [STATUS_LINE[answer.status], self._dated_lines, CHUNKED_TYPE, version_line,
-                lines(answer.headers), cors_lines, b"" if keep else b"connection: close\r\n", b"\r\n"]
-        self.transport.write(b"".join(head))
+        self.transport.write(render_stream_head(answer.status, self.dated_lines(), version_line,
+                                                answer.headers, cors_lines, request.keep))
         self._pump = answer.parts
-        self._pump_owed = owed
+        self._pump_request = request
         self._pump_on()
 
-    def _write_answer(self, status: int, body: bytes, headers: list[tuple[bytes, bytes]], *,
-                      keep_alive: bool) -> None:
-        transport = self.transport
-        if transport.is_closing():
-            return
-        if not headers:  # a fault's answer
-            headers = [(b"content-type", b"application/json; charset=utf-8"),
-                       (b"content-length", str(len(body)).encode())]
-        transport.write(render(status, self.server_state.default_headers, headers, body, keep_alive))
-        if not keep_alive:
-            transport.close()
-        elif self.busy is not None:  # the client's next request is likely a few tens of µs away
-            self.busy.touch(self.loop)
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._pump is not None:
+            self._pump_on()
 
-    def _to_asgi(self, body: bytes) -> None:
-        """The request to the ASGI app, as if its head had just been read and its body with it."""
-        HttpToolsProtocol.on_headers_complete(self)
-        # as our on_headers_complete gives the app: a long answer stops rendering once its client leaves
-        self.scope["fenec.leaving"] = self._leaving  # type: ignore[typeddict-unknown-key]
-        self.scope["fenec.conn"] = self  # type: ignore[typeddict-unknown-key]
-        cycle: Any = self.cycle  # uvicorn's cycle, made just now
-        cycle.body = bytearray(body)
-        cycle.more_body = False
-        cycle.message_event.set()
+    def _pump_on(self) -> None:
+        transport = self.transport
+        while not self.write_paused:
+            parts = self._pump
+            request = self._pump_request
+            if parts is None or request is None:
+                return
+            if transport.is_closing():
+                self._pump = None
+                return
+            piece = next(parts, None)
+            if piece is not None:
+                if piece:
+                    transport.write(chunk(piece))
+                continue
+            transport.write(LAST_CHUNK)
+            self._pump = None
+            self._pump_request = None
+            if not request.keep:
+                transport.close()
+            self.done(request, request.keep)
+            return

@@ -17,6 +17,8 @@ How a route is answered, in the order its checks run (asgi.py):
 
 from __future__ import annotations
 
+from typing import Final
+
 HEALTH = 1
 PUBLIC = 2
 DIRECT = 3
@@ -50,10 +52,10 @@ ROUTES: dict[tuple[str, str], int] = {
 METRICS_PATHS = frozenset({"/_metrics", "/_metrics/recent"})
 # the targets the transport hands the service (`Service.handle`), all of them POST: the DIRECT routes,
 # and a replica's ack, which the service answers at once with the replication token (else the door does)
-DIRECT_TARGETS = frozenset([*(path.encode() for (method, path), how in ROUTES.items() if how == DIRECT),
+DIRECT_TARGETS: Final = frozenset([*(path.encode() for (method, path), how in ROUTES.items() if how == DIRECT),
                             b"/_replication/ack"])
 # what a connection in the reserve past --max-connections may ask (protocol.py)
-SPARE_TARGETS = frozenset({b"/_health", b"/_metrics"})
+SPARE_TARGETS: Final = frozenset({b"/_health", b"/_metrics"})
 
 
 def route(method: str, path: str) -> int:
