@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_http_e2e import Server
+from test_http_e2e import Server, complete, read_from
 
 SYNCS = pytest.mark.parametrize("sync", ["250", "always"])
 
@@ -277,5 +277,32 @@ def test_a_connection_of_short_way_answers_is_closed_once_idle_not_while_request
             # by the answer's way to this process, and on the loop's cached clock; half a second covers both
             assert time.monotonic() - last >= 2.5
         assert direct_count(s) - before == 5  # every request went the direct path
+    finally:
+        assert s.stop() == 0
+
+
+def test_each_head_on_a_connection_is_read_for_itself_however_close_to_the_last(tmp_path: Path) -> None:
+    """A repeated head is read once (connection.py compares each header line with the last head's):
+    a head that repeats the last one but for a value, with a line fewer or a line more, is still read
+    for its own lines. The token tells: each answer is the one its own Authorization line asks."""
+    s = server(tmp_path, "250", "heads", "--http-token", "right-token")
+    body = json.dumps({"query": "get jobs count"}).encode()
+
+    def ask(*lines: bytes) -> bytes:
+        return b"POST /query HTTP/1.1\r\n%sContent-Length: %d\r\n\r\n%s" % (
+            b"".join(line + b"\r\n" for line in lines), len(body), body)
+
+    right, wrong = b"Authorization: Bearer right-token", b"Authorization: Bearer wrong-token"
+    steps = [((b"Host: x", right), 404), ((b"Host: x", right), 404),  # no collection: the token was taken
+             ((b"Host: x", wrong), 401), ((b"Host: x", right), 404),  # a value differs, then back
+             ((b"Host: x",), 401), ((b"Host: x", right), 404),  # a line fewer, then back
+             ((b"Host: x", right, b"X-More: 1"), 404), ((b"Host: x", b"X-More: 1"), 401),  # a line more, one less
+             ((b"host: x", right), 404), ((b"Host: x", right.upper()), 401)]  # a name's case; a value's case
+    try:
+        with socket.create_connection(s.addr, timeout=60) as k:
+            for lines, status in steps:
+                k.sendall(ask(*lines))
+                answer = read_from(k, complete)
+                assert answer.startswith(b"HTTP/1.1 %d " % status), (lines, answer[:120])
     finally:
         assert s.stop() == 0
