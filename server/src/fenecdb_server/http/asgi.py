@@ -275,7 +275,7 @@ class AsgiDoor:
         started = time.perf_counter()
         build = app.intake.query_work if req.path == "/query" else app.intake.batch_work
         try:
-            if len(raw) > OFF_LOOP_BODY:  # decoding 16 MB of JSON holds the GIL ~20 ms: not on the loop
+            if len(raw) > OFF_LOOP_BODY:  # decoding a large JSON body holds the GIL for milliseconds: not on the loop
                 work: Work = await loop.run_in_executor(runner.large,
                                                         partial(gc_policy.held_off, partial(build, req, raw)))
             else:

@@ -385,7 +385,7 @@ class FenecProtocol(Connection):
                                    answer.headers, cors_lines, keep))
         if not keep:
             transport.close()
-        elif self.busy is not None:  # the client's next claim is likely a few tens of µs away
+        elif self.busy is not None:  # the client's next claim likely comes sooner than a sleep would end
             self.busy.touch(self.loop)
         self.done(request, keep)
 
