@@ -1,4 +1,5 @@
-"""`make queue-compare`: python -m bench.compare [--quick] [--jobs N] [--rounds R] [--systems a,b] [--dir D]"""
+"""`make queue-compare`: python -m bench.compare [--quick] [--jobs N] [--rounds R] [--systems a,b] [--dir D]
+[--only async]"""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
                                   "the durable row measures; run as root, the postgres user must be able to "
                                   "reach it) [the system's temp dir]")
     ap.add_argument("--out", default=str(OUT), help="where queue-compare.md and .json are written")
+    ap.add_argument("--only", choices=("async",),
+                    help="async: only the claim + ack rows, without and with one async replica, in each round")
     args = ap.parse_args(argv)
     sizes = harness.QUICK if args.quick else harness.Sizes()
     changes = {k: v for k, v in (("jobs", args.jobs), ("rounds", args.rounds), ("seconds", args.seconds))
@@ -48,11 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, stop_running)
     try:
-        results = harness.run(sizes, only, args.dir, log)
+        results = harness.run(sizes, only, args.dir, log, args.only)
     except KeyboardInterrupt:
         log("\nqueue-compare: interrupted; every server it started is stopped, nothing written")
         return 130
-    md, js, text = report.write(results, Path(args.out))
+    # a part of the run is written beside the whole one's table, never over it
+    md, js, text = report.write(results, Path(args.out), f"queue-compare-{args.only}" if args.only else "queue-compare")
     print(text)
     print(f"written: {md} and {js.name}")
     return 1 if results["errors"] or not any("skipped" not in v for v in results["systems"].values()) else 0

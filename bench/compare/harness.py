@@ -227,7 +227,43 @@ def one_round(system: Any, sizes: Sizes, dirs: Workdirs, record: Callable[[str, 
     phase("done")
 
 
-def run(sizes: Sizes, only: list[str] | None, workdir: str | None, log: Callable[[str], None]) -> dict[str, Any]:
+ASYNC_PHASES = 2 * len(WORKERS) + 1  # the `phase` calls of `async_round`
+
+
+def async_round(system: Any, sizes: Sizes, dirs: Workdirs, record: Callable[[str, float], None],
+                phase: Callable[[str], None], note: Callable[[str], None]) -> None:
+    """`--only async`: the claim + ack windows of `one_round` alone, on a fresh server without a replica and
+    then on one with an async replica attached (the ready jobs loaded and the replica caught up first), so
+    the ratio of the two is read in the same round without the other phases' hour."""
+    host = [host_check()]
+    for replica in (None, "async"):
+        if replica is not None and replica not in getattr(system, "replicas", ()):
+            for w in WORKERS:
+                phase(f"claim + ack, {w} worker(s), one async replica: none")
+            continue
+        with_replica = ", one async replica" if replica else ""
+        with server(system, dirs, durable=False, replica=replica):
+            system.load(sizes.jobs, ready=True)
+            if replica:
+                system.replica_level()
+            taken = 0
+            for w in WORKERS:
+                if taken:
+                    system.load(taken, ready=True)
+                r = loadgen.run_workers(system, "claim-ack", w, sizes.seconds)
+                if r["dry"]:
+                    note(f"{system.name}: the queue ran dry in the {w}-worker window{with_replica}")
+                record(f"tput_async_{w}" if replica else f"tput_{w}", r["rate"])
+                taken = r["done"]
+                phase(f"claim + ack, {w} worker(s){with_replica}")
+        host.append(host_check())
+    record("host_ms", sum(host) / len(host))
+    phase("done")
+
+
+def run(sizes: Sizes, only: list[str] | None, workdir: str | None, log: Callable[[str], None],
+        part: str | None = None) -> dict[str, Any]:
+    """Every phase of `one_round`, or with `part` "async" those of `async_round` alone."""
     present, info = discover(only)
     for entry in info.values():
         if "skipped" in entry:
@@ -241,7 +277,8 @@ def run(sizes: Sizes, only: list[str] | None, workdir: str | None, log: Callable
     keys = list(present)
     if not keys:
         return results
-    prog = Progress(sizes.rounds * len(keys) * PHASES_PER_ROUND)
+    per_round, round_of = (ASYNC_PHASES, async_round) if part == "async" else (PHASES_PER_ROUND, one_round)
+    prog = Progress(sizes.rounds * len(keys) * per_round)
     dirs = Workdirs(workdir)
     try:
         for rnd in range(sizes.rounds):
@@ -267,11 +304,11 @@ def run(sizes: Sizes, only: list[str] | None, workdir: str | None, log: Callable
 
                 prog.show(f"{label}: {clock['what']}")
                 try:
-                    one_round(system, sizes, dirs, record, phase, results["notes"].append)
+                    round_of(system, sizes, dirs, record, phase, results["notes"].append)
                 except Exception as e:  # a failed system-round is reported, and the run goes on
                     results["errors"].append(f"round {rnd + 1} {system.name}: {e!r}")
                     log(f"\nqueue-compare: round {rnd + 1} {system.name} failed: {e!r}")
-                    prog.done = done_before + PHASES_PER_ROUND
+                    prog.done = done_before + per_round
                     prog.show(f"{label}: failed")
     finally:
         prog.finish()
