@@ -1,10 +1,13 @@
 """The replica's side of replication: a thread that follows its primary's stream.
 
 It asks `GET /_replication?since=<its change number>&history=<its history id>` with the
-replication token, and reads the stream (feed.py has its format): each write record is applied
-as recovery replays one (engine/records.py) under the engine's write lock and appended to the
-replica's own file through the same appender as every write, so `--sync` governs the replica's
-disk as the primary's; an image replaces the whole database (`Database`'s engine state loaded
+replication token, and reads the stream (feed.py has its format) a block at a time, as much as
+has arrived (one read of the socket for the many records a primary's sync sends): each write
+record is applied as recovery replays one (engine/records.py) under the engine's write lock and
+appended to the replica's own file through the same appender as every write, so `--sync` governs
+the replica's disk as the primary's. The whole records of a block are applied `APPLY_MOST` at a
+time, under one hold of the lock, with one wait for the disk (or one word to the acker) after them,
+rather than a lock round, a wait and the stream's reads for each. An image replaces the whole database (`Database`'s engine state loaded
 from it, then the file compacted to it before the next record is applied: a crash in between
 leaves the old file, whose change number asks for the image again). Every record is checked as
 recovery checks one: a damaged or cut stream is dropped, never applied, and asked for again.
@@ -49,6 +52,8 @@ from .identity import Identity
 log = logging.getLogger("fenecdb.replication")
 
 SILENCE_S = 5.0
+READ_BLOCK = 256 << 10  # the most a read of the stream asks for: every record that has arrived, up to this
+APPLY_MOST = 64  # write records applied under one hold of the write lock (the replica's reads wait that long)
 _HEAD12 = struct.Struct("<III")
 
 
@@ -82,6 +87,7 @@ class Follower:
         self.ident = secrets.token_hex(8)  # this follower, to its primary (its acks counted once)
         self.acking = False  # the primary wants acks (its --sync-replicas)
         self.acked = 0  # the change the last ack said
+        self._imaged = False  # the stream's last record was an image (its history is this file's now)
         self._applied: collections.deque[tuple[int, int]] = collections.deque()  # (ticket, change) not acked
         self._more = threading.Event()
         self._stop = threading.Event()
@@ -153,54 +159,99 @@ class Follower:
             raise StreamBroken("the stream does not start with a data file's header")
         self.connected = True
         self.last_contact = time.time()
-        imaged = False
+        self._imaged = False
+        pending = bytearray()  # the stream's bytes past its last whole record
         while not self._stop.is_set():
-            head = _read(resp, RECORD_HEADER_SIZE)
-            word, crc, hcrc = _HEAD12.unpack(head)
-            if zlib.crc32(head[:8]) != hcrc:
-                raise StreamBroken("a record header failed its check")
-            payload = _read(resp, word & MAX_PAYLOAD)
-            if zlib.crc32(payload) != crc:
-                raise StreamBroken("a record failed its check")
+            block = resp.read1(READ_BLOCK)  # what has arrived, in one read of the socket
+            if not block:
+                raise StreamBroken("the stream ended")
             self.last_contact = time.time()
-            if word & SNAPSHOT_BIT:
-                self._image(payload)
-                imaged = True
-                if self.floor is not None:  # a cluster's member: the file is the image, of this history
-                    self.identity.follow(self.url, history)
-                continue
-            if not payload:  # a keep-alive: the primary has no record on its disk past ours
-                self.primary_seq = self.db.seq
-                self.level_at = self.last_contact
-                continue
-            self._check_term()
-            if not imaged and self.identity.history != history:
-                self.identity.follow(self.url, history)
-            self._apply(payload)
-            imaged = False
+            pending += block
+            del pending[:self._take(pending, history)]
+
+    def _take(self, buf: bytearray, history: str) -> int:
+        """Check and apply the whole records at the start of `buf`, in order; answer the bytes
+        they took (a record cut at the end waits for the next read). Write records are applied
+        `APPLY_MOST` at a time (`_apply`); a damaged record raises StreamBroken after those before
+        it are applied, and nothing after it is."""
+        at = 0
+        batch: list[bytes] = []
+        broken = ""
+        view = memoryview(buf)
+        try:
+            while len(buf) - at >= RECORD_HEADER_SIZE and not self._stop.is_set():
+                word, crc, hcrc = _HEAD12.unpack_from(buf, at)
+                if zlib.crc32(view[at:at + 8]) != hcrc:
+                    broken = "a record header failed its check"
+                    break
+                end = at + RECORD_HEADER_SIZE + (word & MAX_PAYLOAD)
+                if end > len(buf):
+                    break
+                payload = bytes(view[at + RECORD_HEADER_SIZE:end])
+                if zlib.crc32(payload) != crc:
+                    broken = "a record failed its check"
+                    break
+                at = end
+                if payload and not word & SNAPSHOT_BIT:
+                    batch.append(payload)
+                    if len(batch) >= APPLY_MOST:
+                        self._apply(batch, history)
+                        batch = []
+                    continue
+                self._apply(batch, history)  # the records before it first
+                batch = []
+                if word & SNAPSHOT_BIT:
+                    self._image(payload)
+                    self._imaged = True
+                    if self.floor is not None:  # a cluster's member: the file is the image, of this history
+                        self.identity.follow(self.url, history)
+                else:  # a keep-alive: the primary has no record on its disk past ours
+                    self.primary_seq = self.db.seq
+                    self.level_at = self.last_contact
+        finally:
+            view.release()
+        self._apply(batch, history)
+        if broken:
+            raise StreamBroken(broken)
+        return at
 
     def _check_term(self) -> None:
         if self.floor is not None and self.term < self.floor():
             raise StreamBroken(f"the stream's term {self.term} is below {self.floor()}, the highest seen: "
                                "its primary was deposed")
 
-    def _apply(self, payload: bytes) -> None:
+    def _apply(self, payloads: list[bytes], history: str) -> None:
+        """Apply write records in order, under one hold of the engine's write lock, each appended to
+        this server's file as it is applied; then one wait for the disk (the last record's, which
+        covers the others) or one word to the acker, and one `applied` for the last change."""
+        if not payloads or self._stop.is_set():  # stopped: the stream is dropped, nothing more applied
+            return
+        self._check_term()
+        if not self._imaged and self.identity.history != history:
+            self.identity.follow(self.url, history)
+        self._imaged = False
         engine = self.db.engine
+        acking = self.acking
+        seq = 0
+        ticket: object = None
         engine.lock.acquire_write()
         try:
-            seq, ops = records.replay(engine, payload)
             appender = engine.appender
-            ticket = appender.append(payload, seq, ops) if appender is not None else None
+            for payload in payloads:
+                seq, ops = records.replay(engine, payload)
+                self.records += 1
+                if appender is not None:
+                    ticket = appender.append(payload, seq, ops)
+                    if acking and isinstance(ticket, int):
+                        # the acker syncs before it says (one fdatasync for every record applied meanwhile)
+                        self._applied.append((ticket, seq))
         finally:
             engine.lock.release_write()
         if appender is not None:
-            if self.acking and isinstance(ticket, int):
-                # the acker syncs before it says (one fdatasync for every record applied meanwhile)
-                self._applied.append((ticket, seq))
+            if acking and isinstance(ticket, int):
                 self._more.set()
             else:
                 appender.wait_durable(ticket)
-        self.records += 1
         if seq >= self.primary_seq:
             self.primary_seq = seq
             self.level_at = time.time()
