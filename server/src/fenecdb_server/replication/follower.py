@@ -221,9 +221,10 @@ class Follower:
                                "its primary was deposed")
 
     def _apply(self, payloads: list[bytes], history: str) -> None:
-        """Apply write records in order, under one hold of the engine's write lock, each appended to
-        this server's file as it is applied; then one wait for the disk (the last record's, which
-        covers the others) or one word to the acker, and one `applied` for the last change."""
+        """Apply write records in order, under one hold of the engine's write lock, and append them
+        to this server's file in one write where its appender can (`append_all`: a record at a time
+        otherwise); then one wait for the disk (the last record's, which covers the others) or one
+        word to the acker, and one `applied` for the last change."""
         if not payloads or self._stop.is_set():  # stopped: the stream is dropped, nothing more applied
             return
         self._check_term()
@@ -231,24 +232,30 @@ class Follower:
             self.identity.follow(self.url, history)
         self._imaged = False
         engine = self.db.engine
-        acking = self.acking
-        seq = 0
+        done: list[tuple[bytes, int, list]] = []
         ticket: object = None
         engine.lock.acquire_write()
         try:
             appender = engine.appender
-            for payload in payloads:
-                seq, ops = records.replay(engine, payload)
-                self.records += 1
-                if appender is not None:
-                    ticket = appender.append(payload, seq, ops)
-                    if acking and isinstance(ticket, int):
-                        # the acker syncs before it says (one fdatasync for every record applied meanwhile)
-                        self._applied.append((ticket, seq))
+            append_all = getattr(appender, "append_all", None)
+            try:
+                for payload in payloads:
+                    seq, ops = records.replay(engine, payload)
+                    done.append((payload, seq, ops))
+                    if appender is not None and append_all is None:
+                        ticket = appender.append(payload, seq, ops)
+            finally:  # what was applied is appended, whatever stopped the rest
+                if done and append_all is not None:
+                    ticket = append_all(done)
         finally:
             engine.lock.release_write()
+        self.records += len(done)
+        seq = done[-1][1]
         if appender is not None:
-            if acking and isinstance(ticket, int):
+            if self.acking and isinstance(ticket, int):
+                # the acker syncs before it says (one fdatasync for every record applied meanwhile)
+                first = ticket - len(done) + 1
+                self._applied.extend((first + n, change) for n, (_, change, _) in enumerate(done))
                 self._more.set()
             else:
                 appender.wait_durable(ticket)
