@@ -219,13 +219,15 @@ def _instructions(where: str, mode: str) -> int:
 def _gained(where: str, keep: str, jobs: int, top: int = 15) -> list[str]:
     """The functions whose own instructions a job grew most from the row without a replica to `keep`'s."""
     def per_job(mode: str) -> dict[str, float]:
-        text = subprocess.run(["callgrind_annotate", "--threshold=100", _dump(where, mode)], check=True,
-                              capture_output=True, text=True).stdout
+        text = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=100", _dump(where, mode)],
+                              check=True, capture_output=True, text=True).stdout
         got: dict[str, float] = {}
-        for line in text.splitlines():
-            m = re.match(r"\s*([\d,]+)\s+\([^)]*\)\s+(\S.*)$", line)
-            if m and ":" in m.group(2):
-                got[m.group(2).strip()] = int(m.group(1).replace(",", "")) / jobs
+        for line in text.split("Auto-annotated source")[0].splitlines():
+            m = re.match(r"\s*([\d,]+)\s+\(\s*([\d.]+)%\)\s+([^=\s].*)$", line)
+            # (the interpreter's entry frames come out with the whole program's count: left out)
+            if m and ":" in m.group(3) and float(m.group(2)) < 50:
+                name = re.sub(r"^.*/", "", m.group(3).split(" [")[0].strip())  # file:function, the file's name
+                got[name] = got.get(name, 0.0) + int(m.group(1).replace(",", "")) / jobs
         return got
 
     base, other = per_job("none"), per_job(keep)
