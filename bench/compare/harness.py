@@ -227,7 +227,7 @@ def one_round(system: Any, sizes: Sizes, dirs: Workdirs, record: Callable[[str, 
     phase("done")
 
 
-ASYNC_PHASES = 2 * len(WORKERS) + 1  # the `phase` calls of `async_round`
+ASYNC_PHASES = 2 * len(WORKERS) + 2  # the `phase` calls of `async_round`
 
 
 def async_round(system: Any, sizes: Sizes, dirs: Workdirs, record: Callable[[str, float], None],
@@ -237,17 +237,21 @@ def async_round(system: Any, sizes: Sizes, dirs: Workdirs, record: Callable[[str
     the ratio of the two is read in the same round without the other phases' hour."""
     host = [host_check()]
     for replica in (None, "async"):
-        if replica is not None and replica not in getattr(system, "replicas", ()):
-            for w in WORKERS:
-                phase(f"claim + ack, {w} worker(s), one async replica: none")
-            continue
         with_replica = ", one async replica" if replica else ""
+        if replica is not None:
+            phase(f"restart, one async replica, load {sizes.jobs} ready")
+            host.append(host_check())
+            if replica not in getattr(system, "replicas", ()):
+                for w in WORKERS:
+                    phase(f"claim + ack, {w} worker(s), one async replica: none")
+                continue
         with server(system, dirs, durable=False, replica=replica):
             system.load(sizes.jobs, ready=True)
             if replica:
                 system.replica_level()
             taken = 0
             for w in WORKERS:
+                phase(f"claim + ack, {w} worker(s){with_replica}")
                 if taken:
                     system.load(taken, ready=True)
                 r = loadgen.run_workers(system, "claim-ack", w, sizes.seconds)
@@ -255,8 +259,6 @@ def async_round(system: Any, sizes: Sizes, dirs: Workdirs, record: Callable[[str
                     note(f"{system.name}: the queue ran dry in the {w}-worker window{with_replica}")
                 record(f"tput_async_{w}" if replica else f"tput_{w}", r["rate"])
                 taken = r["done"]
-                phase(f"claim + ack, {w} worker(s){with_replica}")
-        host.append(host_check())
     record("host_ms", sum(host) / len(host))
     phase("done")
 
@@ -293,7 +295,8 @@ def run(sizes: Sizes, only: list[str] | None, workdir: str | None, log: Callable
                 def record(row: str, value: float, key: str = key, rnd: int = rnd) -> None:
                     results["values"].setdefault(row, {}).setdefault(key, {})[str(rnd)] = value
 
-                clock = {"t": time.monotonic(), "what": "start, wake a blocked worker"}
+                first = f"start, load {sizes.jobs} ready" if part == "async" else "start, wake a blocked worker"
+                clock = {"t": time.monotonic(), "what": first}
 
                 def phase(what: str, label: str = label, key: str = key, clock: dict = clock) -> None:
                     now = time.monotonic()
