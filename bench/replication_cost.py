@@ -74,11 +74,17 @@ def switches(pid: int) -> int:
     return total
 
 
+LAST_SEQ = [0]  # the highest Fenec-Seq the primary answered (what the replica must reach)
+
+
 def post(conn: http.client.HTTPConnection, path: str, body: object) -> tuple[int, object]:
     """A `/query` of one statement (`body` a dict), or a `/batch` of several (a list: NDJSON lines)."""
     data = "".join(json.dumps(s) + "\n" for s in body) if isinstance(body, list) else json.dumps(body)
     conn.request("POST", path, body=data)
     resp = conn.getresponse()
+    seq = resp.getheader("fenec-seq")
+    if seq and int(seq) > LAST_SEQ[0]:
+        LAST_SEQ[0] = int(seq)
     return resp.status, json.loads(resp.read())
 
 
@@ -90,12 +96,13 @@ def seq_of(port: int) -> int:
     return seq
 
 
-def level(primary: int, replica: int | None) -> None:
-    """Until the replica holds every change of its primary (at once without a replica)."""
+def level(replica: int | None) -> None:
+    """Until the replica holds every change its primary answered (at once without a replica); only
+    the replica is asked, so the primary's counts hold nothing of the wait."""
     if replica is None:
         return
     end = time.monotonic() + 600
-    while seq_of(replica) < seq_of(primary):
+    while seq_of(replica) < LAST_SEQ[0]:
         if time.monotonic() > end:
             raise RuntimeError("the replica did not catch up")
         time.sleep(0.02)
@@ -123,6 +130,7 @@ class Strace:
 
 def run(where: str, mode: str, args: argparse.Namespace, sync: str) -> dict[str, object]:
     procs = []
+    LAST_SEQ[0] = 0
     jobs, workers, claim = args.jobs, args.workers, args.claim
     dump = os.path.join(args.dumps, f"callgrind-{mode}")
     try:
@@ -144,7 +152,7 @@ def run(where: str, mode: str, args: argparse.Namespace, sync: str) -> dict[str,
         for at in range(0, jobs, 500):
             docs = ", ".join(f"{{payload: {i}, run_at: now(), attempts: 0}}" for i in range(at, min(jobs, at + 500)))
             assert post(conn, "/query", {"query": f"put jobs [{docs}]"})[0] == 200
-        level(port, rport)
+        level(rport)
         done = [0] * workers
 
         def work(n: int) -> None:
@@ -177,7 +185,7 @@ def run(where: str, mode: str, args: argparse.Namespace, sync: str) -> dict[str,
         for t in threads:
             t.join()
         took = time.perf_counter() - began
-        level(port, rport)  # the stream's sends of the timed part counted too
+        level(rport)  # the stream's sends of the timed part counted too
         total = sum(done)
         out: dict[str, object] = {
             "rate": total / took, "cpu_us": (cpu_s(p.pid) - cpu0) / total * 1e6,
@@ -197,6 +205,12 @@ def run(where: str, mode: str, args: argparse.Namespace, sync: str) -> dict[str,
         for proc in procs:
             proc.terminate()
             proc.wait(60)
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
+    return str(value)
 
 
 def _dump(where: str, mode: str) -> str:
@@ -265,8 +279,7 @@ def main() -> None:
               f"primary --sync {sync}")
         for mode, got in results.items():
             print(f"  replica {mode:5}: " + "; ".join(
-                f"{key} " + ", ".join(f"{r[key]:.3g}" if isinstance(r[key], float) else str(r[key]) for r in got)
-                for key in got[0]))
+                f"{key} " + ", ".join(_shown(r[key]) for r in got) for key in got[0]))
     if args.callgrind:
         print(f"  the last run's callgrind dumps (callgrind_annotate reads them): {args.dumps}")
         if "none" in results:
