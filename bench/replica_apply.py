@@ -19,6 +19,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -114,6 +115,7 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait(60)
+        shutil.rmtree(where, ignore_errors=True)
 
 
 if __name__ == "__main__":
