@@ -153,6 +153,9 @@ def test_a_block_of_records_is_applied_in_order_with_one_wait_for_the_disk_per_b
         # one write and one wait for the disk per APPLY_MOST records at most (a record at a time: one each)
         most = len(got) // APPLY_MOST + 4
         assert counted.writes <= most and counted.waits <= most, (counted.writes, counted.waits, len(got))
+        # --sync always: what was applied is synced, by an fdatasync a block at most
+        wait_for("the replica's disk to hold it", lambda: db.log.durable == db.log.appended)
+        assert 1 <= db.log.fsyncs <= most, (db.log.fsyncs, len(got))
         assert stand_in.asked == ["GET /_replication?since=0&history= HTTP/1.1"]
     finally:
         follower.stop()
