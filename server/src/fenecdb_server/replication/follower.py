@@ -6,18 +6,20 @@ has arrived (one read of the socket for the many records a primary's sync sends)
 record is applied as recovery replays one (engine/records.py) under the engine's write lock and
 appended to the replica's own file through the same appender as every write. The whole records of
 a block are applied `APPLY_MOST` at a time, under one hold of the lock and appended in one write
-(`append_all`), rather than a lock round and a write for each. An image replaces the whole database (`Database`'s engine state loaded
-from it, then the file compacted to it before the next record is applied: a crash in between
-leaves the old file, whose change number asks for the image again). Every record is checked as
-recovery checks one: a damaged or cut stream is dropped, never applied, and asked for again.
+(`append_all`), rather than a lock round and a write for each. An image replaces the whole
+database (`Database`'s engine state loaded from it, then the file compacted to it before the next
+record is applied: a crash in between leaves the old file, whose change number asks for the image
+again). Every record is checked as recovery checks one: a damaged or cut stream is dropped, never
+applied, and asked for again.
 
 Records that come together are made durable together: once nothing more of the stream is there to
 read (link.py's `Stream.ready`, asked between blocks), or `SETTLE_S` after the first record not yet
-settled, the follower settles what it applied: one fdatasync for all of it (under `--sync always`, or whatever `--sync` says
-when its primary waits for acks), then, when the primary runs `--sync-replicas` (its stream's
-`Fenec-Sync-Replicas` header above 0), one ack saying the change its disk now holds (link.py's
-`Acks`, a connection of its own). Nothing is acked before its fdatasync. The same thread reads,
-applies, syncs and acks: no record is handed to another thread on its way to the primary's answer.
+settled, the follower settles what it applied: one fdatasync for all of it (under `--sync always`,
+or whatever `--sync` says when its primary waits for acks), then, when the primary runs
+`--sync-replicas` (its stream's `Fenec-Sync-Replicas` header above 0), one ack saying the change
+its disk now holds (link.py's `Acks`, a connection of its own). Nothing is acked before its
+fdatasync. The same thread reads, applies, syncs and acks: no record is handed to another thread
+on its way to the primary's answer.
 
 In a cluster (cluster.py) the stream's `Fenec-Term` header names the term of the primary sending it:
 a stream of a term below the highest this replica has seen (`floor`: in etcd, or in a record it
