@@ -24,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--systems", help="a comma-separated subset of: fenecdb,postgres,redis,beanstalkd")
     ap.add_argument("--only", help="a comma-separated subset of the parts of a round: " + ",".join(harness.PARTS)
                     + " (claims: the claim, wake and load rows; durable: the durable writes; sync: the durable "
-                      "writes with one sync replica; async: claim + ack with one async replica) [all]")
+                      "writes with one sync replica; async: claim + ack with one async replica, and without one "
+                      "when claims is not asked) [all]")
     ap.add_argument("--dir", help="where the servers' temporary data directories go (its disk is the one "
                                   "the durable row measures; run as root, the postgres user must be able to "
                                   "reach it) [the system's temp dir]")
@@ -64,7 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         log("\nqueue-compare: interrupted; every server it started is stopped, nothing written")
         return 130
-    md, js, text = report.write(results, Path(args.out))
+    # a part of the run is written beside the whole one's table, never over it
+    stem = "queue-compare" if parts == harness.PARTS else "-".join(("queue-compare", *parts))
+    md, js, text = report.write(results, Path(args.out), stem)
     print(text)
     print(f"written: {md} and {js.name}")
     return 1 if results["errors"] or not any("skipped" not in v for v in results["systems"].values()) else 0

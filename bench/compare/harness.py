@@ -40,7 +40,8 @@ QUICK = Sizes(jobs=100_000, rounds=3, claims=200, few_ready=100, wakes=30, secon
 WORKERS = (1, 4, 8)
 WRITERS = (1, 8)
 # the parts of a round (`--only` runs some of them): the claim, wake and load rows on the everyday setting; the
-# durable writes; the durable writes with one sync replica; claim + ack with one async replica
+# durable writes; the durable writes with one sync replica; claim + ack with one async replica (and, when the
+# claims part does not run, the same windows without a replica first: the ratio is read in the same round)
 PARTS = ("claims", "durable", "sync", "async")
 # `phase` calls inside each part (`one_round`); a round adds one at the start of every part but its first,
 # and one at its end
@@ -48,6 +49,16 @@ PART_PHASES = {"claims": 5 + len(WORKERS), "durable": len(WRITERS) - 1, "sync": 
                "async": len(WORKERS)}
 FIRST_PHASE = {"claims": "start, wake a blocked worker", "durable": "start, durable",
                "sync": "start, durable, one sync replica", "async": "start, one async replica"}
+ALONE_FIRST = "start, claim + ack without a replica"  # the async part's first phase when it runs its own baseline
+
+
+def alone(parts: tuple[str, ...]) -> bool:
+    """Whether the async part runs the claim + ack windows without a replica itself (no claims part does)."""
+    return "async" in parts and "claims" not in parts
+
+
+def first_phase(part: str, parts: tuple[str, ...]) -> str:
+    return ALONE_FIRST if part == "async" and alone(parts) else FIRST_PHASE[part]
 
 
 def part_of(row: str) -> str:
@@ -65,11 +76,12 @@ def part_of(row: str) -> str:
 
 def phases_per_round(parts: tuple[str, ...] = PARTS) -> int:
     """The `phase` calls of `one_round` running `parts`."""
-    return sum(PART_PHASES[p] for p in parts) + len(parts)
+    return sum(PART_PHASES[p] for p in parts) + len(parts) + (len(WORKERS) + 1 if alone(parts) else 0)
 
 
 def rows(jobs: int, parts: tuple[str, ...] = PARTS) -> list[Row]:
-    return [r for r in all_rows(jobs) if part_of(r.key) in ("", *parts)]
+    baseline = {f"tput_{w}" for w in WORKERS} if alone(parts) else set()
+    return [r for r in all_rows(jobs) if part_of(r.key) in ("", *parts) or r.key in baseline]
 
 
 def all_rows(jobs: int) -> list[Row]:
@@ -177,11 +189,17 @@ def one_round(system: Any, sizes: Sizes, dirs: Workdirs, record: Callable[[str, 
     dead rows — while the row is measured); the durable writes at the strongest setting. Then, for a system
     that has replicas (`replicas` names the kinds), two more: the durable writes with one synchronous replica,
     and claim + ack with one asynchronous replica attached. The host is timed before each start (`host_check`).
-    `parts` (PARTS) chooses which of these run: "claims" the first two starts, then "durable", "sync", "async"."""
+    `parts` (PARTS) chooses which of these run: "claims" the first two starts, then "durable", "sync", "async"
+    (which, without "claims", first runs the claim + ack windows on a server without a replica)."""
     host: list[float] = []
     for i, part in enumerate(parts):
         if i:
-            phase(FIRST_PHASE[part])
+            phase(first_phase(part, parts))
+        if part == "async" and alone(parts):  # the windows without a replica, then with one
+            host.append(host_check())
+            with server(system, dirs, durable=False):
+                _claim_ack(system, sizes, record, phase, note, None)
+            phase("restart, one async replica")
         if part in ("claims", "durable") or part in getattr(system, "replicas", ()):  # a server starts
             host.append(host_check())
         {"claims": _claims, "durable": _durable, "sync": _sync, "async": _async}[part](
@@ -262,18 +280,27 @@ def _async(system: Any, sizes: Sizes, dirs: Workdirs, record: Callable[[str, flo
             phase(f"claim + ack, {w} worker(s), one async replica: none")
         return
     with server(system, dirs, durable=False, replica="async"):
-        system.load(sizes.jobs, ready=True)
-        system.replica_level()  # the replica holds the load: the windows measure the stream, not a backlog
-        taken = 0
-        for w in WORKERS:
-            phase(f"claim + ack, {w} worker(s), one async replica")
-            if taken:
-                system.load(taken, ready=True)
-            r = loadgen.run_workers(system, "claim-ack", w, sizes.seconds)
-            if r["dry"]:
-                note(f"{system.name}: the queue ran dry in the {w}-worker window with a replica")
-            record(f"tput_async_{w}", r["rate"])
-            taken = r["done"]
+        _claim_ack(system, sizes, record, phase, note, "async")
+
+
+def _claim_ack(system: Any, sizes: Sizes, record: Callable[[str, float], None], phase: Callable[[str], None],
+               note: Callable[[str], None], replica: str | None) -> None:
+    """On a server just started: the ready jobs loaded (and the replica caught up: the windows measure the
+    stream, not a backlog), then the claim + ack windows (`len(WORKERS)` phases)."""
+    with_replica = ", one async replica" if replica else ""
+    system.load(sizes.jobs, ready=True)
+    if replica:
+        system.replica_level()
+    taken = 0
+    for w in WORKERS:
+        phase(f"claim + ack, {w} worker(s){with_replica}")
+        if taken:
+            system.load(taken, ready=True)
+        r = loadgen.run_workers(system, "claim-ack", w, sizes.seconds)
+        if r["dry"]:
+            note(f"{system.name}: the queue ran dry in the {w}-worker window{with_replica}")
+        record(f"tput_async_{w}" if replica else f"tput_{w}", r["rate"])
+        taken = r["done"]
 
 
 def run(sizes: Sizes, only: list[str] | None, workdir: str | None, log: Callable[[str], None],
@@ -307,7 +334,7 @@ def run(sizes: Sizes, only: list[str] | None, workdir: str | None, log: Callable
                 def record(row: str, value: float, key: str = key, rnd: int = rnd) -> None:
                     results["values"].setdefault(row, {}).setdefault(key, {})[str(rnd)] = value
 
-                clock = {"t": time.monotonic(), "what": FIRST_PHASE[parts[0]]}
+                clock = {"t": time.monotonic(), "what": first_phase(parts[0], parts)}
 
                 def phase(what: str, label: str = label, key: str = key, clock: dict = clock) -> None:
                     now = time.monotonic()

@@ -124,6 +124,17 @@ class _LogAppender:
             log.exception("internal error measuring change %d", seq)
         return ticket
 
+    def append_all(self, done: list[tuple[bytes, int, list]]) -> int:
+        """Records (payload, change, ops) in order, in one write (a replica's, replication/follower.py):
+        the last one's ticket, each record's one more than the one before's."""
+        ticket = self._log.append_all([payload for payload, _, _ in done])
+        for payload, seq, ops in done:
+            try:
+                self._footprint.record(len(payload), seq, ops, self._documents)
+            except Exception:
+                log.exception("internal error measuring change %d", seq)
+        return ticket
+
     def wait_durable(self, ticket: object) -> None:
         assert isinstance(ticket, int)
         self._log.wait_durable(ticket)

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 from fenecdb_server import Database
-from fenecdb_server.replication.feed import KEEPALIVE, frames
+from fenecdb_server.replication.feed import KEEPALIVE
 from fenecdb_server.replication.follower import Follower
 from fenecdb_server.replication.identity import Identity
 from fenecdb_server.replication.link import Stream
-from fenecdb_server.storage.format import file_header, scan
+from fenecdb_server.storage.format import file_header, record_header, scan
 
 DEADLINE_S = 30.0
 
@@ -31,6 +31,11 @@ class Pieces:
     def recv(self, n: int) -> bytes:
         got, self.data = self.data[:min(n, self.size)], self.data[min(n, self.size):]
         return got
+
+
+def frames(records: list[tuple[int, bytes]]) -> bytes:
+    """Records framed as the log frames them (the stream's format)."""
+    return b"".join(record_header(payload) + payload for _, payload in records)
 
 
 def chunked(*parts: bytes) -> bytes:

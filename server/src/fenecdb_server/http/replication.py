@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..database import FILE_HEADER_SIZE, file_header
 from ..errors import FenecError
-from ..replication.feed import KEEPALIVE, KEEPALIVE_S, Replica, frames
+from ..replication.feed import KEEPALIVE, KEEPALIVE_S, Replica
 from ..replication.node import NO_PRIMARY
 from . import errors as E
 from .bodies import dumps
@@ -139,15 +139,15 @@ async def stream(node: Node, scope: MutableMapping[str, Any], send: Send) -> Non
             if conn is not None and conn.transport.is_closing():
                 return
             more = feed.more()  # before the look: a sync after it wakes this stream
-            got = None if image else feed.durable_after(replica.sent)
+            got = None if image else feed.durable_frames(replica.sent)
             if got is None:
                 replica.sent = await send_image(node, send, conn, loop)
                 image = False
                 last = time.monotonic()
                 continue
-            if got:
-                replica.sent = got[-1][0]
-                await send({"type": "http.response.body", "body": frames(got), "more_body": True})
+            if got[1]:
+                replica.sent = got[0]
+                await send({"type": "http.response.body", "body": got[1], "more_body": True})
                 last = replica.last_sent = time.monotonic()
                 continue
             quiet = KEEPALIVE_S - (time.monotonic() - last)

@@ -3,18 +3,21 @@
 `Feed.attach(db)` puts the feed between the engine and its log (the engine's appender), after
 reading back the records already in the data file (the last `limit` bytes of them: a primary
 restarted feeds its replicas on from where they are, rather than re-imaging them). Each
-record appended is also kept here, its payload as the log wrote it, with its change number and
-its log ticket, up to `limit` bytes of payloads (`--replication-buffer`); the oldest go first.
-That is all the write path pays, and only on a server started with `--replication-token`.
+record appended is also kept here, framed as the log wrote it (the log's own header, whose CRCs
+the log computed: `Log.last_head`, then the payload), with its change number and its log ticket,
+up to `limit` bytes (`--replication-buffer`); the oldest go first. That is all the write path
+pays (one concatenation and three list appends a record), and only on a server started with
+`--replication-token`.
 
-The stream (`GET /_replication`) is sent by the event loop, never by the writer: `durable_after`
-answers the records a replica may have, those with a change number past its own and a ticket the
-log's fsync has covered (only writes already on the primary's disk are sent, server.md §7). A
-stream with nothing to send waits on a future of its own, `more()`, which the log's sync resolves
-(`Log.synced`, on whichever thread synced: at once on the loop's own, through
-`call_soon_threadsafe` from any other); a stream arms it before it looks, so a sync between its look
-and its wait still wakes it. It awaits that future itself (`wait`), so the stream runs in the loop's
-next turn after the sync's.
+The stream (`GET /_replication`) is sent by the event loop, never by the writer: `durable_frames`
+answers the bytes of the records a replica may have, those with a change number past its own and
+a ticket the log's fsync has covered (only writes already on the primary's disk are sent, server.md
+§7), found by bisection and joined in one call: per sync, the loop's work does not grow with the
+records in it but by the bytes joined. A stream with nothing to send waits on a future of its own,
+`more()`, which the log's sync resolves (`Log.synced`, on whichever thread synced: at once on the
+loop's own, through `call_soon_threadsafe` from any other); a stream arms it before it looks, so a
+sync between its look and its wait still wakes it. It awaits that future itself (`wait`), so the
+stream sends in the loop's next turn after the sync's.
 
 Wire format: the bytes of a data file (storage/log.py). The file header (16 bytes), then records
 framed as the log frames them (12-byte header: length, CRC-32 of the payload, CRC-32 of the
@@ -22,7 +25,8 @@ header; then the payload). A snapshot record is an image (a whole database, as a
 it), after which the write records apply on top of it; a write record of no payload is a
 keep-alive, sent after `KEEPALIVE_S` of silence. The replica checks each record as recovery
 does, so a cut or damaged stream is caught, never applied. (bench/README.md compares this with
-NDJSON lines of base64 payloads: the framing costs the primary less per record.)
+NDJSON lines of base64 payloads: the framing costs the primary less per record, and nothing once
+the log's own frames are kept.)
 """
 
 from __future__ import annotations
@@ -30,18 +34,13 @@ from __future__ import annotations
 import asyncio
 import bisect
 import re
-import struct
 import threading
 import time
-import zlib
 from typing import TYPE_CHECKING, Any
 
 from ..engine import records
 from ..storage.failure import CorruptLog
-from ..storage.format import record_head, scan
-
-_HEAD8 = struct.Struct("<II")  # size word, payload crc (storage/format.py)
-_U32 = struct.Struct("<I")
+from ..storage.format import record_head, record_header, scan
 
 if TYPE_CHECKING:
     from ..database import Database
@@ -81,7 +80,7 @@ class Feed:
         self._lock = threading.Lock()
         self._seqs: list[int] = []  # change numbers, ascending
         self._tickets: list[int] = []
-        self._payloads: list[bytes] = []
+        self._frames: list[bytes] = []  # each record as the log framed it: its header, then its payload
         self._first = 0  # index of the first kept record in the lists (the ones before are dropped)
         self._bytes = 0
         self.base = 0  # the change number before the first kept record: a replica at it or past it is fed
@@ -157,34 +156,37 @@ class Feed:
         kept: list[bytes] = []
         size = 0
         for payload in reversed(found.records):
-            if size + len(payload) > self.limit:
+            frame = record_header(payload) + payload
+            if size + len(frame) > self.limit:
                 break
-            kept.append(payload)
-            size += len(payload)
+            kept.append(frame)
+            size += len(frame)
         kept.reverse()
         dropped = len(found.records) - len(kept)
         if dropped:
             base = _seq_of(found.records[dropped - 1])
         else:
             base = _seq_of(found.snapshot) if found.snapshot is not None else 0
-        seqs = [_seq_of(p) for p in kept]
+        seqs = [_seq_of(p) for p in found.records[dropped:]]
         if seqs and seqs[-1] != self.db.seq:
             return  # not the records the engine holds: keep nothing
         self.base = base
         self._seqs = seqs
         self._tickets = [0] * len(kept)
-        self._payloads = kept
+        self._frames = kept
         self._bytes = size
 
     # -- the engine's appender: under the write lock --
 
     def append(self, payload: bytes, seq: int, ops: list) -> object:
         ticket = self.inner.append(payload, seq, ops)
+        log = self.db.log  # under the write lock: the log's last record is this one
+        frame = (log.last_head if log is not None else record_header(payload)) + payload
         with self._lock:
             self._seqs.append(seq)
             self._tickets.append(ticket)
-            self._payloads.append(payload)
-            self._bytes += len(payload)
+            self._frames.append(frame)
+            self._bytes += len(frame)
             if self._bytes > self.limit:
                 self._drop()
         return ticket
@@ -197,12 +199,12 @@ class Feed:
         half of them is forgotten (each record is moved at most once more)."""
         first = self._first
         while self._bytes > self.limit and first < len(self._seqs) - 1:
-            self._bytes -= len(self._payloads[first])
+            self._bytes -= len(self._frames[first])
             self.base = self._seqs[first]
-            self._payloads[first] = b""
+            self._frames[first] = b""
             first += 1
         if first * 2 > len(self._seqs):
-            del self._seqs[:first], self._tickets[:first], self._payloads[:first]
+            del self._seqs[:first], self._tickets[:first], self._frames[:first]
             first = 0
         self._first = first
 
@@ -217,9 +219,10 @@ class Feed:
         with self._lock:
             return self.base <= since <= self.db.seq
 
-    def durable_after(self, since: int, most: int = 1000) -> list[tuple[int, bytes]] | None:
-        """Up to `most` records past change `since` that the log's fsync covers, in order:
-        (change number, payload); None when `since` is no longer kept (an image is owed)."""
+    def durable_frames(self, since: int, most: int = 1000) -> tuple[int, bytes] | None:
+        """The records past change `since` that the log's fsync covers, up to `most`, as the stream
+        sends them (their frames joined): (the change number of the last, the bytes), `(since, b"")`
+        when there is none yet; None when `since` is no longer kept (an image is owed)."""
         log = self.db.log
         durable = log.durable if log is not None else 0
         with self._lock:
@@ -227,14 +230,10 @@ class Feed:
                 return None
             seqs = self._seqs
             at = bisect.bisect_right(seqs, since, self._first)
-            out = []
-            tickets = self._tickets
-            payloads = self._payloads
-            end = min(len(seqs), at + most)
-            while at < end and tickets[at] <= durable:
-                out.append((seqs[at], payloads[at]))
-                at += 1
-            return out
+            end = bisect.bisect_right(self._tickets, durable, at, min(len(seqs), at + most))
+            if end == at:
+                return since, b""
+            return seqs[end - 1], b"".join(self._frames[at:end])
 
     def kept(self) -> dict[str, int]:
         with self._lock:
@@ -259,18 +258,3 @@ def _seq_of(payload: bytes) -> int:
     """The change number a record or snapshot payload stands at (engine/records.py: `s` first)."""
     m = _SEQ.match(payload)
     return int(m.group(1)) if m is not None else int(records.loads(payload)["s"])
-
-
-def frames(batch: list[tuple[int, bytes]]) -> bytes:
-    """Records framed as the log frames them (`storage.format.record_header`, written out here:
-    the stream frames every record it sends, on the primary's loop)."""
-    out = bytearray()
-    pack8 = _HEAD8.pack
-    pack4 = _U32.pack
-    crc32 = zlib.crc32
-    for _, payload in batch:
-        head = pack8(len(payload), crc32(payload))
-        out += head
-        out += pack4(crc32(head))
-        out += payload
-    return bytes(out)

@@ -1,21 +1,25 @@
 """The replica's side of replication: a thread that follows its primary's stream.
 
 It asks `GET /_replication?since=<its change number>&history=<its history id>` with the
-replication token, and reads the stream (feed.py has its format): each write record is applied
-as recovery replays one (engine/records.py) under the engine's write lock and appended to the
-replica's own file through the same appender as every write, so `--sync` governs the replica's
-disk as the primary's; an image replaces the whole database (`Database`'s engine state loaded
-from it, then the file compacted to it before the next record is applied: a crash in between
-leaves the old file, whose change number asks for the image again). Every record is checked as
-recovery checks one: a damaged or cut stream is dropped, never applied, and asked for again.
+replication token, and reads the stream (feed.py has its format) a block at a time, as much as
+has arrived (one read of the socket for the many records a primary's sync sends): each write
+record is applied as recovery replays one (engine/records.py) under the engine's write lock and
+appended to the replica's own file through the same appender as every write. The whole records of
+a block are applied `APPLY_MOST` at a time, under one hold of the lock and appended in one write
+(`append_all`), rather than a lock round and a write for each. An image replaces the whole
+database (`Database`'s engine state loaded from it, then the file compacted to it before the next
+record is applied: a crash in between leaves the old file, whose change number asks for the image
+again). Every record is checked as recovery checks one: a damaged or cut stream is dropped, never
+applied, and asked for again.
 
 Records that come together are made durable together: once nothing more of the stream is there to
-read (link.py's `Stream.ready`), or `SETTLE_S` after the first record not yet settled, the follower
-settles what it applied: one fdatasync for all of it (under `--sync always`, or whatever `--sync` says
-when its primary waits for acks), then, when the primary runs `--sync-replicas` (its stream's
-`Fenec-Sync-Replicas` header above 0), one ack saying the change its disk now holds (link.py's
-`Acks`, a connection of its own). Nothing is acked before its fdatasync. The same thread reads,
-applies, syncs and acks: no record is handed to another thread on its way to the primary's answer.
+read (link.py's `Stream.ready`, asked between blocks), or `SETTLE_S` after the first record not yet
+settled, the follower settles what it applied: one fdatasync for all of it (under `--sync always`,
+or whatever `--sync` says when its primary waits for acks), then, when the primary runs
+`--sync-replicas` (its stream's `Fenec-Sync-Replicas` header above 0), one ack saying the change
+its disk now holds (link.py's `Acks`, a connection of its own). Nothing is acked before its
+fdatasync. The same thread reads, applies, syncs and acks: no record is handed to another thread
+on its way to the primary's answer.
 
 In a cluster (cluster.py) the stream's `Fenec-Term` header names the term of the primary sending it:
 a stream of a term below the highest this replica has seen (`floor`: in etcd, or in a record it
@@ -50,6 +54,8 @@ log = logging.getLogger("fenecdb.replication")
 
 SILENCE_S = 5.0
 SETTLE_S = 0.05  # a stream that never pauses (a long catch-up) is still settled this often
+READ_BLOCK = 256 << 10  # the most a read of the stream takes: every body byte that has arrived, up to this
+APPLY_MOST = 64  # write records applied under one hold of the write lock (the replica's reads wait that long)
 _HEAD12 = struct.Struct("<III")
 
 
@@ -87,6 +93,7 @@ class Follower:
         self._change = 0  # the change number of the last record applied
         self._durable = 0  # the highest change this follower made sure its disk holds (0: none yet)
         self._since = 0.0  # time.monotonic() of the first record not settled yet
+        self._imaged = False  # the stream's last record was an image (its history is this file's now)
         self._stop = threading.Event()
         self._stream: Stream | None = None
         self._acks = Acks(self.host, self.port, token, SILENCE_S)
@@ -155,37 +162,65 @@ class Follower:
         self.last_contact = time.time()
         if self.acking and self._durable and not self._ticket:
             self._ack(self._durable)  # what the last stream may not have told (an ack lost with it)
-        imaged = False
-        crc32 = zlib.crc32
-        unpack = _HEAD12.unpack
+        self._imaged = False
+        pending = bytearray()  # the stream's bytes past its last whole record
         while not self._stop.is_set():
             if self._ticket and (not stream.ready() or time.monotonic() - self._since >= SETTLE_S):
                 self._settle()
-            head = stream.take(RECORD_HEADER_SIZE)
-            word, crc, hcrc = unpack(head)
-            if crc32(head[:8]) != hcrc:
-                raise StreamBroken("a record header failed its check")
-            payload = stream.take(word & MAX_PAYLOAD)
-            if crc32(payload) != crc:
-                raise StreamBroken("a record failed its check")
+            block = stream.some(READ_BLOCK)  # what has arrived, waiting only when nothing has
             self.last_contact = time.time()
-            if word & SNAPSHOT_BIT:
-                self._image(payload)
-                imaged = True
-                if self.floor is not None:  # a cluster's member: the file is the image, of this history
-                    self.identity.follow(self.url, history)
-                continue
-            if not payload:  # a keep-alive: the primary has no record on its disk past ours
-                self.primary_seq = self.db.seq
-                self.level_at = self.last_contact
-                if self.acking and not self._ticket and (self.acked < self._durable or self._acks.lost()):
-                    self._ack(self._durable)  # an ack lost with its connection: said again (link.py)
-                continue
-            self._check_term()
-            if not imaged and self.identity.history != history:
-                self.identity.follow(self.url, history)
-            self._apply(payload)
-            imaged = False
+            pending += block
+            del pending[:self._take(pending, history)]
+
+    def _take(self, buf: bytearray, history: str) -> int:
+        """Check and apply the whole records at the start of `buf`, in order; answer the bytes
+        they took (a record cut at the end waits for the next read). Write records are applied
+        `APPLY_MOST` at a time (`_apply`); a damaged record raises StreamBroken after those before
+        it are applied, and nothing after it is."""
+        at = 0
+        batch: list[bytes] = []
+        broken = ""
+        view = memoryview(buf)
+        crc32 = zlib.crc32
+        unpack_from = _HEAD12.unpack_from
+        try:
+            while len(buf) - at >= RECORD_HEADER_SIZE and not self._stop.is_set():
+                word, crc, hcrc = unpack_from(buf, at)
+                if crc32(view[at:at + 8]) != hcrc:
+                    broken = "a record header failed its check"
+                    break
+                end = at + RECORD_HEADER_SIZE + (word & MAX_PAYLOAD)
+                if end > len(buf):
+                    break
+                payload = bytes(view[at + RECORD_HEADER_SIZE:end])
+                if crc32(payload) != crc:
+                    broken = "a record failed its check"
+                    break
+                at = end
+                if payload and not word & SNAPSHOT_BIT:
+                    batch.append(payload)
+                    if len(batch) >= APPLY_MOST:
+                        self._apply(batch, history)
+                        batch = []
+                    continue
+                self._apply(batch, history)  # the records before it first
+                batch = []
+                if word & SNAPSHOT_BIT:
+                    self._image(payload)
+                    self._imaged = True
+                    if self.floor is not None:  # a cluster's member: the file is the image, of this history
+                        self.identity.follow(self.url, history)
+                else:  # a keep-alive: the primary has no record on its disk past ours
+                    self.primary_seq = self.db.seq
+                    self.level_at = self.last_contact
+                    if self.acking and not self._ticket and (self.acked < self._durable or self._acks.lost()):
+                        self._ack(self._durable)  # an ack lost with its connection: said again (link.py)
+        finally:
+            view.release()
+        self._apply(batch, history)
+        if broken:
+            raise StreamBroken(broken)
+        return at
 
     @staticmethod
     def _refusal(stream: Stream) -> str:
@@ -199,21 +234,46 @@ class Follower:
             raise StreamBroken(f"the stream's term {self.term} is below {self.floor()}, the highest seen: "
                                "its primary was deposed")
 
-    def _apply(self, payload: bytes) -> None:
+    def _apply(self, payloads: list[bytes], history: str) -> None:
+        """Apply write records in order, under one hold of the engine's write lock, and append them
+        to this server's file in one write where its appender can (`append_all`: a record at a time
+        otherwise); the last one's ticket is settled with the records that came with it (the
+        module's docstring)."""
+        if not payloads or self._stop.is_set():  # stopped: the stream is dropped, nothing more applied
+            return
+        self._check_term()
+        if not self._imaged and self.identity.history != history:
+            self.identity.follow(self.url, history)
+        self._imaged = False
         engine = self.db.engine
+        done: list[tuple[bytes, int, list]] = []
+        ticket: object = None
         engine.lock.acquire_write()
         try:
-            seq, ops = records.replay(engine, payload)
             appender = engine.appender
-            ticket = appender.append(payload, seq, ops) if appender is not None else None
+            append_all = getattr(appender, "append_all", None)
+            try:
+                for payload in payloads:
+                    seq, ops = records.replay(engine, payload)
+                    done.append((payload, seq, ops))
+                    if appender is not None and append_all is None:
+                        ticket = appender.append(payload, seq, ops)
+            finally:  # what was applied is appended, whatever stopped the rest
+                if done and append_all is not None:
+                    ticket = append_all(done)
         finally:
             engine.lock.release_write()
+            if done:
+                self._applied(done[-1][1], len(done), ticket)
+
+    def _applied(self, seq: int, count: int, ticket: object) -> None:
+        """`count` records applied, the last at change `seq` and log ticket `ticket`."""
         if isinstance(ticket, int):
             if not self._ticket:
                 self._since = time.monotonic()
             self._ticket = ticket  # settled with the records that came with it (the module's docstring)
         self._change = seq
-        self.records += 1
+        self.records += count
         if seq >= self.primary_seq:
             self.primary_seq = seq
             self.level_at = time.time()

@@ -3,9 +3,10 @@
 `Stream` is `GET /_replication` read off its socket: the answer's head, then its body, unframed
 from HTTP/1.1's chunked coding (the primary sends the body in chunks: it has no length) or read to
 the connection's end (a body that is neither). What the follower needs that a general HTTP client
-does not give it: `ready()`, whether more of the body can be had now without waiting. The follower
-makes what it applied durable and acks it only once nothing more is there to apply (follower.py),
-so that records which came together share one fdatasync and one ack.
+does not give it: `some()`, the body bytes that have come, a block at a time, and `ready()`,
+whether more of the body can be had now without waiting. The follower makes what it applied
+durable and acks it only once nothing more is there to apply (follower.py), so that records which
+came together share one fdatasync and one ack.
 
 `Acks` is the connection its acks go out on: `POST /_replication/ack` with the body
 `replica=<id>&seq=<n>` (http/replication.py answers it), written whole in one send (`TCP_NODELAY`:
@@ -156,6 +157,18 @@ class Stream:
                 raise EOFError
         got = bytes(body[:n])
         del body[:n]
+        return got
+
+    def some(self, most: int) -> bytes:
+        """Up to `most` of the body's next bytes, as many as are here, waiting only when none is;
+        EOFError if the body ends first (the follower reads a block at a time, follower.py)."""
+        body = self._body
+        while not body:
+            if self._ended or not self._fill():
+                self._ended = True
+                raise EOFError
+        got = bytes(body[:most])
+        del body[:most]
         return got
 
     def ready(self) -> bool:

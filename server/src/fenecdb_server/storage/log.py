@@ -118,6 +118,8 @@ from .sync import Policy, Syncer, parse_policy
 
 log = logging.getLogger("fenecdb.storage")
 
+IOV_MOST = 1024  # the buffers one writev may take (Linux's IOV_MAX): more are joined first
+
 
 class Log:
     """One data file. `append` is called under the engine's write lock; everything else not.
@@ -139,6 +141,7 @@ class Log:
         self.preallocate = preallocate  # 0: none (also once the OS refused to)
         self._snapshot_end = 0
         self._records = 0  # write records in the file after its snapshot
+        self.last_head = b""  # the header of the last record `append` wrote (the replication feed's frame)
         self._lock = threading.Lock()  # the log's own lock: appends vs. compaction's swap
         self._closed = False
         self._compacting = False
@@ -163,32 +166,53 @@ class Log:
     def append(self, payload: bytes) -> int:
         """Frame and write one record; return its ticket. Raises StorageFailed."""
         head = record_header(payload)
-        commit = self.commit
         with self._lock:
-            if commit.failure is not None:
-                raise StorageFailed(f"writes are refused after a storage error: {commit.failure}")
-            if self._closed:
-                raise StorageFailed("writes are refused: the data file is closed")
-            want = len(head) + len(payload)
-            offset = self._end
-            if offset + want > self._allocated and self.preallocate:
-                self._grow(offset + want)
-            try:
-                done = self.files.writev(self._fd, [head, payload], offset)
-                while done < want:  # a short write: finish it, or fail on the next call
-                    rest = (head + payload)[done:]
-                    n = self.files.writev(self._fd, [rest], offset + done)
-                    if n <= 0:
-                        raise OSError(0, "the disk accepted no more bytes")
-                    done += n
-            except OSError as error:
-                raise commit.fail(f"could not write the log: {reason(error)}") from error
-            self._end = offset + want
-            if self._end > self._allocated:
-                self._allocated = self._end
-            self._records += 1
-            commit.appended += 1
-            return commit.appended
+            self._write([head, payload], len(head) + len(payload), 1)
+            self.last_head = head
+            return self.commit.appended
+
+    def append_all(self, payloads: list[bytes]) -> int:
+        """Frame and write records in order, in one write (a replica applying what its primary's
+        sync sent, replication/follower.py); return the last one's ticket, each record's being
+        one more than the one before's. Raises StorageFailed."""
+        parts: list[bytes] = []
+        want = 0
+        for payload in payloads:
+            head = record_header(payload)
+            parts.append(head)
+            parts.append(payload)
+            want += len(head) + len(payload)
+        if len(parts) > IOV_MOST:
+            parts = [b"".join(parts)]
+        with self._lock:
+            self._write(parts, want, len(payloads))
+            return self.commit.appended
+
+    def _write(self, parts: list[bytes], want: int, records: int) -> None:
+        """Under `_lock`: write `parts` (`want` bytes, `records` whole records) at the end."""
+        commit = self.commit
+        if commit.failure is not None:
+            raise StorageFailed(f"writes are refused after a storage error: {commit.failure}")
+        if self._closed:
+            raise StorageFailed("writes are refused: the data file is closed")
+        offset = self._end
+        if offset + want > self._allocated and self.preallocate:
+            self._grow(offset + want)
+        try:
+            done = self.files.writev(self._fd, parts, offset)
+            while done < want:  # a short write: finish it, or fail on the next call
+                rest = b"".join(parts)[done:]
+                n = self.files.writev(self._fd, [rest], offset + done)
+                if n <= 0:
+                    raise OSError(0, "the disk accepted no more bytes")
+                done += n
+        except OSError as error:
+            raise commit.fail(f"could not write the log: {reason(error)}") from error
+        self._end = offset + want
+        if self._end > self._allocated:
+            self._allocated = self._end
+        self._records += records
+        commit.appended += records
 
     def _grow(self, need: int) -> None:
         """Under `_lock`: reserve the file up to `need` and a step beyond. If the OS cannot

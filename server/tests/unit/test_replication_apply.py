@@ -1,0 +1,187 @@
+"""The replica's side of the stream, against a stand-in primary on a socket (replication/follower.py):
+the records a primary's sync sends together are applied in order, a record cut across two reads
+included, with one write and one wait for the disk per block rather than per record; a damaged record is
+never applied, nor anything after it, and the stream is asked for again from the change before it."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import threading
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+from fenecdb_server import Database
+from fenecdb_server.replication.feed import KEEPALIVE, Feed
+from fenecdb_server.replication.follower import APPLY_MOST, Follower
+from fenecdb_server.replication.identity import Identity
+from fenecdb_server.storage.format import MAX_PAYLOAD, file_header
+
+DEADLINE_S = 30.0
+HISTORY = "ab" * 16
+
+
+def primary_records(path: Path, writes: int) -> list[tuple[int, bytes]]:
+    """The records of a primary's life, all on its disk, as its feed sends them: a collection,
+    `writes` puts, then claims of ten; each record's change number and frame, checked as a replica
+    checks it."""
+    db = Database(str(path), sync="off")
+    feed = Feed(db, 1 << 24)
+    feed.attach()
+    db.query("create collection jobs (payload json, run_at timestamp @sorted, owner text)")
+    for n in range(writes):
+        db.query("put jobs {payload: $1, run_at: now()}", [{"n": n}])
+    for n in range(writes // 10):
+        db.query("set jobs {owner: $1, run_at: now() + 30000} where run_at <= now() order run_at limit 10",
+                 [f"w{n}"])
+    db.log.sync()
+    got = feed.durable_frames(0, most=1 << 20)
+    db.close()
+    assert got is not None
+    out = []
+    stream = got[1]
+    at = 0
+    while at < len(stream):
+        word, crc, hcrc = struct.unpack_from("<III", stream, at)
+        assert zlib.crc32(stream[at:at + 8]) == hcrc
+        payload = stream[at + 12:at + 12 + (word & MAX_PAYLOAD)]
+        assert zlib.crc32(payload) == crc
+        out.append((json.loads(payload)["s"], stream[at:at + 12 + len(payload)]))
+        at += 12 + len(payload)
+    assert out[-1][0] == got[0] == writes + writes // 10 + 1
+    return out
+
+
+def frames(records: list[tuple[int, bytes]]) -> bytes:
+    return b"".join(frame for _, frame in records)
+
+
+class StandIn:
+    """A primary's `GET /_replication` on a socket: `pieces` written on the first connection, nothing
+    past the file's header on a later one; each is then held open (a stream with nothing more to
+    send). `asked`: the request lines."""
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        self.pieces = pieces
+        self.asked: list[str] = []
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.held.append(conn)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                got = conn.recv(4096)
+                if not got:
+                    break
+                head += got
+            self.asked.append(head.split(b"\r\n", 1)[0].decode())
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\n"
+                         b"fenec-history: " + HISTORY.encode() + b"\r\nfenec-seq: 1\r\n\r\n")
+            for piece in self.pieces if len(self.asked) == 1 else [file_header()]:
+                conn.sendall(piece)
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+class Counted:
+    """The replica's appender, counting its calls."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.appends = 0  # records
+        self.writes = 0  # calls
+        self.waits = 0
+
+    def append(self, payload: bytes, seq: int, ops: list) -> object:
+        self.appends += 1
+        self.writes += 1
+        return self.inner.append(payload, seq, ops)
+
+    def append_all(self, done: list[tuple[bytes, int, list]]) -> object:
+        self.appends += len(done)
+        self.writes += 1
+        return self.inner.append_all(done)
+
+    def wait_durable(self, ticket: object) -> None:
+        self.waits += 1
+        self.inner.wait_durable(ticket)
+
+
+def wait_for(what: str, check: Any) -> None:
+    end = time.monotonic() + DEADLINE_S
+    while not check():
+        if time.monotonic() > end:
+            raise AssertionError(f"waited {DEADLINE_S} s for {what}")
+        time.sleep(0.01)
+
+
+def follow(path: Path, stand_in: StandIn) -> tuple[Database, Follower, Counted]:
+    db = Database(str(path), sync="always")  # an async replica under --sync always: each wait is an fdatasync
+    counted = Counted(db.engine.appender)
+    db.engine.appender = counted
+    follower = Follower(db, Identity(str(path)), f"http://127.0.0.1:{stand_in.port}", "token")
+    follower.start()
+    return db, follower, counted
+
+
+def test_a_block_of_records_is_applied_in_order_with_one_wait_for_the_disk_per_block(tmp_path: Path) -> None:
+    got = primary_records(tmp_path / "p.fenec", 600)
+    stream = file_header() + frames(got)
+    cut = len(stream) // 2 + 5  # inside a record, most likely: the rest of it comes with the next read
+    stand_in = StandIn([stream[:cut], stream[cut:] + KEEPALIVE])
+    db, follower, counted = follow(tmp_path / "r.fenec", stand_in)
+    try:
+        last = got[-1][0]
+        wait_for("the replica to apply every record", lambda: db.seq == last)
+        rows = db.query("get jobs")
+        assert len(rows) == 600 and all(r.get("owner") for r in rows)
+        assert counted.appends == len(got)  # each record on the replica's own disk
+        # one write and one wait for the disk per APPLY_MOST records at most (a record at a time: one each)
+        most = len(got) // APPLY_MOST + 4
+        assert counted.writes <= most and counted.waits <= most, (counted.writes, counted.waits, len(got))
+        # --sync always: what was applied is synced, by an fdatasync a block at most
+        wait_for("the replica's disk to hold it", lambda: db.log.durable == db.log.appended)
+        assert 1 <= db.log.fsyncs <= most, (db.log.fsyncs, len(got))
+        assert stand_in.asked == ["GET /_replication?since=0&history= HTTP/1.1"]
+    finally:
+        follower.stop()
+        stand_in.close()
+        db.close()
+    again = Database(str(tmp_path / "r.fenec"))  # the replica's file holds what it applied
+    try:
+        assert again.seq == last
+    finally:
+        again.close()
+
+
+def test_a_damaged_record_is_never_applied_and_the_stream_is_asked_again_from_before_it(tmp_path: Path) -> None:
+    got = primary_records(tmp_path / "p.fenec", 200)
+    bad = 150
+    damaged = bytearray(frames(got[bad:bad + 1]))
+    damaged[-1] ^= 0xFF  # the payload's last byte: its CRC-32 no longer matches
+    stream = file_header() + frames(got[:bad]) + bytes(damaged) + frames(got[bad + 1:])
+    stand_in = StandIn([stream])
+    db, follower, _ = follow(tmp_path / "r.fenec", stand_in)
+    try:
+        wait_for("the follower to ask again", lambda: len(stand_in.asked) >= 2)
+        before = got[bad - 1][0]
+        assert stand_in.asked[1] == f"GET /_replication?since={before}&history={HISTORY} HTTP/1.1"
+        assert db.seq == before
+    finally:
+        follower.stop()
+        stand_in.close()
+        db.close()
