@@ -427,7 +427,7 @@ def test_metrics(server: Server, c: httpx.Client) -> None:
     text = c.get("/_metrics")
     assert text.status_code == 200 and text.headers["content-type"].startswith("text/plain; version=0.0.4")
     body = text.text
-    for name in ("fenec_statements_total", "fenec_statement_duration_seconds_bucket", "fenec_held_requests",
+    for name in ("fenec_statements_total", "fenec_statement_duration_seconds_bucket", "fenec_held_claims",
                  "fenec_held_looks_total", "fenec_held_runs_total", "fenec_change_sequence",
                  "fenec_documents{collection=\"jobs\"}", "fenec_build_info"):
         assert name in body, name
