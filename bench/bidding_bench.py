@@ -118,7 +118,7 @@ class Conn:
 
 def held_and_runs(c: Conn) -> tuple[int, int]:
     text = c.get("/_metrics")
-    held = int(re.search(r"^fenec_held_requests (\d+)$", text, re.M).group(1))  # type: ignore[union-attr]
+    held = int(re.search(r"^fenec_held_claims (\d+)$", text, re.M).group(1))  # type: ignore[union-attr]
     runs = int(re.search(r"^fenec_held_runs_total (\d+)$", text, re.M).group(1))  # type: ignore[union-attr]
     return held, runs
 

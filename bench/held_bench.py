@@ -48,7 +48,7 @@ def row(ready: int, claims: int, puts: int) -> dict[str, Any]:
         for i, h in enumerate(held):
             h.send({"query": CLAIM, "params": [f"w{i}", 1000 + i]}, "Fenec-Wait: 30000\r\n")
         deadline = time.monotonic() + 60
-        while metric(c, "fenec_held_requests") < claims:
+        while metric(c, "fenec_held_claims") < claims:
             assert time.monotonic() < deadline, "the claims were never all held"
             time.sleep(0.01)
         # the jobs after the claims: each claim's first run (which reads every ready job of its
@@ -72,7 +72,7 @@ def row(ready: int, claims: int, puts: int) -> dict[str, Any]:
             t0 = time.perf_counter()
             c.get("/_health")
             health.append((time.perf_counter() - t0) * 1000)
-        still = metric(c, "fenec_held_requests")  # fewer: deadlines (30 s) fell during the puts
+        still = metric(c, "fenec_held_claims")  # fewer: deadlines (30 s) fell during the puts
         out = {
             "put_p50_ms": statistics.median(times), "put_max_ms": max(times),
             "health_p50_ms": statistics.median(health),

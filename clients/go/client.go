@@ -69,7 +69,7 @@ type Option func(*Client)
 // WithToken sends Authorization: Bearer <token> on every request.
 func WithToken(token string) Option { return func(c *Client) { c.token = token } }
 
-// WithTimeout bounds each request (30 s by default; 0 for none). A held request gets its wait on top.
+// WithTimeout bounds each request (30 s by default; 0 for none). A held claim gets its wait on top.
 func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
 
 // WithHTTPClient sends through hc instead of the package's own client. Leave hc.Timeout at 0: a held
@@ -238,7 +238,7 @@ func (c *Client) send(ctx context.Context, path, contentType string, body []byte
 	return c.toPrimary(ctx, path, contentType, body)
 }
 
-// bound gives ctx the client's timeout, with the wait on top for a held request.
+// bound gives ctx the client's timeout, with the wait on top for a held claim.
 func (c *Client) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	if ctx == nil {
 		ctx = context.Background()

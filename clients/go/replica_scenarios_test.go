@@ -84,7 +84,7 @@ func runReplicaScenariosFile(out io.Writer, path, primary, replica string) scena
 		file.Schema = defaultSchema
 	}
 	if file.HeldGauge == "" {
-		file.HeldGauge = "fenec_held_requests"
+		file.HeldGauge = "fenec_held_claims"
 	}
 	timeout := time.Duration(file.DeadlineMS) * time.Millisecond
 	if timeout <= 0 {
@@ -156,7 +156,7 @@ func rawCount(ctx context.Context, url, q string, after int64) (int64, error) {
 	return rows[0].Count, nil
 }
 
-// heldAt reads the held-request gauge (its name: gauge) of the server at url.
+// heldAt reads the held-claim gauge (its name: gauge) of the server at url.
 func heldAt(ctx context.Context, url, gauge string) (float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/_metrics", nil)
 	if err != nil {

@@ -1,5 +1,5 @@
 """The wake path of a held claim, counted: the turns of the event loop (`call_soon`) and the tasks
-between a write and the held request's answer. Counts, not times: the same on any machine."""
+between a write and the held claim's answer. Counts, not times: the same on any machine."""
 
 from __future__ import annotations
 

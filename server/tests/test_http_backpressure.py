@@ -96,7 +96,7 @@ def test_answers_past_the_ceiling_are_413_never_cut_and_long_ones_come_whole() -
             waiter = threading.Thread(target=lambda: got.append(
                 held.post("/query", json={"query": claim(1500), "params": ["w3"]}, headers={"Fenec-Wait": "30000"})))
             waiter.start()
-            wait_for(lambda: "fenec_held_requests 1" in raw(s.addr, b"GET /_metrics HTTP/1.1\r\nHost: x\r\n\r\n").decode())
+            wait_for(lambda: "fenec_held_claims 1" in raw(s.addr, b"GET /_metrics HTTP/1.1\r\nHost: x\r\n\r\n").decode())
             load(c, 1500)
             waiter.join(DEADLINE)
             assert got and got[0].status_code == 200 and len(got[0].json()) == 1500

@@ -427,10 +427,11 @@ def test_metrics(server: Server, c: httpx.Client) -> None:
     text = c.get("/_metrics")
     assert text.status_code == 200 and text.headers["content-type"].startswith("text/plain; version=0.0.4")
     body = text.text
-    for name in ("fenec_statements_total", "fenec_statement_duration_seconds_bucket", "fenec_held_requests",
+    for name in ("fenec_statements_total", "fenec_statement_duration_seconds_bucket", "fenec_held_claims",
                  "fenec_held_looks_total", "fenec_held_runs_total", "fenec_change_sequence",
                  "fenec_documents{collection=\"jobs\"}", "fenec_build_info"):
-        assert name in body, name
+        # the whole name at a line's start: `fenec_held_claims` is also the start of `fenec_held_claims_taken_total`
+        assert re.search(rf"^{re.escape(name)}[ {{]", body, re.M), name
     assert re.search(r'fenec_statements_total\{transport="http",kind="write"\} [1-9]', body)
     for gauge, value in (("ready", 1), ("leased", 0), ("delayed", 1), ("dead", 0)):
         assert f'fenec_queue_{gauge}{{collection="jobs"}} {value}\n' in body, gauge

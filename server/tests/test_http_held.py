@@ -42,7 +42,7 @@ def jobs(server: Server) -> Any:
 
 
 def held_count(c: httpx.Client, headers: dict[str, str] | None = None) -> int:
-    m = re.search(r"^fenec_held_requests (\d+)$", c.get("/_metrics", headers=headers).text, re.M)
+    m = re.search(r"^fenec_held_claims (\d+)$", c.get("/_metrics", headers=headers).text, re.M)
     assert m
     return int(m.group(1))
 

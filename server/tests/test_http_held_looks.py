@@ -49,12 +49,12 @@ def test_puts_and_health_answer_beside_many_held_claims_that_match_nothing() -> 
             # no line checked the row (on the code before, each put cost every line one look)
             assert counter(c, "fenec_held_looks_total") == looks
             assert counter(c, "fenec_held_checks_total") == checks
-            assert counter(c, "fenec_held_requests") == HELD
+            assert counter(c, "fenec_held_claims") == HELD
             # the job one claim wants wakes that claim alone: one check, one look, its run
             runs = counter(c, "fenec_held_runs_total")
             q(c, "put jobs {queue: 'a', run_at: now(), attempts: 1017}")
             deadline = time.monotonic() + 30
-            while counter(c, "fenec_held_requests") != HELD - 1:
+            while counter(c, "fenec_held_claims") != HELD - 1:
                 assert time.monotonic() < deadline, "the claim the job carries the value of was not woken"
                 time.sleep(0.01)
             assert q(c, "get jobs select owner where attempts = 1018").json() == [{"owner": "w17"}]

@@ -39,10 +39,10 @@ def wait_for(condition: Any) -> None:
 
 
 def held_now(s: Server) -> int:
-    """`fenec_held_requests` from a scrape (itself answered past the ceiling)."""
+    """`fenec_held_claims` from a scrape (itself answered past the ceiling)."""
     r = raw(s.addr, b"GET /_metrics HTTP/1.1\r\nHost: x\r\n\r\n")
     for line in r.decode().splitlines():
-        if line.startswith("fenec_held_requests "):
+        if line.startswith("fenec_held_claims "):
             return int(line.split()[1])
     return -1
 

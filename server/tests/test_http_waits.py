@@ -100,7 +100,7 @@ class FakeDB:
     def prepare_hold(self, statements: list[tuple[str, Any]]) -> Hold:
         texts = [t for t, _ in statements]
         if any(t.startswith("put") for t in texts):
-            raise FenecError("query", "a held request writes otherwise: put")
+            raise FenecError("query", "a held claim writes otherwise: put")
         return Hold(self, texts[0], any(t in ("claim", "claimB") for t in texts))
 
     def execute(self, statements: list[tuple[str, Any]], *, block: bool = False, idempotency: Any = None,

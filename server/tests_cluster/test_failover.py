@@ -195,7 +195,7 @@ def test_a_held_claim_on_a_primary_that_steps_down_is_answered_at_once(tmp_path:
 
         t = threading.Thread(target=hold)
         t.start()
-        wait_for("the claim to be held", lambda: "fenec_held_requests 1" in metrics(p))
+        wait_for("the claim to be held", lambda: "fenec_held_claims 1" in metrics(p))
         fault_at = time.monotonic()
         p.cut()  # the claim's client still reaches it
         t.join(60)

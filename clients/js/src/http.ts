@@ -6,7 +6,7 @@
  *   Wait and key are headers only: they never change a statement's text or parameters.
  * - The client keeps the highest `Fenec-Seq` it has seen as `seq`, shared by its copies.
  * - Each request is bounded by the client's timeout, 30 000 ms unless `connect` is given another
- *   (`Infinity`: none), and a held request by that timeout plus the wait it sent, so the client
+ *   (`Infinity`: none), and a held claim by that timeout plus the wait it sent, so the client
  *   never cuts a held claim short and a frozen server does not leave a call pending for ever.
  * - Aborting the caller's `signal` abandons the request and closes its connection, which gives a
  *   held claim up at the server; the call rejects with the signal's reason (an AbortError unless
@@ -43,7 +43,7 @@ export interface ConnectOptions {
   token?: string;
   /** Replaces `globalThis.fetch` (in tests, or on a platform without one). */
   fetch?: typeof fetch;
-  /** Milliseconds that bound each request: 30 000 by default, `Infinity` for none. A held request gets its wait on top. */
+  /** Milliseconds that bound each request: 30 000 by default, `Infinity` for none. A held claim gets its wait on top. */
   timeout?: number;
   /** `'replica'` sends the builder's reads to a server of the list that is not the primary. Default `'primary'`. */
   readFrom?: ReadFrom;

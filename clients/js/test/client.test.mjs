@@ -195,7 +195,7 @@ test('aborting the signal gives the request up with an AbortError', async () => 
   assert.equal(f.calls.length, 1);
 });
 
-test('with a timeout of its own, a held request is bounded by the timeout plus its wait', async () => {
+test('with a timeout of its own, a held claim is bounded by the timeout plus its wait', async () => {
   const f = hangingFetch();
   const db = connect('http://db.invalid', { fetch: f.fetch, timeout: 50 });
   const t0 = performance.now();
@@ -205,7 +205,7 @@ test('with a timeout of its own, a held request is bounded by the timeout plus i
   const t1 = performance.now();
   await assert.rejects(claimChain(db).update(claimPatch, { returning: true, wait: 250 }), (e) => e.name === 'TimeoutError');
   const held = performance.now() - t1;
-  assert.ok(held >= 295, `a held request with wait 250 gave up after ${held} ms, before timeout + wait`);
+  assert.ok(held >= 295, `a held claim with wait 250 gave up after ${held} ms, before timeout + wait`);
   // The caller's signal still works beside the client's timeout.
   const ctl = new AbortController();
   setTimeout(() => ctl.abort(), 10);

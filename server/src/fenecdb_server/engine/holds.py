@@ -451,9 +451,9 @@ def make_hold(db: Catalog, parsed: list[tuple[str, A.Statement, list]], scope: A
             continue
         if not isinstance(stmt, (A.Set, A.Del)):
             if not stmt.writes:  # `show schedules`: no row of a collection to wait for
-                raise FenecError("query", f"a held request waits for rows of a collection; a `{stmt.verb}` "
+                raise FenecError("query", f"a held claim waits for rows of a collection; a `{stmt.verb}` "
                                           "answers at once")
-            raise FenecError("query", f"a held request may hold set and del beside reads; a `{stmt.verb}` "
+            raise FenecError("query", f"a held claim may hold set and del beside reads; a `{stmt.verb}` "
                                       "writes otherwise, every time it runs, so it is never waiting")
         coll = db.collections.get(stmt.collection)
         if coll is None:

@@ -305,7 +305,7 @@ class AsgiDoor:
 
     async def await_held(self, future: asyncio.Future[Answer], forget: Callable[[], None], receive: Receive,
                          leaving: list[Callable[[], None]] | None) -> Answer | None:
-        """Wait for the held request's answer, watching the connection (§8.10): told by the
+        """Wait for the held claim's answer, watching the connection (§8.10): told by the
         transport in the turn the client's close is read, before a run for a row it found could
         start (held/lines.py rule 8), and through receive() where the ASGI server is another."""
         if leaving is not None:

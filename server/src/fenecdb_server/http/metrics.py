@@ -164,7 +164,7 @@ class Metrics:
         one("fenec_change_sequence", "gauge", "The change counter.", db.seq)
         one("fenec_storage_failed", "gauge", "1 once the disk refused a write.", 1 if stats.get('failed') else 0)
 
-        one("fenec_held_requests", "gauge", "Held claims (Fenec-Wait) right now.", lines.held if lines else 0)
+        one("fenec_held_claims", "gauge", "Held claims (Fenec-Wait) right now.", lines.held if lines else 0)
         for name, attr, text in (
             ("fenec_held_looks_total", "looks", "Looks made by line heads."),
             ("fenec_held_runs_total", "runs", "Held claims run again."),

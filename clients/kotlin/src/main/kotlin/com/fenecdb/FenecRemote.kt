@@ -352,7 +352,7 @@ class FenecRemote internal constructor(
         key?.let { b.header("Idempotency-Key", it) }
         wait?.let { b.header("Fenec-Wait", it.inWholeMilliseconds.toString()) }
         after?.let { b.header("Fenec-After", it.toString()) }
-        // a held request's timeout is the client's plus the wait it sent: a held claim is never cut short (§3.8 rule 3)
+        // a held claim's timeout is the client's plus the wait it sent, so it is never cut short (§3.8 rule 3)
         val total = (timeout ?: link.timeout) + (wait ?: Duration.ZERO)
         if (total.isFinite() && total > Duration.ZERO) b.timeout(total.toJavaDuration())
         val response = try {

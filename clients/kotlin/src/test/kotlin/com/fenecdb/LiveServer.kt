@@ -36,7 +36,7 @@ object LiveServer {
             .redirectOutput(ProcessBuilder.Redirect.DISCARD)
             .start()
         Runtime.getRuntime().addShutdownHook(Thread {
-            process.destroy() // SIGTERM: the server answers any held request and syncs before it exits
+            process.destroy() // SIGTERM: the server answers any held claim and syncs before it exits
             if (!process.waitFor(5, TimeUnit.SECONDS)) process.destroyForcibly()
         })
         return address(process)

@@ -70,7 +70,7 @@ class Replicas(primary: String, replica: String, private val out: (String) -> Un
             return
         }
         val schema = root["schema"]?.jsonPrimitive?.content ?: Scenarios.DEFAULT_SCHEMA
-        val gauge = root["held_gauge"]?.jsonPrimitive?.content ?: "fenec_held_requests"
+        val gauge = root["held_gauge"]?.jsonPrimitive?.content ?: "fenec_held_claims"
         val timeout = root["deadline_ms"]?.jsonPrimitive?.long ?: 60_000
         var ok = 0
         var bad = 0
@@ -119,7 +119,7 @@ class Replicas(primary: String, replica: String, private val out: (String) -> Un
         return Json.parseToJsonElement(r.body()).jsonArray.single().jsonObject["count"]!!.jsonPrimitive.long
     }
 
-    /** The held-request gauge (the file's `held_gauge`) of the server at [url]. */
+    /** The held-claim gauge (the file's `held_gauge`) of the server at [url]. */
     private fun heldAt(url: String): Double {
         val r = http.send(HttpRequest.newBuilder(URI.create("$url/_metrics")).GET().build(), HttpResponse.BodyHandlers.ofString())
         val m = Regex("""(?m)^${Regex.escape(case.gauge)}(?:\{[^}]*\})? (\S+)$""").find(r.body())
