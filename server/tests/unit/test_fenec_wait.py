@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from fenecdb_server.http import errors as E
-from fenecdb_server.http.exchange import Request
+from fenecdb_server.http.exchange import Head, Request
 from fenecdb_server.http.limits import BEYOND_ANY_WAIT_MS, parse_wait
 from fenecdb_server.http.replication import wait_after
 
@@ -27,7 +27,7 @@ class _Db:
 
 def _after(wait: bytes) -> Request:
     headers = [(b"fenec-after", b"7"), (b"fenec-wait", wait)]
-    return Request({"method": "POST", "path": "/query", "headers": headers})
+    return Request("POST", "/query", b"/query", Head(headers), "127.0.0.1")
 
 
 def test_a_fenec_after_wait_is_read_as_a_held_claims_wait_is() -> None:
