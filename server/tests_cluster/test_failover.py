@@ -24,6 +24,7 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from harness import ETCD, JOBS, SYNC, TTL, Cluster, Member, record_times, under_load, wait_for
@@ -202,6 +203,31 @@ def test_a_held_claim_on_a_primary_that_steps_down_is_answered_at_once(tmp_path:
         status, body, at = got[0]
         assert at - fault_at < 15, "the held claim waited out its Fenec-Wait"  # its lease is 2 s
         assert status in (200, 503) and not (status == 200 and body), (status, body)  # nothing taken
+
+
+def test_an_idempotent_claim_retried_on_the_elected_primary_answers_the_first_try(tmp_path: Path) -> None:
+    """The keys travel with the records: a claim retried under its Idempotency-Key on the member
+    elected after the primary's SIGKILL is answered the jobs the first try took, as on one server."""
+    with Cluster(tmp_path, *SYNC) as cluster:
+        p = cluster.settled()
+        assert p.query(JOBS)[0] == 200
+        for i in range(5):
+            assert p.query("put jobs {payload: $1, run_at: now()}", [i])[0] == 200
+        key = {"idempotency-key": "claim-1"}
+        code, _, first = p.query(CLAIM, ["w1"], key)
+        assert code == 200 and len(first) == 1
+        p.kill()
+        q = cluster.primary()
+
+        def retried() -> tuple[int, dict[str, str], Any] | None:
+            answer = q.query(CLAIM, ["w1"], key)
+            return None if answer[0] == 503 else answer  # 503: still taking over
+
+        code, headers, again = wait_for("the elected primary to answer the retry", retried)
+        assert code == 200 and again == first, (code, again)
+        assert headers.get("idempotent-replayed") == "true"
+        code, _, other = q.query(CLAIM, ["w1"], {"idempotency-key": "claim-2"})
+        assert code == 200 and other and other != first  # a new key claims another job
 
 
 def metrics(m: Member) -> str:
