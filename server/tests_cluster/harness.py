@@ -103,9 +103,11 @@ class Member(Server):
         self.name = name
         self.place = place
         self.file = where / f"{name}.fenec"
+        # no answer ceiling: the checks read every row at once, and how many the load wrote depends
+        # on how fast this machine is (past 100 000 rows a `get jobs` would be a 413)
         super().__init__("--file", str(self.file), "--replication-token", TOKEN, "--sync", "always",
                          "--etcd", place.etcd, "--cluster", "t", "--advertise", place.advertise,
-                         "--lease-ttl", str(TTL), *place.flags, *flags,
+                         "--lease-ttl", str(TTL), "--max-answer-rows", "0", *place.flags, *flags,
                          http=f"{place.host}:{place.port}", prefix=place.prefix)
         self.ready()
 
