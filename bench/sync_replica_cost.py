@@ -16,35 +16,16 @@ import http.client
 import json
 import multiprocessing as mp
 import os
-import re
 import shutil
 import subprocess
-import sys
 import tempfile
-import threading
 import time
-from pathlib import Path
+
+from replication_cost import cpu_s, start  # run as a script: bench/ is on the path
 
 TOKEN = "bench-token"
 JOBS = "create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int)"
 PUT = json.dumps({"query": "put jobs {payload: $1, run_at: now(), attempts: 0}", "params": [{"n": 1}]}).encode()
-
-
-def start(*flags: str) -> tuple[subprocess.Popen[bytes], int]:
-    proc = subprocess.Popen([sys.executable, "-m", "fenecdb_server.cli", "--http", "127.0.0.1:0", *flags],
-                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
-    assert proc.stderr is not None
-    for raw in proc.stderr:
-        m = re.search(rb"listening on: http://[\d.]+:(\d+)", raw)
-        if m:
-            threading.Thread(target=proc.stderr.read, daemon=True).start()
-            return proc, int(m.group(1))
-    raise RuntimeError("the server did not start")
-
-
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def get(port: int, path: str) -> dict:
