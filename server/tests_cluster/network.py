@@ -64,6 +64,16 @@ def ip(*args: str, check: bool = True) -> str:
     return done.stdout
 
 
+def root_link(ns: str, inside: str, here: str, there: str) -> None:
+    """A veth pair from the root namespace (named `ns`, address `here`) into namespace `ns` (named
+    `inside`, address `there`), on a /30 of their own, both ends up."""
+    ip("link", "add", ns, "type", "veth", "peer", "name", inside, "netns", ns)
+    ip("addr", "add", f"{here}/30", "dev", ns)
+    ip("link", "set", ns, "up")
+    ip("-n", ns, "addr", "add", f"{there}/30", "dev", inside)
+    ip("-n", ns, "link", "set", inside, "up")
+
+
 @functools.cache
 def choice() -> tuple[str, str]:
     """("namespaces", "") or ("proxy", why not namespaces); probed once per run."""
@@ -238,22 +248,14 @@ class Namespaces(Network):
                 ip("-n", hub, "addr", "add", address, "dev", bridge)
             ip("-n", hub, "link", "set", bridge, "up")
         # the root namespace's way to etcd
-        ip("link", "add", hub, "type", "veth", "peer", "name", "r", "netns", hub)
-        ip("addr", "add", f"{n}.4.1/30", "dev", hub)
-        ip("link", "set", hub, "up")
-        ip("-n", hub, "addr", "add", f"{n}.4.2/30", "dev", "r")
-        ip("-n", hub, "link", "set", "r", "up")
+        root_link(hub, "r", f"{n}.4.1", f"{n}.4.2")
         ip("route", "add", f"{n}.1.1/32", "via", f"{n}.4.2")
         for i, name in enumerate(names):
             ns, own = f"{PREFIX}{name}", f"{n}.0.{10 + i}"
             ip("netns", "add", ns)
             ip("-n", ns, "link", "set", "lo", "up")
             ip("-n", ns, "addr", "add", f"{own}/32", "dev", "lo")
-            ip("link", "add", ns, "type", "veth", "peer", "name", "c", "netns", ns)
-            ip("addr", "add", f"{n}.2.{4 * i + 1}/30", "dev", ns)
-            ip("link", "set", ns, "up")
-            ip("-n", ns, "addr", "add", f"{n}.2.{4 * i + 2}/30", "dev", "c")
-            ip("-n", ns, "link", "set", "c", "up")
+            root_link(ns, "c", f"{n}.2.{4 * i + 1}", f"{n}.2.{4 * i + 2}")
             ip("route", "add", f"{own}/32", "via", f"{n}.2.{4 * i + 2}")
             for link, bridge, subnet in (("e", "etcd", 1), ("p", "peers", 3)):
                 ip("-n", hub, "link", "add", f"{link}{name}", "type", "veth", "peer", "name", link, "netns", ns)
