@@ -230,16 +230,7 @@ def _claims(system: Any, sizes: Sizes, dirs: Workdirs, record: Callable[[str, fl
             r = loadgen.claim_latency(s, sizes.claims)
         record("claim_p50", r["p50"])
         record("claim_p99", r["p99"])
-        taken = sizes.claims * 10  # claimed and acked
-        for w in WORKERS:
-            phase(f"claim + ack, {w} worker(s)")
-            if taken:  # top the queue up to `jobs` ready again, so no window finds it running dry
-                system.load(taken, ready=True)
-            r = loadgen.run_workers(system, "claim-ack", w, sizes.seconds)
-            if r["dry"]:
-                note(f"{system.name}: the queue ran dry in the {w}-worker window (use more --jobs)")
-            record(f"tput_{w}", r["rate"])
-            taken = r["done"]
+        _windows(system, sizes, record, phase, note, None, sizes.claims * 10)  # those claimed and acked
         phase(f"restart, load {sizes.jobs} leased/delayed")
     host.append(host_check())
     with server(system, dirs, durable=False):
@@ -286,19 +277,25 @@ def _async(system: Any, sizes: Sizes, dirs: Workdirs, record: Callable[[str, flo
 def _claim_ack(system: Any, sizes: Sizes, record: Callable[[str, float], None], phase: Callable[[str], None],
                note: Callable[[str], None], replica: str | None) -> None:
     """On a server just started: the ready jobs loaded (and the replica caught up: the windows measure the
-    stream, not a backlog), then the claim + ack windows (`len(WORKERS)` phases)."""
-    with_replica = ", one async replica" if replica else ""
+    stream, not a backlog), then the claim + ack windows."""
     system.load(sizes.jobs, ready=True)
     if replica:
         system.replica_level()
-    taken = 0
+    _windows(system, sizes, record, phase, note, replica, 0)
+
+
+def _windows(system: Any, sizes: Sizes, record: Callable[[str, float], None], phase: Callable[[str], None],
+             note: Callable[[str], None], replica: str | None, taken: int) -> None:
+    """The claim + ack windows, one for each count of `WORKERS` (a phase each), on a queue of `sizes.jobs`
+    ready jobs of which `taken` were claimed and acked since it was loaded."""
+    with_replica = ", one async replica" if replica else ""
     for w in WORKERS:
         phase(f"claim + ack, {w} worker(s){with_replica}")
-        if taken:
+        if taken:  # top the queue up to `jobs` ready again, so no window finds it running dry
             system.load(taken, ready=True)
         r = loadgen.run_workers(system, "claim-ack", w, sizes.seconds)
         if r["dry"]:
-            note(f"{system.name}: the queue ran dry in the {w}-worker window{with_replica}")
+            note(f"{system.name}: the queue ran dry in the {w}-worker window{with_replica} (use more --jobs)")
         record(f"tput_async_{w}" if replica else f"tput_{w}", r["rate"])
         taken = r["done"]
 

@@ -53,19 +53,24 @@ def resolve(name: str, beside: str) -> str | None:
     return found[0] if len(found) == 1 else None
 
 
-def prose(path: Path) -> str:
-    """A module's comments and docstrings, each comment's lines joined into one text."""
+def comments(path: Path) -> list[tuple[int, str]]:
+    """A module's comments and docstrings, each with the line it starts on."""
     text = path.read_text(encoding="utf-8")
-    parts: list[str] = []
+    parts: list[tuple[int, str]] = []
     for tok in tokenize.generate_tokens(io.StringIO(text).readline):
         if tok.type == tokenize.COMMENT:
-            parts.append(tok.string.lstrip("#").strip())
+            parts.append((tok.start[0], tok.string.lstrip("#").strip()))
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             doc = ast.get_docstring(node)
             if doc:
-                parts.append(doc)
-    return " ".join(" ".join(parts).split())
+                parts.append((node.body[0].lineno, doc))
+    return parts
+
+
+def prose(path: Path) -> str:
+    """A module's comments and docstrings, each comment's lines joined into one text."""
+    return " ".join(" ".join(part for _, part in comments(path)).split())
 
 
 def disagreements(text: str, where: str, built: set[str]) -> list[str]:

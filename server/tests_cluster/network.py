@@ -18,9 +18,9 @@ another (whatever the root namespace forwards). A cut is the hub's end of a link
 refusal), as in a real partition (`tc netem` would do as well, but is not in every kernel); the member's own end stays up, keeping its routes. The root
 namespace reaches etcd through a fourth pair (10.R.4.0/30). R (the second byte of the addresses) is
 free in the root namespace, chosen under a lock; the names of the namespaces and of the root's links
-start with `fn<pid>` (this process's id), so concurrent runs never collide, and leftovers of a
-crashed run of the same prefix are removed first. `close` kills what still runs in the namespaces
-and deletes them, and with them every link.
+start with `fn<pid>` (the id of the process that made them), so concurrent runs never collide, and
+what a crashed run left (names whose process is gone) is removed first, never a live run's. `close`
+kills what still runs in this run's namespaces and deletes them, and with them every link.
 
 **proxy** (not root, no `ip`, or FENEC_NETWORK_FAULTS=proxy): everything on 127.0.0.1, a fault proxy
 (conformance/fault_layer.py) in front of etcd for each member and in front of each member for the
@@ -40,6 +40,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "conformance"))
@@ -101,21 +102,47 @@ def describe() -> str:
     return f"network faults: {kind}" + (f" (no namespaces: {why})" if why else "")
 
 
+NAME = re.compile(r"fn(\d+)[a-z]")  # `fn`, the owning process's id, one letter
+
+
+def owner(name: str) -> int | None:
+    """The id of the process that made a namespace or root link of ours: `fn<pid>` and one letter
+    (a member's name, `n` the hub, `x` the probe); None for a name not of this kind."""
+    m = NAME.fullmatch(name)
+    return int(m.group(1)) if m else None
+
+
 def ours(name: str) -> bool:
-    """A namespace or root link of this run: the prefix and one letter (a member's name, `n` the
-    hub, `x` the probe)."""
-    return re.fullmatch(PREFIX + "[a-z]", name) is not None
+    """A namespace or root link of this run."""
+    return owner(name) == os.getpid()
 
 
-def remove_leftovers() -> None:
-    """What a crashed run of this prefix left: its processes, namespaces and root links."""
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # there, another user's
+        return True
+    return True
+
+
+def left_over(name: str) -> bool:
+    """A namespace or root link of this run, or of a run whose process is gone (a crash, a SIGKILL):
+    never one of a run still going."""
+    pid = owner(name)
+    return pid is not None and (pid == os.getpid() or not alive(pid))
+
+
+def remove(which: Callable[[str], bool] = left_over) -> None:
+    """The namespaces and root links `which` picks, with the processes still running inside them."""
     for line in ip("netns", "list", check=False).splitlines():
         name = line.split()[0] if line.strip() else ""
-        if ours(name):
+        if which(name):
             kill_inside(name)
             ip("netns", "del", name, check=False)
     for name in re.findall(r"^\d+: ([^:@\s]+)", ip("-o", "link", "show", check=False), re.M):
-        if ours(name):
+        if which(name):
             ip("link", "del", name, check=False)
 
 
@@ -224,7 +251,7 @@ class Namespaces(Network):
 
     def __init__(self, names: list[str]) -> None:
         self.hub = f"{PREFIX}n"
-        remove_leftovers()
+        remove(left_over)
         try:
             with open(self.LOCK, "w") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)  # R is free until this run's root addresses are set
@@ -272,7 +299,7 @@ class Namespaces(Network):
         return NamespacePlace(self.hub, name, own, f"http://{self.etcd_host}:{self.etcd_port}")
 
     def close(self) -> None:
-        remove_leftovers()
+        remove(ours)
 
 
 def free_second_byte() -> int:

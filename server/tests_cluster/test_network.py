@@ -1,7 +1,7 @@
 """network.py, without etcd or a server: a cut member is silent to etcd and to the other members
-and still answers the test's clients; `heal` brings the paths back; a crashed run's leftovers of
-the same prefix are removed at start-up and `close` leaves nothing behind; the fallback is chosen,
-and said, when namespaces are refused."""
+and still answers the test's clients; `heal` brings the paths back; what crashed runs left (their
+process gone) is removed at start-up, a live run's never, and `close` leaves nothing behind; the
+fallback is chosen, and said, when namespaces are refused."""
 
 from __future__ import annotations
 
@@ -70,6 +70,49 @@ def test_a_cut_member_is_silent_to_etcd_and_its_peers_and_still_answers_the_clie
     assert ours() == []
     routes = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True).stdout
     assert f"{net.net}." not in routes
+
+
+def gone_pid() -> int:
+    """The id of a process that has exited (a crashed run's)."""
+    proc = subprocess.Popen([sys.executable, "-c", ""])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_name_is_left_over_when_its_process_is_gone_and_never_a_live_runs() -> None:
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as live:
+        try:
+            assert network.left_over(f"fn{gone_pid()}a") and network.left_over(f"fn{gone_pid()}n")
+            assert network.left_over(f"{network.PREFIX}b")  # this run's own, from before
+            assert not network.left_over(f"fn{live.pid}a")  # a run still going
+            assert not network.left_over("eth0") and not network.left_over(f"fn{gone_pid()}") \
+                and not network.left_over(f"xfn{gone_pid()}a")
+        finally:
+            live.kill()
+
+
+@needs_namespaces
+def test_the_leftovers_of_every_crashed_run_are_removed_and_a_live_runs_kept() -> None:
+    dead, dead_too = gone_pid(), gone_pid()
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as live:
+        made = [f"fn{dead}a", f"fn{dead_too}n", f"fn{live.pid}a"]
+        try:
+            for ns in made:
+                subprocess.run(["ip", "netns", "add", ns], check=True)
+            # a root link of a crashed run, its other end in that run's namespace, and a live run's
+            subprocess.run(["ip", "link", "add", f"fn{dead}b", "type", "veth", "peer", "name", "c", "netns",
+                            f"fn{dead}a"], check=True)
+            subprocess.run(["ip", "link", "add", f"fn{live.pid}b", "type", "dummy"], check=True)
+            network.remove()
+            names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+            links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+            assert f"fn{dead}a" not in names and f"fn{dead_too}n" not in names and f"fn{dead}b" not in links
+            assert f"fn{live.pid}a" in names and f"fn{live.pid}b" in links
+        finally:
+            live.kill()
+            subprocess.run(["ip", "link", "del", f"fn{live.pid}b"], capture_output=True)
+            for ns in made:
+                subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
 def test_the_proxies_are_chosen_and_said_when_namespaces_are_not_made(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import compiled
-from .flags import FLAGS, SWITCHES, VALUE_FLAGS, BadFlag, given, seconds, whole
+from .flags import DEFAULTS, FLAGS, SWITCHES, VALUE_FLAGS, BadFlag, given, seconds, whole
 from .plan.schema import did_you_mean
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ def parse_addr(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-BUSY_POLL_DEFAULT_US = 100
+BUSY_POLL_DEFAULT_US = int(DEFAULTS["--busy-poll"])
 BUSY_POLL_MAX_US = 10_000
 
 
@@ -302,7 +302,7 @@ def serve(db: Database, opts: dict[str, Any], *, host: str, port: int, path: str
     poll = BusyPoll(busy_us / 1e6) if busy_us else None
     app = App(db, Config(version=version(), token=token, cors=opts.get("http-cors"), idempotency_ttl_s=ttl,
                          slow_ms=slow_ms, sync_always=bool(path) and sync == "always",
-                         auth=access.auth if access else None, auth_delay_ms=access.delay_ms if access else 100,
+                         auth=access.auth, auth_delay_ms=access.delay_ms,
                          max_statement_bytes=opts["max-statement-bytes"], closes_told=True,
                          max_answer_rows=opts["max-answer-rows"], max_write_rows=opts["max-write-rows"]),
               connections=lambda: len(server_box[0].server_state.connections) if server_box else 0, busy=poll,

@@ -1,6 +1,7 @@
 """The flags of `fenec-server`: one table, that `cli.py` parses the command line and prints
-`--help` from, and `replication/options.py` reads its flags' defaults from. It imports nothing
-of ours, so that any layer checking a flag reads this table rather than a copy of a row.
+`--help` from, and every module with a default for a flag reads it from (`DEFAULTS`: the auth
+delay, the HTTP limits and timeouts, the replication flags). It imports nothing of ours, so that
+any layer checking a flag reads this table rather than a copy of a row.
 
 A row is (flag, default, what it does). `flag` spells the flag's names, then its value when it
 takes one ("-f, --file <path>", "--sync off|always|<ms>"); a switch is its names alone
@@ -37,7 +38,7 @@ FLAGS: list[tuple[str, str | None, str]] = [
     ("--jwt-secret <value>", "env FENEC_JWT_SECRET", "HS256 secret (>= 32 bytes) of scoped tokens"),
     ("--jwt-secret-file <path>", "none", "the HS256 secret read from a file (trailing CR/LF trimmed)"),
     ("--jwt-require-exp on|off", "on", "refuse tokens without exp"),
-    ("--jwt-max-age <s>", "0 = no bound", "refuse tokens whose exp is further ahead"),
+    ("--jwt-max-age <s>", "0", "refuse tokens whose exp is further ahead; 0 = no bound"),
     ("--policy <path>", "none", "the rules of scoped tokens (needs a JWT secret)"),
     ("--mint-token <claims>", "", "print an HS256 token of these claims (exp: now + 3600) and exit"),
     ("--admin-token <value>", "none", "may read /_metrics and /_metrics/recent, and nothing else"),

@@ -1,10 +1,20 @@
-"""fenec-server's flags: a mistyped flag is refused (exit 2) with the flag it is closest to, and the
-flags kept for compatibility say in --help that they change nothing."""
+"""fenec-server's flags: a mistyped flag is refused (exit 2) with the flag it is closest to, the
+flags kept for compatibility say in --help that they change nothing, and every default is the one
+in the table (flags.py) that --help shows."""
 
 from __future__ import annotations
 
+import ast
+import inspect
+from pathlib import Path
+
 import pytest
 from fenecdb_server import cli, flags
+from fenecdb_server.http.auth import AuthDelay, configure
+from fenecdb_server.http.config import Config
+from fenecdb_server.http.protocol import Front
+from fenecdb_server.replication import cluster, quorum
+from fenecdb_server.replication.node import Node
 from fenecdb_server.replication.options import checked
 
 
@@ -57,3 +67,47 @@ def test_a_replication_flag_not_given_takes_the_default_the_help_shows() -> None
     assert got.sync_replicas == int(shown["--sync-replicas"])
     assert got.sync_wait_s == float(shown["--sync-replicas-wait"])
     assert got.lease_ttl == int(shown["--lease-ttl"])
+
+
+def defaulted_reads(source: str) -> list[int]:
+    """Lines that read a flag off the parsed command line with a default of their own
+    (`opts.get("auth-delay", "100")`) rather than the table's (`given(opts, "--auth-delay")`)."""
+    long_names = {flags.spelled(flag)[0][-1][2:] for flag, _, _ in flags.FLAGS}
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+                and len(node.args) == 2 and isinstance(node.args[0], ast.Constant) and node.args[0].value in long_names:
+            found.append(node.lineno)
+    return found
+
+
+def test_no_module_reads_a_flag_with_a_default_of_its_own() -> None:
+    package = Path(flags.__file__).parent
+    found = {p.relative_to(package).as_posix(): defaulted_reads(p.read_text(encoding="utf-8"))
+             for p in sorted(package.rglob("*.py"))}
+    assert not {k: v for k, v in found.items() if v}, "read it with flags.given: the table holds its default"
+    assert defaulted_reads('opts.get("auth-delay", "100")\nopts.get("promote")\ngiven(opts, "--sync")\n') == [1]
+
+
+def test_what_is_made_without_a_command_line_has_the_defaults_the_help_shows() -> None:
+    """A default is written once, in the table: the HTTP service, the auth delay, the transport and
+    replication made in process (tests, tools) take what `fenec-server` takes when given no flag."""
+    default = flags.DEFAULTS
+    config = Config()
+    assert config.auth_delay_ms == int(default["--auth-delay"]) == AuthDelay().base_s * 1000
+    assert config.max_statement_bytes == int(default["--max-statement-bytes"])
+    assert (config.max_answer_rows, config.max_write_rows) == (int(default["--max-answer-rows"]),
+                                                               int(default["--max-write-rows"]))
+    assert config.idempotency_ttl_ms == int(default["--idempotency-ttl"]) * 1000
+    front = Front(None, None, descriptors=0)
+    assert (front.header_timeout, front.body_timeout) == (float(default["--header-timeout"]),
+                                                         float(default["--body-timeout"]))
+    assert cli.BUSY_POLL_DEFAULT_US == int(default["--busy-poll"])
+    assert quorum.WAIT_S == float(default["--sync-replicas-wait"])
+    assert cluster.DEFAULT_TTL == int(default["--lease-ttl"])
+    # a replication node is made from the checked flags alone: it has no defaults of its own to drift
+    params = inspect.signature(Node.__init__).parameters
+    assert all(params[p].default is inspect.Parameter.empty for p in ("buffer_bytes", "sync_replicas", "sync_wait_s"))
+    # every default is a value as it would be typed, read by the same check as a given one
+    assert configure({}, {}).delay_ms == int(default["--auth-delay"])
+    assert default["--jwt-max-age"] == "0"

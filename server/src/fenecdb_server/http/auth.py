@@ -11,7 +11,7 @@ Resolution of `Authorization: Bearer <v>` on a data route (§1):
 On `/_metrics` the server and admin tokens are compared, a JWT is never accepted (proposed:
 401), and the route is open only when no token of any kind is configured.
 
-Every 401 is answered after the auth delay of its address: 100 ms for the first refusal
+Every 401 is answered after the auth delay of its address: `--auth-delay` for the first refusal
 within a minute, doubled for each further one, at most 5 s; a good token clears the count.
 """
 
@@ -24,9 +24,11 @@ from typing import Any
 
 import jwt
 
+from ..flags import DEFAULTS, BadFlag, given, whole
 from .tokens import MIN_SECRET_BYTES, TokenError, Verified, Verifier, mint
 
 NO_TOKEN = "invalid or missing token"
+AUTH_DELAY_MS = int(DEFAULTS["--auth-delay"])  # the first refusal's delay when the command line names none
 FULL_ACCESS: dict[str, Any] = {"sub": None, "full": True, "rules": []}
 
 
@@ -151,7 +153,7 @@ class AuthDelay:
     CAP_S = 5.0
     MAX_ADDRESSES = 65_536
 
-    def __init__(self, base_ms: int = 100, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, base_ms: int = AUTH_DELAY_MS, clock: Callable[[], float] = time.monotonic) -> None:
         self.base_s = base_ms / 1000
         self.clock = clock
         self.refusals: dict[str, tuple[int, float]] = {}  # address -> (refusals in the window, last)
@@ -244,22 +246,23 @@ def mint_token(opts: dict[str, Any], environ: Mapping[str, str]) -> str:
         raise SetupError(str(e)) from None
 
 
-def _whole(flag: str, text: str) -> int:
-    t = text.strip()
-    if not t.isdigit():
-        raise SetupError(f"{flag} expects a whole number, not {text!r}")
-    return int(t)
+def _whole(opts: dict[str, Any], flag: str) -> int:
+    """`flag`'s whole number in `opts`, else its default in the command line's table."""
+    try:
+        return whole(flag, given(opts, flag))
+    except BadFlag as e:
+        raise SetupError(e.message) from None
 
 
 def configure(opts: dict[str, Any], environ: Mapping[str, str]) -> Access:
     """The tokens a server accepts, from its flags; SetupError for every start-up refusal."""
     server_token = opts.get("http-token") or environ.get("FENEC_HTTP_TOKEN") or None
     admin_token = opts.get("admin-token") or None
-    delay_ms = _whole("--auth-delay", opts.get("auth-delay", "100"))
-    require = opts.get("jwt-require-exp", "on").strip().lower()
+    delay_ms = _whole(opts, "--auth-delay")
+    require = given(opts, "--jwt-require-exp").strip().lower()
     if require not in ("on", "off"):
         raise SetupError("--jwt-require-exp expects on or off")
-    max_age = _whole("--jwt-max-age", opts.get("jwt-max-age", "0"))
+    max_age = _whole(opts, "--jwt-max-age")
     secret = jwt_secret(opts, environ)
     policy_path = opts.get("policy")
     if secret is not None and policy_path is None:

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from .auth import Auth
+from ..flags import DEFAULTS
+from .auth import AUTH_DELAY_MS, Auth
 from .idempotency import DEFAULT_TTL_S
 
-MAX_STATEMENT_BYTES = 1 << 20
-# What one statement may answer and one request may write, unless the command line says otherwise
-# (--max-answer-rows, --max-write-rows; 0 = none). Past them: 413, nothing written.
-MAX_ANSWER_ROWS = 100_000
-MAX_WRITE_ROWS = 100_000
+# What one request's statement text may hold, one statement answer and one request write, unless the
+# command line says otherwise (--max-statement-bytes, --max-answer-rows, --max-write-rows; 0 = none):
+# the table's defaults. Past them: 413, nothing written.
+MAX_STATEMENT_BYTES = int(DEFAULTS["--max-statement-bytes"])
+MAX_ANSWER_ROWS = int(DEFAULTS["--max-answer-rows"])
+MAX_WRITE_ROWS = int(DEFAULTS["--max-write-rows"])
 
 
 class Config:
@@ -19,7 +21,7 @@ class Config:
 
     def __init__(self, *, version: str = "0.0.0", token: str | None = None, cors: str | None = None,
                  idempotency_ttl_s: int = DEFAULT_TTL_S, slow_ms: float | None = None,
-                 sync_always: bool = False, auth: Auth | None = None, auth_delay_ms: int = 100,
+                 sync_always: bool = False, auth: Auth | None = None, auth_delay_ms: int = AUTH_DELAY_MS,
                  max_statement_bytes: int = MAX_STATEMENT_BYTES, closes_told: bool = False,
                  max_answer_rows: int = MAX_ANSWER_ROWS, max_write_rows: int = MAX_WRITE_ROWS) -> None:
         self.version = version

@@ -22,14 +22,14 @@ the more writes share one fdatasync, and the loop is never idle for a disk.
 A turn with a lone write syncs it in place (`Log.sync_upto`, the loop waits): with nothing to
 overlap, the ring's round trip (submit, the eventfd's wake, reap) only adds to the answer's
 time: over HTTP one writer is faster in place, and eight writers faster with the rule as here
-than with every sync in place or every sync on the ring. Starting the sync at a write's append
-rather than after the turn was tried with the thread and was slower for one writer and for
-eight; the turn's flush stays (bench/README.md, "Numbers the code's comments used to carry"). Where there is neither the thread nor an
-AIO fdatasync, every sync runs in place, as it did before.
+than with every sync in place or every sync on the ring. The sync starts after the turn, not at
+a write's append: one writer and eight are both slower with the latter (bench/README.md, "Numbers
+the code's comments used to carry"). Where there is neither the thread nor an AIO fdatasync,
+every sync runs in place.
 
 The `TurnSync.deferred()` scope (`Log.deferred`) is what keeps `Database.execute` from waiting
 itself: inside it, on the loop's thread, `wait_durable` notes the record's ticket instead of
-blocking, and `App.run_here` (app.py) answers that ticket, which its caller hands to `after`
+blocking, and `Runner.run_here` (runner.py) answers that ticket, which its caller hands to `after`
 before it answers. The scope defers on the loop's thread alone: entered anywhere else it
 stands aside, so a write that runs off the loop (a large request, a held claim's large run or
 a `/batch` in a worker thread, the sweeper, a compaction) waits in its own thread by group
@@ -38,15 +38,14 @@ could drop it. If the sync running is one the loop started, that thread reaps it
 (`GroupCommit.await_sync`) rather than wait for the loop, which may be the very thread waiting. An
 Idempotency-Key replay waits like a write (the engine makes it wait for the last record
 appended), as the write it answers for may be in this very turn. A read is not pending: it may
-see a write whose fdatasync has not finished (as it could before, from another thread).
+see a write whose fdatasync has not finished, as a read from another thread may.
 
-Why not a thread: measured over HTTP (bench/durable_syscalls.py, strace counts; bench/README.md),
-the former hand-off of every write to a 4-thread pool cost tens of futex calls a write with 8
-writers and a third `write` (the pool waking the loop), and barely more than one write shared an
-fsync: the threads fought over the GIL while the server was CPU-bound. A single syncer thread
-was tried twice and dropped: it needs the GIL back to say it is done, and the busy loop gives
-it up only at the interpreter's 5 ms switch interval (fewer writes/s than the sync in place).
-Neither the kernel's AIO nor the C thread of `storage/sync_thread.py` needs the GIL to finish.
+Why not a Python thread: a pool of them, each write handed over, costs futex calls and a third
+`write` (the pool waking the loop) for every write, and its threads fight over the GIL while the
+server is CPU-bound, so that few writes share an fsync; a single syncer thread needs the GIL back to
+say it is done, and the busy loop gives it up only at the interpreter's 5 ms switch interval.
+Neither the kernel's AIO nor the C thread of `storage/sync_thread.py` needs the GIL to finish
+(bench/durable_syscalls.py counts the system calls; bench/README.md has the numbers).
 
 A failed fdatasync fails every write pending on it with the log's "outcome unknown" 500, and the
 log refuses every later write (`GroupCommit.begin`, `GroupCommit.lead`), as before.

@@ -30,9 +30,10 @@ import json
 from typing import Any
 
 from ..database import Idem
+from ..flags import DEFAULTS
 
 MAX_KEY_BYTES = 255
-DEFAULT_TTL_S = 86_400
+DEFAULT_TTL_S = int(DEFAULTS["--idempotency-ttl"])  # where the command line names none
 # Under the server token, or on an open server, every caller shares one namespace; a scoped
 # token's key lives under its scope (`namespace_of`), so two users may use the same key.
 SHARED_NAMESPACE = "*"

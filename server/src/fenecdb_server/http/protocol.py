@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import httptools
 
+from ..flags import DEFAULTS
 from . import errors as E
 from .connection import FD_LOG_EVERY, FD_RESERVE, HEAD_CEILING, READ_AHEAD, Connection, descriptor_limit
 from .cycle import AsgiCycle
@@ -53,6 +54,9 @@ log = logging.getLogger("fenec.http")
 # each direct target's path as the service reads it (a replica's ack among them, not only /query and /batch)
 DIRECT_PATHS: Final = {target: target.decode("ascii") for target in DIRECT_TARGETS}
 DIRECT_BODY: Final = OFF_LOOP_BODY  # a larger body is decoded in a worker thread, by the ASGI door
+# the command line's defaults (flags.py), for a front made without it
+HEADER_TIMEOUT_S: Final = float(DEFAULTS["--header-timeout"])
+BODY_TIMEOUT_S: Final = float(DEFAULTS["--body-timeout"])
 
 
 class Front:
@@ -64,8 +68,9 @@ class Front:
                  "spares", "cut", "evict", "descriptors", "fd_ceiling", "turned_away", "unlogged", "logged_at",
                  "log_due")
 
-    def __init__(self, app: Service | None, asgi: Any, *, max_connections: int = 0, header_timeout: float = 10.0,
-                 body_timeout: float = 60.0, busy: BusyPoll | None = None, evict: bool = False,
+    def __init__(self, app: Service | None, asgi: Any, *, max_connections: int = 0,
+                 header_timeout: float = HEADER_TIMEOUT_S, body_timeout: float = BODY_TIMEOUT_S,
+                 busy: BusyPoll | None = None, evict: bool = False,
                  descriptors: int | None = None) -> None:
         self.app = app  # None: every request takes the ASGI door (the access log must see each)
         self.asgi = asgi  # the ASGI app of the door

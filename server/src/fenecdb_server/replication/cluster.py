@@ -63,6 +63,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..flags import DEFAULTS
 from .etcd import Etcd, EtcdDown
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ POLL_S = 0.2  # how often the leader key is read
 PUBLISH_S = 1.0  # how often a member's position is put while a primary leads
 SETTLE_S = 0.4  # the wait for every member to publish its final position once the leader is gone
 DELAY_S = 2.0  # a member not ranked first waits this long before it campaigns too
-DEFAULT_TTL = 3
+DEFAULT_TTL = int(DEFAULTS["--lease-ttl"])  # the leader's lease, s, where the command line names none
 
 
 class Cluster:

@@ -55,7 +55,7 @@ class Node:
     """Replication on one server (see the module's docstring)."""
 
     def __init__(self, db: Database, identity: Identity, token: str, *, primary: str | None = None,
-                 buffer_bytes: int = 64 << 20, sync_replicas: int = 0, sync_wait_s: float = 10.0) -> None:
+                 buffer_bytes: int, sync_replicas: int, sync_wait_s: float) -> None:
         self.db = db
         self.identity = identity
         self.token = token.encode()

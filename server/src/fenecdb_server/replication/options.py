@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..flags import BadFlag, given, seconds, whole
+from ..flags import DEFAULTS, BadFlag, given, seconds, whole
 
 
 class Flags:
@@ -26,7 +26,7 @@ class Flags:
         self.etcd: list[str] = []  # --etcd's endpoints (none: no cluster)
         self.cluster = ""
         self.advertise = ""
-        self.lease_ttl = 3
+        self.lease_ttl = int(DEFAULTS["--lease-ttl"])
 
 
 def _http_url(flag: str, text: str) -> str:

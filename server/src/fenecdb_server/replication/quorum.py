@@ -28,9 +28,10 @@ import heapq
 import itertools
 from collections.abc import Callable
 
+from ..flags import DEFAULTS
 from .feed import Feed
 
-WAIT_S = 10.0
+WAIT_S = float(DEFAULTS["--sync-replicas-wait"])  # where the command line names none
 
 
 class Wait:
