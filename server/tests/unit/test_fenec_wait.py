@@ -1,6 +1,6 @@
-"""`Fenec-Wait` is read by one parser (http/limits.py `parse_wait`) and capped once, where the wait's
-deadline is set: a held claim's by its line (held/lines.py `MAX_WAIT_MS`), a `Fenec-After` change's
-by the replication routes (`AFTER_MAX_MS`). Both read any number of digits and refuse anything else
+"""`Fenec-Wait` is read by one parser (http/limits.py `parse_wait`) and capped to one ceiling
+(held/lines.py `MAX_WAIT_MS`) where the wait's deadline is set: a held claim's by its line, a
+`Fenec-After` change's by the replication routes. Both read any number of digits and refuse anything else
 (http.md §7, §8)."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 
 
 # What a `Fenec-Wait` of more than 9 digits reads as: longer than any wait is held (whoever waits
-# caps it: held/lines.py for a claim, replication.py for a Fenec-After change).
+# caps it to held/lines.py's MAX_WAIT_MS: its line for a claim, replication.py for a Fenec-After change).
 BEYOND_ANY_WAIT_MS = 10**9
 
 

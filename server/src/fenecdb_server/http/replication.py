@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..database import FILE_HEADER_SIZE, file_header
 from ..errors import FenecError
+from ..held import MAX_WAIT_MS
 from ..replication.feed import KEEPALIVE, KEEPALIVE_S, Replica
 from ..replication.node import NO_PRIMARY
 from . import errors as E
@@ -182,8 +183,7 @@ async def send_image(node: Node, send: Send, conn: Any, loop: asyncio.AbstractEv
     return seq
 
 
-AFTER_WAIT_MS = 5_000
-AFTER_MAX_MS = 30_000
+AFTER_WAIT_MS = 5_000  # a Fenec-After's wait with no Fenec-Wait (at most MAX_WAIT_MS with one)
 AFTER_POLL_S = 0.005  # how often a request waiting for a change looks at the change number
 NOT_A_CHANGE = "Fenec-After is a change number"
 
@@ -203,7 +203,7 @@ async def wait_after(db: Database, req: Request) -> Answer | None:
         sent = parse_wait(req.wait)
         if sent is None:
             return Answer(E.BAD_REQUEST, E.body(E.WAIT_NOT_MS))
-        wait_ms = min(AFTER_MAX_MS, sent)
+        wait_ms = min(MAX_WAIT_MS, sent)
     req.wait = None
     deadline = time.monotonic() + wait_ms / 1000
     while db.seq < change:
