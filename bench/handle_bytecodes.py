@@ -1,10 +1,10 @@
 """The bytecodes one claim of ten runs through the HTTP service, in process: the direct path's
-`App.handle` from the request's scope and body to its `Answer`, the engine's run included.
+`App.handle` from the transport's `Request` and body to its `Answer`, the engine's run included.
 
 As `bench/claim_bytecodes.py` counts the engine's part (`Database.query`), this counts the
 service's: run on the sources (FENECDB_PURE_PYTHON=1; compiled modules run no bytecodes), it says
 what a change to `http/` moved, whatever the machine's load. `--src` runs another checkout's
-`server/src` (one that names the call `answer_now` is counted the same way).
+`server/src`.
 
     FENECDB_PURE_PYTHON=1 .venv/bin/python bench/handle_bytecodes.py [--jobs 10000] [--src DIR] [--json]
 """
@@ -12,6 +12,7 @@ what a change to `http/` moved, whatever the machine's load. `--src` runs anothe
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import sys
@@ -41,26 +42,32 @@ def main() -> int:
     db.query(SCHEMA)
     db.query("put jobs $1", [[{"payload": {"n": i}, "run_at": fixed - 1000, "attempts": 0} for i in range(args.jobs)]])
     app = App(db, Config(version="b"))
-    handle: Any = getattr(app, "handle", None) or getattr(app, "answer_now")  # noqa: B009 - an older tree's name
+    handle: Any = app.handle
+    # the service takes the transport's Request; a checkout from before it (`--src`) took the ASGI scope
+    takes_scope = "scope" in inspect.signature(handle).parameters
 
-    def request(owner: str) -> tuple[dict[str, Any], bytes]:
+    def request(owner: str) -> tuple[Any, bytes]:
         body = json.dumps({"query": CLAIM, "params": [owner]}).encode()
         headers = [(b"host", b"b"), (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        return {"type": "http", "http_version": "1.1", "method": "POST", "path": "/query", "raw_path": b"/query",
-                "query_string": b"", "headers": headers, "client": ("127.0.0.1", 1)}, body
+        if takes_scope:
+            return {"type": "http", "http_version": "1.1", "method": "POST", "path": "/query", "raw_path": b"/query",
+                    "query_string": b"", "headers": headers, "client": ("127.0.0.1", 1)}, body
+        from fenecdb_server.http.exchange import Head, Request
+
+        return Request("POST", "/query", b"/query", Head(headers), "127.0.0.1"), body
 
     import asyncio
 
     async def run() -> tuple[int, int, Counter[str]]:
         for i in range(5):
             handle(*request(f"warm:{i}"))
-        scope, body = request("w1")
+        req, body = request("w1")
         # the request's duration stands still, as the database's clock does: the metrics' walk of
         # their latency buckets would otherwise count the tracer's own slowness
         import time
 
         time.perf_counter = lambda: 0.0
-        answer, ran = traced(handle, scope, body)
+        answer, ran = traced(handle, req, body)
         assert answer is not None and answer.status == 200, answer
         return ran.ops, ran.calls, ran.where
 

@@ -109,7 +109,7 @@ def a_worker_given_a_replica(case: Case) -> str:
             def settled() -> bool:
                 nonlocal checks
                 if case.held_on_replica() != 0:
-                    raise Failed(f"R's {case.data['held_gauge']}: 0 / above 0 (a claim parked on the replica)")
+                    raise Failed(f"R's {case.data['held_gauge']}: 0 / above 0 (a claim held on the replica)")
                 checks += 1
                 return len(done) >= spec["jobs"] and direct.collection(case.q).count() == 0
 

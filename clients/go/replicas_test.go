@@ -213,7 +213,7 @@ func TestReplicaReadsCarryTheSeq(t *testing.T) {
 }
 
 // TestWorkerGivenAReplicaWorksThePrimary: a worker given a replica alone sends its held claim on to the
-// primary the 403 names, never parked on the replica, tells it in a primary event, and acks there.
+// primary the 403 names, never held on the replica, tells it in a primary event, and acks there.
 func TestWorkerGivenAReplicaWorksThePrimary(t *testing.T) {
 	var mu sync.Mutex
 	claimed, acked := false, false

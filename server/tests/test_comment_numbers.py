@@ -50,7 +50,7 @@ def test_no_comment_quotes_a_measurement_or_its_history() -> None:
 
 
 def test_the_check_sees_a_measurement_and_lets_a_limit_be() -> None:
-    said = [(1, "the quick read saves 6 µs of about 100 µs"), (2, "callgrind: 120 k instructions a claim"),
+    said = [(1, "the head read saves 6 µs of about 100 µs"), (2, "callgrind: 120 k instructions a claim"),
             (3, "(one token of a megabyte took 38 ms)"), (4, "measured in session 18, round 3"),
             (5, "since commit 07b0b33"), (6, "it was 1.4 ms"), (7, "64 000 jobs/s at 8 workers")]
     assert {found.split(":")[0] for found in measurements(said)} == {str(n) for n in range(1, 8)}

@@ -40,7 +40,7 @@ async def _wakes(n: int) -> list[tuple[int, int]]:
                 request = asyncio.ensure_future(c.post("/query", json=CLAIM, headers={"Fenec-Wait": "30000"}))
                 while not (app.lines and app.lines.held):
                     await asyncio.sleep(0.001)
-                for _ in range(10):  # what the request's own parking left to do is done first
+                for _ in range(10):  # what holding the request's claim left to do is done first
                     await asyncio.sleep(0)
                 counts.update(soon=0, tasks=0)
                 counting[0] = True

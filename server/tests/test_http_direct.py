@@ -180,9 +180,9 @@ def test_http_1_0_and_connection_close_are_answered_then_closed(tmp_path: Path, 
         assert s.stop() == 0
 
 
-# The direct path's own head read (protocol.py `_direct_read`) reads the head of a plain `POST /query` or `/batch` itself;
-# anything it does not take goes to httptools as before. Each of these must be answered as the
-# ASGI door answers it: (the request's bytes, cut into the parts sent one after another).
+# httptools reads every head; the direct path takes a plain `POST /query` or `/batch` whose head fits
+# (protocol.py `_goes_direct`), and anything else goes to the ASGI door. Each of these must be answered
+# as the ASGI door answers it: (the request's bytes, cut into the parts sent one after another).
 _BODY = json.dumps({"query": "get jobs count"}).encode()
 _LEN = b"Content-Length: %d\r\n" % len(_BODY)
 ODD_HEADS: list[list[bytes]] = [
@@ -235,8 +235,8 @@ def _exchange(addr: tuple[str, int], parts: list[bytes]) -> tuple[int, bytes, bo
 
 
 @SYNCS
-def test_heads_the_direct_read_leaves_are_answered_as_the_asgi_door_answers_them(tmp_path: Path, sync: str) -> None:
-    direct = server(tmp_path, sync, "direct-read")
+def test_odd_heads_are_answered_as_the_asgi_door_answers_them(tmp_path: Path, sync: str) -> None:
+    direct = server(tmp_path, sync, "direct")
     asgi = server(tmp_path, sync, "reference", "--access-log", str(tmp_path / "access.log"))
     try:
         for s in (direct, asgi):
@@ -251,7 +251,7 @@ def test_heads_the_direct_read_leaves_are_answered_as_the_asgi_door_answers_them
         assert direct.stop() == 0 and asgi.stop() == 0
 
 
-def test_a_connection_of_short_way_answers_is_closed_once_idle_not_while_requests_come(tmp_path: Path) -> None:
+def test_a_connection_of_direct_path_answers_is_closed_once_idle_not_while_requests_come(tmp_path: Path) -> None:
     """The direct path keeps one keep-alive timer armed while requests come (protocol.py `_answered`):
     requests spaced less than --idle-timeout apart keep the connection, however long they go on past
     the first answer's timeout; once none comes for the timeout, the server closes it."""

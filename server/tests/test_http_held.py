@@ -71,8 +71,8 @@ def read_answer(s: socket.socket) -> bytes:
     return read_from(s, complete)
 
 
-class Waiter:
-    """A worker holding one claim on its own connection; the answer is read in a thread."""
+class HeldWorker:
+    """A worker whose claim is held, on its own connection; the answer is read in a thread."""
 
     def __init__(self, server: Server, payload: bytes) -> None:
         self.sock = socket.create_connection(server.addr, timeout=40)
@@ -123,7 +123,7 @@ def test_the_woken_worker_is_answered_before_the_put_that_woke_it(server: Server
 
 def test_woken_by_a_put(server: Server, jobs: Any) -> None:
     c, name = jobs
-    w = Waiter(server, request(claim_text(name), "w1"))
+    w = HeldWorker(server, request(claim_text(name), "w1"))
     wait_held(c, 1)
     t0 = time.time()
     q(c, f"put {name} {{payload: 1, run_at: now(), attempts: 0}}")
@@ -136,7 +136,7 @@ def test_woken_by_a_delayed_jobs_time_never_before(server: Server, jobs: Any) ->
     c, name = jobs
     due = int(time.time() * 1000) + 600
     q(c, f"put {name} {{payload: 1, run_at: $1, attempts: 0}}", due)
-    w = Waiter(server, request(claim_text(name), "w1"))
+    w = HeldWorker(server, request(claim_text(name), "w1"))
     status, rows = w.result()
     assert status == 200 and len(rows) == 1
     assert w.at * 1000 >= due
@@ -149,7 +149,7 @@ def test_woken_by_a_lapsed_lease(server: Server, jobs: Any) -> None:
     first = q(c, claim_text(name, lease_ms=400), "dead-worker").json()
     assert len(first) == 1
     lapse = time.time() + 0.4
-    w = Waiter(server, request(claim_text(name), "w2"))
+    w = HeldWorker(server, request(claim_text(name), "w2"))
     status, rows = w.result()
     assert status == 200 and rows[0]["id"] == first[0]["id"] and rows[0]["attempts"] == 2
     assert w.at >= lapse - 0.01
@@ -157,25 +157,25 @@ def test_woken_by_a_lapsed_lease(server: Server, jobs: Any) -> None:
 
 def test_fifo_across_waiting_workers_and_hand_off(server: Server, jobs: Any) -> None:
     c, name = jobs
-    waiters = []
+    workers = []
     for i in range(4):
-        waiters.append(Waiter(server, request(claim_text(name), f"w{i}")))
+        workers.append(HeldWorker(server, request(claim_text(name), f"w{i}")))
         wait_held(c, i + 1)
     # a burst of three jobs: the oldest job to the longest-waiting worker, in arrival order
     q(c, f"put {name} [{{payload: 1, run_at: now() - 3, attempts: 0}}, {{payload: 2, run_at: now() - 2, "
          f"attempts: 0}}, {{payload: 3, run_at: now() - 1, attempts: 0}}]")
-    got = [w.result() for w in waiters[:3]]
+    got = [w.result() for w in workers[:3]]
     assert [(s, r[0]["owner"], r[0]["payload"]) for s, r in got] == [(200, "w0", 1), (200, "w1", 2), (200, "w2", 3)]
-    assert waiters[3].answer is None
+    assert workers[3].answer is None
     q(c, f"put {name} {{payload: 4, run_at: now(), attempts: 0}}")
-    assert waiters[3].result()[1][0]["payload"] == 4
+    assert workers[3].result()[1][0]["payload"] == 4
 
 
 def test_disconnected_waiter_is_skipped(server: Server, jobs: Any) -> None:
     c, name = jobs
-    gone = Waiter(server, request(claim_text(name), "gone"))
+    gone = HeldWorker(server, request(claim_text(name), "gone"))
     wait_held(c, 1)
-    stays = Waiter(server, request(claim_text(name), "stays"))
+    stays = HeldWorker(server, request(claim_text(name), "stays"))
     wait_held(c, 2)
     gone.close()
     time.sleep(0.1)
@@ -222,7 +222,7 @@ def test_held_claim_keeps_its_key_only_once_it_took(server: Server, jobs: Any) -
     body = json.dumps({"query": claim_text(name), "params": ["w1"]}).encode()  # the bytes request() sends
     r = c.post("/query", content=body, headers={"Fenec-Wait": "100", "Idempotency-Key": f"h-{name}"})
     assert r.json() == []
-    w = Waiter(server, request(claim_text(name), "w1", key=f"h-{name}"))
+    w = HeldWorker(server, request(claim_text(name), "w1", key=f"h-{name}"))
     wait_held(c, 1)
     q(c, f"put {name} {{payload: 1, run_at: now(), attempts: 0}}")
     status, rows = w.result()
@@ -265,11 +265,11 @@ def test_sigterm_answers_50_held_claims_at_once() -> None:
     try:
         with s.client() as c:
             q(c, JOBS)
-            waiters = [Waiter(s, request(claim_text("jobs"), f"w{i}", wait=30000)) for i in range(50)]
+            workers = [HeldWorker(s, request(claim_text("jobs"), f"w{i}", wait=30000)) for i in range(50)]
             wait_held(c, 50)
         t0 = time.monotonic()
         assert s.stop(signal.SIGTERM) == 0
-        answers = [w.result(30) for w in waiters]
+        answers = [w.result(30) for w in workers]
         assert all(a == (200, []) for a in answers)
         assert time.monotonic() - t0 < 15  # at once, not at their 30 s deadline
     finally:

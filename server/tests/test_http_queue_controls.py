@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from test_http_e2e import CLAIM, JOBS, Server, fresh_collection, q, served
-from test_http_held import Waiter, request, wait_held
+from test_http_held import HeldWorker, request, wait_held
 
 WORKERS = 16
 
@@ -92,19 +92,19 @@ def test_a_paused_queue_over_http_holds_its_claims_and_resume_wakes_them_in_orde
     assert paused_gauge(c, name) == 1
     put(c, name, 3)  # puts land
     assert q(c, claim_text(name, 5), "now").json() == []  # and no claim takes them
-    waiters = []
+    workers = []
     for i in range(3):
-        waiters.append(Waiter(server, request(claim_text(name, 1), f"w{i}")))
+        workers.append(HeldWorker(server, request(claim_text(name, 1), f"w{i}")))
         wait_held(c, i + 1)
     put(c, name, 1)  # a write wakes them: still paused, still held
     assert q(c, f"get {name} where owner != null count").json() == [{"count": 0}]
-    assert all(w.answer is None for w in waiters)
+    assert all(w.answer is None for w in workers)
     assert q(c, "show queues").json()[-1] == {"collection": name, "queue": None, "paused": True, "limits": []}
     assert q(c, f"resume queue {name}").status_code == 200
-    got = [w.result() for w in waiters]
+    got = [w.result() for w in workers]
     assert [(s, r[0]["owner"], r[0]["id"]) for s, r in got] == [(200, "w0", 1), (200, "w1", 2), (200, "w2", 3)]
     assert paused_gauge(c, name) == 0
-    for w in waiters:
+    for w in workers:
         w.close()
 
 

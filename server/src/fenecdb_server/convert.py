@@ -154,8 +154,8 @@ def coercer(ftype: Any) -> Callable[[Any], Any]:
 
 
 def to_json_flat(v: Any) -> Any:
-    """`coerce(v, "json")` with a short way for an object of text keys and plain values (a job's
-    typical payload): its keys sorted, no call per value. Anything else goes the general way."""
+    """`coerce(v, "json")`, an object of text keys and plain values (a job's typical payload) read
+    in one loop: its keys sorted, no call per value. Anything else goes the general way."""
     if type(v) is dict:
         for k, x in v.items():
             t = type(x)

@@ -45,7 +45,7 @@ def value(rng: random.Random, depth: int = 0) -> Any:
 
 def document(rng: random.Random) -> dict:
     names = [*SCHEMA.fields, "id", "payload.n", "owner.x", "nope", "attempt"]
-    if rng.random() < 0.6:  # the shape of a job: the common case the short way is for
+    if rng.random() < 0.6:  # the shape of a job: the common case, read without a call per value
         return {"payload": {"n": rng.randint(0, 10**6), "kind": "mail"}, "attempts": 0,
                 "run_at": rng.choice([1_700_000_000_000, V.make_ts(5), "2026-12-04T06:00:00Z"])}
     return {name: value(rng) for name in rng.sample(names, rng.randint(0, 5))}

@@ -34,7 +34,7 @@ def test_a_collection_at_a_time_is_the_row_at_a_time_rule(seed: int) -> None:
     mean: dict[str, float] = {}
     weight: dict[str, int] = {}
     for seq in range(1, 200):
-        rows = 1 if rng.random() < 0.5 else rng.randint(2, 120)  # one row: `record`'s short way for a put
+        rows = 1 if rng.random() < 0.5 else rng.randint(2, 120)  # one row: `record`'s own case of a put
         ops = [["p", rng.choice(list(docs)), i, {}] for i in range(rows)]
         size = rng.randint(50, 40_000)
         fp.record(size, seq, ops, docs.__getitem__)

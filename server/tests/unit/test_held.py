@@ -79,22 +79,22 @@ class FakeDriver:
     def settle(self, fn: Callable[[], None]) -> None:
         self.ready.append(fn)
 
-    def run(self, waiter: HeldClaim[Said], done: Callable[[Outcome[Said]], None]) -> None:
+    def run(self, held: HeldClaim[Said], done: Callable[[Outcome[Said]], None]) -> None:
         if self.hold_runs:
-            self.in_flight.append((waiter, done))
+            self.in_flight.append((held, done))
         else:
-            done(self.runner(waiter))
+            done(self.runner(held))
 
-    def runner(self, waiter: HeldClaim[Said]) -> Outcome[Said]:
-        c = waiter.payload
+    def runner(self, held: HeldClaim[Said]) -> Outcome[Said]:
+        c = held.payload
         assert isinstance(c, Claim)
         return run(self.db, c)
 
     def finish_runs(self) -> None:
         self.hold_runs = False
         while self.in_flight:
-            waiter, done = self.in_flight.pop(0)
-            done(self.runner(waiter))
+            held, done = self.in_flight.pop(0)
+            done(self.runner(held))
         self.drain()
 
     def drain(self) -> None:
@@ -139,7 +139,7 @@ class World:
         self.driver = FakeDriver(self.clock, self.db)
         self.lines: HeldClaims[Said] = HeldClaims(self.db, self.driver)
         self.answers: dict[str, Said] = {}
-        self.waiters: dict[str, HeldClaim[Said]] = {}
+        self.held_claims: dict[str, HeldClaim[Said]] = {}
 
     def hold(self, name: str, text: str = CLAIM, params: list[object] | None = None, wait_ms: int = 30_000,
              expires: int | None = None) -> HeldClaim[Said]:
@@ -148,11 +148,11 @@ class World:
         seen = self.db.seq
         first = run(self.db, c)
         assert not first.final, "the first run took something"
-        waiter = HeldClaim(c, first.answer, lambda a: self.answers.__setitem__(name, a))
-        self.waiters[name] = waiter
-        self.lines.hold(self.db.prepare_hold([(text, c.params)]), waiter, wait_ms, seen)
+        held = HeldClaim(c, first.answer, lambda a: self.answers.__setitem__(name, a))
+        self.held_claims[name] = held
+        self.lines.hold(self.db.prepare_hold([(text, c.params)]), held, wait_ms, seen)
         self.driver.drain()
-        return waiter
+        return held
 
     def put(self, n: int = 1, delay_ms: int = 0, coll: str = "jobs") -> None:
         if coll == "jobs":
@@ -314,7 +314,7 @@ def test_rule_7b_the_claim_that_ranks_the_job_first_gets_it(w: World) -> None:
     w.db.query("put rides {pickup: [29.1, 41], run_at: now()}")
     w.driver.advance(1)  # the write fell in the look gap of the pass that found nothing more
     assert list(w.answers) == ["c2", "c0"]
-    w.waiters["c1"]  # still held
+    w.held_claims["c1"]  # still held
     assert w.lines.held == 1
 
 
@@ -346,7 +346,7 @@ def test_rule_7b_a_delayed_ride_goes_to_the_nearest_at_its_time(w: World) -> Non
 def test_rule_8_a_waiter_whose_client_left_is_never_run(w: World) -> None:
     w.hold("w0")
     w.hold("w1")
-    w.lines.forget(w.waiters["w0"])
+    w.lines.forget(w.held_claims["w0"])
     assert w.lines.held == 1
     w.put(1)
     assert list(w.answers) == ["w1"]  # the row went to the next; the one gone was never told
@@ -356,7 +356,7 @@ def test_rule_8_a_waiter_whose_client_left_is_never_run(w: World) -> None:
 
 def test_rule_8_the_last_waiter_gone_drops_its_line(w: World) -> None:
     w.hold("w0")
-    w.lines.forget(w.waiters["w0"])
+    w.lines.forget(w.held_claims["w0"])
     assert not w.lines.lines and not w.lines.by_collection and w.lines.held == 0
     w.put(1)
     assert not w.answers and w.lines.looks == 0
@@ -418,7 +418,7 @@ def test_a_write_between_the_first_run_and_the_hold_makes_the_line_look_at_once(
     seen = w.db.seq
     first = run(w.db, c)
     w.db.query("put jobs {run_at: now()}")  # lands before the claim is held: no wake for it
-    waiter = HeldClaim(c, first.answer, lambda a: w.answers.__setitem__("w0", a))
-    w.lines.hold(w.db.prepare_hold([(CLAIM, ["w0"])]), waiter, 30_000, seen)
+    held = HeldClaim(c, first.answer, lambda a: w.answers.__setitem__("w0", a))
+    w.lines.hold(w.db.prepare_hold([(CLAIM, ["w0"])]), held, 30_000, seen)
     w.driver.drain()
     assert w.owner_of("w0") == "w0"

@@ -49,7 +49,7 @@ PUTS = GRAMMAR.replace(_EXPR, "?expr: primary\n").replace(_PRIMARY, """?primary:
 """)
 
 # ... and the same with the primaries of a document of literals only, no `if absent`: the texts the
-# short way is for.
+# literal reader (ql/literals.py) takes.
 _LITERAL_PRIMARIES = """?primary: literal
         | PARAM -> param
         | call

@@ -197,8 +197,8 @@ def _row_by_row(tally: Any, undo: list, ops: list) -> None:
 @pytest.mark.sources  # a spy on the engine's counter (conftest)
 @pytest.mark.parametrize("seed", range(6))
 def test_the_counting_of_a_block_follows_the_row_by_row_rule(clock: Clock, seed: int) -> None:
-    """`Tally._block` counts the workers' everyday writes on a short way (a put, a claim, an ack in
-    a collection without a queue field); random blocks of every kind, in collections with and
+    """`Tally._block` counts a block one collection at a time (`_part`), the workers' everyday writes
+    among them (a put, a claim, an ack in a collection without a queue field); random blocks of every kind, in collections with and
     without one, rows written twice in a block included, count as the rule says."""
     import random
 

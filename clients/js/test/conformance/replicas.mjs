@@ -72,7 +72,7 @@ async function aWorkerGivenAReplica(c) {
   const running = worker.run((job) => { done.push(job.id); });
   let checks = 0;
   const settled = async (want) => {
-    if ((await c.held(c.replica)) !== 0) throw new Failure(`R's ${c.data.held_gauge}: 0 / above 0 (a claim parked on the replica)`);
+    if ((await c.held(c.replica)) !== 0) throw new Failure(`R's ${c.data.held_gauge}: 0 / above 0 (a claim held on the replica)`);
     checks++;
     return done.length >= want && (await direct.from(c.q).count()) === 0;
   };

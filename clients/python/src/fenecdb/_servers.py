@@ -5,7 +5,7 @@ shared by the client and its keyed copies. `Route` walks one call through the ru
 
 * **Refusal.** A 403 with `Fenec-Primary: <url>` means nothing was done there: that URL becomes
   the primary (added to the list if it was not in it) and the same request is sent there at once,
-  whatever it is (a held claim too: it is never left parked on a replica). At most `MAX_HOPS` such
+  whatever it is (a held claim too: it is never left held on a replica). At most `MAX_HOPS` such
   hops per call; past them the 403 is the caller's. A 403 without the header is an ordinary 403.
 * **Unreachable.** A connection that could not be opened (`unsent`: nothing was sent) moves the
   primary to the next URL of the list, round robin, and the call is sent there; once every URL has

@@ -170,7 +170,7 @@ class ReplicasTest {
     }
 
     @Test
-    fun `a worker given a replica alone works the primary, its held claim never parked on the replica`() = runBlocking(Dispatchers.Default) {
+    fun `a worker given a replica alone works the primary, its claim never held on the replica`() = runBlocking(Dispatchers.Default) {
         val claimed = java.util.concurrent.atomic.AtomicBoolean()
         val acked = java.util.concurrent.atomic.AtomicBoolean()
         Fake { body ->
