@@ -52,7 +52,9 @@ def fake_load(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("parts", [harness.PARTS, ("async",), ("claims", "async"), ("durable", "sync")])
 def test_a_round_makes_its_phases_and_records_its_rows(fake_load: None, tmp_path: Any, parts: tuple) -> None:
-    system, recorded, phases = Stand(), {}, []
+    system = Stand()
+    recorded: dict[str, float] = {}
+    phases: list[str] = []
     dirs = harness.Workdirs(str(tmp_path))
     harness.one_round(system, harness.QUICK, dirs, recorded.__setitem__, phases.append, print, parts)
     assert len(phases) == harness.phases_per_round(parts)

@@ -99,10 +99,10 @@ def test_the_leftovers_of_every_crashed_run_are_removed_and_a_live_runs_kept() -
         try:
             for ns in made:
                 subprocess.run(["ip", "netns", "add", ns], check=True)
-            # a root link of a crashed run, its other end in that run's namespace, and a live run's
-            subprocess.run(["ip", "link", "add", f"fn{dead}b", "type", "veth", "peer", "name", "c", "netns",
-                            f"fn{dead}a"], check=True)
-            subprocess.run(["ip", "link", "add", f"fn{live.pid}b", "type", "dummy"], check=True)
+            # a root link of a crashed run and one of a live run, each pair's other end in the run's namespace
+            for pid in (dead, live.pid):
+                subprocess.run(["ip", "link", "add", f"fn{pid}b", "type", "veth", "peer", "name", "c", "netns",
+                                f"fn{pid}a"], check=True)
             network.remove()
             names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
             links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
