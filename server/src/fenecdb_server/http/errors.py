@@ -16,7 +16,7 @@ import json
 from ..errors import FenecError
 
 # The statuses HTTP answers with (http.md §6), by name: no other module of `http/` writes a status
-# number (test_http_rooms.py). An engine refusal's status is its kind's (`errors.STATUS`).
+# number (tests/unit/test_statuses.py). An engine refusal's status is its kind's (`errors.STATUS`).
 OK = 200
 NO_CONTENT = 204
 BAD_REQUEST = 400
