@@ -16,8 +16,7 @@ SECTION = "### A claim, from the socket to the sorted index"
 def section() -> str:
     text = (SERVER / "README.md").read_text(encoding="utf-8")
     start = text.index(SECTION)
-    end = text.find("\n## ", start)
-    return text[start:end]
+    return text[start:re.compile(r"\n##+ ").search(text, start + len(SECTION)).start()]  # to the next heading
 
 
 def names_in(path: Path) -> set[str]:
