@@ -121,6 +121,16 @@ class WorkerProcess:
         return "\n".join(f"      {self.name}| {line}" for line in rest)
 
 
+def deliver_sigint() -> None:
+    """SIGINT (the hard stop) reaches the worker processes started after this; call it from the main thread.
+
+    A process inherits an ignored SIGINT: a driver started as a shell's background job without job control
+    has it ignored, and so would every worker. A Python, Node or Go worker handles it all the same, but a JVM
+    keeps an inherited ignored SIGINT ignored whatever its program asks. A handler of this process's own
+    (Python's usual KeyboardInterrupt) is reset to the default in a child that execs, so the workers get it."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def wait_for(condition: Callable[[], bool], deadline_s: float, poll_s: float = 0.02) -> bool:
     """True once `condition()` holds; False if it still does not after `deadline_s`."""
     end = time.monotonic() + deadline_s

@@ -60,7 +60,7 @@ from typing import Any
 
 from fault_cluster import ETCD, Cluster
 from fault_layer import Proxy, ServerProcess
-from fault_workers import Event, Events, WorkerProcess, wait_for
+from fault_workers import Event, Events, WorkerProcess, deliver_sigint, wait_for
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = HERE / "fault-scenarios.json"
@@ -630,6 +630,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     # a SIGTERM (the caller giving up) unwinds through every `finally`, which kill what this started
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    deliver_sigint()
     sdk, root = args.sdk, args.root.resolve()
     data = json.loads(args.scenarios.read_text(encoding="utf-8"))
     scenarios = [s for s in data["scenarios"] if args.only in s["name"]]

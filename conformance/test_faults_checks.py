@@ -5,6 +5,10 @@ No server and no worker here: a `Driver` is built but never started, and a `Run`
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -142,6 +146,42 @@ def test_a_worker_that_printed_ready_and_exited_still_counts_as_ready(tmp_path: 
     run = Run({"name": "t", "jobs": []}, "q", [])
     run.workers = [WorkerProcess(0, driver.script, {"FENEC_WORKER": "w0"}, run.events, tmp_path)]
     assert driver.await_ready(run) and run.failures == []
+
+
+SIGINT_WORKER = """
+import json, signal, time
+ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+print(json.dumps({"event": "ready", "t": 1, "ignored": ignored}), flush=True)
+time.sleep(120)
+"""
+SIGINT_DRIVER = """
+import signal, sys
+from pathlib import Path
+from fault_workers import Events, WorkerProcess, deliver_sigint, wait_for
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a shell's background job without job control starts it
+if sys.argv[2] == "deliver":
+    deliver_sigint()
+tmp, events = Path(sys.argv[1]), Events()
+worker = WorkerProcess(0, tmp / "fault-worker.sh", {"FENEC_WORKER": "w0"}, events, tmp)
+assert wait_for(lambda: events.count("ready") == 1, 60)
+ignored = events.snapshot()[0]["ignored"]
+if not ignored:
+    worker.signal(signal.SIGINT)
+print(ignored, worker.wait(60) if not ignored else None)
+worker.kill()
+"""
+
+
+@pytest.mark.parametrize("deliver", [True, False])
+def test_a_worker_gets_sigint_though_the_driver_inherited_it_ignored(tmp_path: Path, deliver: bool) -> None:
+    """A driver started with SIGINT ignored: after `deliver_sigint` its workers do not inherit that, and the
+    hard stop's SIGINT ends them; without it they do (the second case: what a JVM worker never overrides)."""
+    (tmp_path / "fault-worker.sh").write_text(f"exec {sys.executable} -c '{SIGINT_WORKER}'\n")
+    here = Path(__file__).resolve().parent
+    out = subprocess.run([sys.executable, "-c", SIGINT_DRIVER, str(tmp_path), "deliver" if deliver else "not"],
+                         cwd=here, env={**os.environ, "PYTHONPATH": str(here)}, capture_output=True, text=True,
+                         timeout=180, check=True)
+    assert out.stdout.split() == (["False", str(-signal.SIGINT)] if deliver else ["True", "None"]), out
 
 
 class FakeWorker:

@@ -5,6 +5,7 @@ concurrency bound. Every wait is for a condition, with a generous deadline."""
 from __future__ import annotations
 
 import collections
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -314,6 +315,46 @@ def test_a_claim_is_retried_under_the_same_key() -> None:
     assert [e["call"] for e in events.of("retry")] == ["claim", "claim"]
     acks = [r for r in capture.requests if r.content.startswith(b'{"query":"del jobs')]
     assert [r.headers["Idempotency-Key"] for r in acks] == [f"ack:{owner}:1"]
+
+
+def test_an_extend_that_crosses_its_jobs_ack_is_no_lost_lease() -> None:
+    """The heartbeat sends job 1's extend while its handler runs; the handler returns and the ack
+    reaches the server first, so the extend finds the row gone (412). The ack is answered after the
+    worker has read that 412 (job 2's extend, the heartbeat's next call, shows it): the job was
+    acked, never lost. Each step waits on the one before, never on a sleep."""
+    extend_sent, ack_sent, next_extend_sent = threading.Event(), threading.Event(), threading.Event()
+
+    def reply(request: Sent) -> Answer:
+        text = json.loads(request.content)
+        query, params = text["query"], text.get("params", [])
+        if query.startswith("set jobs {owner"):  # the claim: two jobs; none after
+            rows = [{"id": 1, "payload": {}, "attempts": 1}, {"id": 2, "payload": {}, "attempts": 1}]
+            return answer(200, json=rows if not extend_sent.is_set() else [])
+        if query.startswith("set jobs {run_at") and params[1] == 1 and not extend_sent.is_set():
+            extend_sent.set()
+            assert ack_sent.wait(30), "the handler did not return"
+            return answer(412, json={"error": "require 1: 0 rows matched"})
+        if query.startswith("set jobs {run_at") and params[1] == 2 and ack_sent.is_set():
+            next_extend_sent.set()
+        if query.startswith("del jobs") and params[0] == 1:
+            ack_sent.set()
+            assert next_extend_sent.wait(30), "the heartbeat did not go on to job 2"
+        return answer(200, json={"affected": 1})
+
+    events = Recorder()
+    worker = Worker(Capture(reply).client(), "jobs", batch=2, concurrency=1, lease=30, heartbeat=0.01, wait=1,
+                    on_event=events)
+
+    def handle(job: Job) -> None:
+        if job.id == 1:
+            assert extend_sent.wait(30), "the heartbeat sent no extend"
+        else:
+            worker.stop()
+
+    running = Running(worker, handle)
+    running.join()
+    assert [e["id"] for e in events.of("done")] == [1, 2]
+    assert events.of("lost") == []
 
 
 def test_a_worker_restarted_under_its_name_is_not_replayed_its_last_claim(db: Client, queue: str) -> None:

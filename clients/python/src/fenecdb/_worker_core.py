@@ -26,9 +26,12 @@ one. No call of a stopping worker is retried past it, and every call's timeout i
 left of it plus `GRACE`, so `run` returns within `drain_timeout + GRACE` of a stop whether the
 server answers or not (conformance/worker-contract.json, "stop_bound").
 
-A job moves PENDING -> RUNNING -> SETTLING -> SETTLED, and from any of the first three to LOST
-(a 412 on extend or settle) or RELEASED (given back on stop). Only one settle ever starts: the
-one `begin_settle` lets through.
+A job moves PENDING -> RUNNING -> SETTLING -> SETTLED, and to LOST from PENDING or RUNNING (a 412 on
+an extend) or from SETTLING (a 412 on its settle), or to RELEASED (given back on stop). Only one
+settle ever starts: the one `begin_settle` lets through. A 412 on an extend of a SETTLING job is no
+news: the heartbeat sent that extend before the settle and the settle reached the server first (an
+ack deletes the row, a fail or give-back clears the owner); the settle's own answer tells whether
+the job was still this claim's.
 """
 
 from __future__ import annotations
@@ -136,7 +139,8 @@ class State(enum.Enum):
     RELEASED = "released"
 
 
-LIVE = (State.PENDING, State.RUNNING, State.SETTLING)
+# a job in hand, not yet being settled: a 412 on its extend is its lease lost
+LIVE = (State.PENDING, State.RUNNING)
 
 
 @dataclass(frozen=True)
@@ -283,6 +287,7 @@ class JobBase:
         self._move(State.SETTLED if done else State.LOST, allowed=(State.SETTLING,))
 
     def mark_lost(self) -> bool:
+        """An extend answered 412: the lease is lost, unless a settle is under way (it tells)."""
         return self._move(State.LOST, allowed=LIVE)
 
     def next_beat(self) -> int:

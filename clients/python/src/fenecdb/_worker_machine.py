@@ -32,6 +32,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from ._query import QueryBase, Statement, expr
 from ._worker_core import (
     EXHAUSTED,
+    LIVE,
     Backoff,
     Call,
     Events,
@@ -54,7 +55,6 @@ T = TypeVar("T")
 J = TypeVar("J", bound=JobBase)
 
 SETTLED_EVENT = {"ack": "done", "fail": "failed", "dead": "dead", "release": "released"}
-LIVE = (State.PENDING, State.RUNNING)  # a job in hand, not yet being settled
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import kotlinx.serialization.json.JsonNull
 import kotlinx.serialization.json.JsonObject
 import kotlinx.serialization.json.JsonPrimitive
 import sun.misc.Signal
+import sun.misc.SignalHandler
 import java.io.FileDescriptor
 import java.io.FileOutputStream
 import java.io.PrintStream
@@ -99,6 +100,17 @@ fun main() {
     val servers = (env("FENEC_SERVERS") ?: url).split(',').map { it.trim() }.filter { it.isNotEmpty() }
     val worker = Worker(Fenec.connect(servers, timeout = timeout), queueName, options)
 
+    // SIGTERM: the graceful stop; SIGINT: the hard one. Either ends `running`. Both are in place before `ready`: the
+    // driver signals as soon as it sees a job start, and a signal that came before its handler would be the JVM's
+    // (an exit without give-backs). A signal the JVM was started with ignored (a shell's background job without job
+    // control ignores SIGINT) stays ignored whatever is asked: said at once, rather than never stopping.
+    for ((sig, hard) in listOf("TERM" to false, "INT" to true)) {
+        val before = Signal.handle(Signal(sig)) { worker.stop(hard = hard) }
+        if (before == SignalHandler.SIG_IGN) {
+            System.err.println("fault worker $name: SIG$sig is ignored in this process (inherited), so it cannot stop the worker")
+            exitProcess(2)
+        }
+    }
     // `ready` comes first: the worker's own events follow it
     line(mapOf("event" to "ready", "worker" to name, "servers" to worker.db.servers, "t" to System.currentTimeMillis()))
     var failure: Throwable? = null
@@ -109,9 +121,6 @@ fun main() {
             failure = e
         }
     }
-    // SIGTERM: the graceful stop; SIGINT: the hard one. Either ends `running`.
-    Signal.handle(Signal("TERM")) { worker.stop() }
-    Signal.handle(Signal("INT")) { worker.stop(hard = true) }
     runBlocking { running.join() }
     val failed = failure
     if (failed != null && failed !is kotlinx.coroutines.CancellationException) {
