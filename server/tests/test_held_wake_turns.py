@@ -65,7 +65,7 @@ def test_a_put_wakes_a_held_claim_in_ten_turns_and_no_task() -> None:
 def test_where_closes_are_told_at_once_the_run_is_made_in_the_wake_pass_turn() -> None:
     # fenec-server's own transport tells a client's close in the turn it reads it, so the wake
     # pass, a turn after the write's, runs the claim at its end: no settling turn after it
-    # (held/on_asyncio.py). Counted so before: 1 more (the settling turn).
+    # (held/on_asyncio.py), which would make this 8.
     for turns, tasks in asyncio.run(_wakes(5, closes_told=True)):
         assert tasks == 0
         assert turns <= 7
