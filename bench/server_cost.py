@@ -11,12 +11,17 @@ runs with `--access-log /dev/null`, which the direct path leaves to that door): 
 what the direct path saves, the access log's own lines included. `--get PATH` sends `GET PATH`
 instead of the claims (the door's own cost, on a route of no data: `/_health`, `/_metrics`).
 
+`--wakes` measures a wake cycle instead (the harness's wake row, `bench/compare/loadgen.py`
+`wake_latency`): a worker's claim of 1 held (`Fenec-Wait`), a pause, a put on a connection of its
+own, the job in the worker's hand, --claims times; the server runs on a file at its default
+`--sync`, as the harness's, and with `--busy-poll 0`, so its count holds no spin that depends on time.
+
 `--callgrind` runs the server under valgrind's callgrind and prints its instructions a claim
 instead (the counters zeroed after the warm-up, dumped after the claims): a count, not a time, so
 it holds on a loaded machine.
 
     .venv/bin/python bench/server_cost.py [--claims 3000] [--src other/server/src] [--door direct|asgi]
-                                          [--get /_health] [--callgrind]
+                                          [--get /_health] [--wakes] [--callgrind]
 """
 
 from __future__ import annotations
@@ -34,6 +39,11 @@ import time
 
 CLAIM = ("set jobs {owner: $1, run_at: now() + 30000, attempts: attempts + 1} "
          "where run_at <= now() order run_at limit 10 returning *")
+# the harness's waiting worker's claim (bench/compare/fenec.py), its lease an hour: under valgrind the
+# cycles outlast 30 s, and a lapsed lease would hand an old job to the next claim before the one put
+WAIT_CLAIM = CLAIM.replace("limit 10", "limit 1").replace("30000", "3600000")
+PUT = "put jobs {payload: $1, run_at: now(), attempts: 0}"
+WAKE_PAUSE = 0.01  # the harness's pause between the held claim and the put (loadgen.WAKE_PAUSE)
 
 
 def wait_for_server(port: int, proc: subprocess.Popen, seconds: float = 60) -> None:
@@ -56,6 +66,7 @@ def main() -> int:
     ap.add_argument("--door", choices=("direct", "asgi"), default="direct",
                     help="asgi: every request through the ASGI door (--access-log /dev/null)")
     ap.add_argument("--get", default=None, help="send GET of this path instead of the claims (e.g. /_health)")
+    ap.add_argument("--wakes", action="store_true", help="a wake cycle of a held claim, --claims times")
     ap.add_argument("--callgrind", action="store_true", help="count the server's instructions (valgrind)")
     args = ap.parse_args()
     with socket.socket() as s:
@@ -64,7 +75,9 @@ def main() -> int:
     env = dict(os.environ, **({"PYTHONPATH": args.src} if args.src else {}))
     server = shutil.which("fenec-server", path=os.path.dirname(sys.executable)) or "fenec-server"
     door = ["--access-log", os.devnull] if args.door == "asgi" else []
-    command = [server, "--http", f"127.0.0.1:{port}", *door]
+    data = tempfile.mkdtemp(prefix="fenec-wakes-") if args.wakes else ""  # a file at its default --sync, as the harness's
+    command = [server, "--http", f"127.0.0.1:{port}", *door,
+               *(["--busy-poll", "0", "--file", os.path.join(data, "q.fenec")] if args.wakes else [])]
     dumps = tempfile.mkdtemp(prefix="fenec-callgrind-") if args.callgrind else ""
     if args.callgrind:  # the console script run by this interpreter, under valgrind
         command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={dumps}/out", sys.executable, *command]
@@ -82,7 +95,9 @@ def main() -> int:
                 raise RuntimeError(f"the server answered {answer.status}: {data[:200]!r}")
             return data
 
-        if not args.get:
+        if args.wakes:
+            query({"query": "create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int)"})
+        elif not args.get:
             query({"query": "create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int)"})
             jobs = 10 * (args.claims + 300)
             query({"query": "put jobs $1",
@@ -96,10 +111,29 @@ def main() -> int:
                 raise RuntimeError(f"the server answered {answer.status}: {data[:200]!r}")
             return data
 
+        worker = http.client.HTTPConnection("127.0.0.1", port)
+        pause = 0.5 if args.callgrind else WAKE_PAUSE  # the claim held before the put, however slow the server
+        done = [0]
+
+        def wake() -> bytes:
+            n = done[0] = done[0] + 1
+            worker.request("POST", "/query", body=json.dumps({"query": WAIT_CLAIM, "params": ["w"]}).encode(),
+                           headers={"Content-Type": "application/json", "Fenec-Wait": "30000"})
+            time.sleep(pause)
+            query({"query": PUT, "params": [{"n": n}]})
+            answer = worker.getresponse()
+            data = answer.read()
+            rows = json.loads(data)
+            if answer.status != 200 or len(rows) != 1 or rows[0]["payload"] != {"n": n}:
+                raise RuntimeError(f"the worker was not handed the job just put: {answer.status} {data[:200]!r}")
+            return data
+
         def one(params: list[str]) -> bytes:
+            if args.wakes:
+                return wake()
             return get() if args.get else query({"query": CLAIM, "params": params})
 
-        for _ in range(300):
+        for _ in range(20 if args.wakes else 300):
             one(["warm"])
 
         def cpu() -> float:
@@ -115,7 +149,8 @@ def main() -> int:
         if args.callgrind:
             subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
             print(json.dumps({"claims": args.claims, "server_instructions_per_claim": round(_instructions(dumps) / args.claims),
-                              "src": args.src or "installed", "door": args.door, "get": args.get}))
+                              "src": args.src or "installed", "door": args.door, "get": args.get,
+                              "wakes": args.wakes}))
             return 0
         print(json.dumps({"claims": args.claims, "server_cpu_us_per_claim": round(1e6 * used / args.claims),
                           "wall_us_per_claim": round(1e6 * wall / args.claims), "src": args.src or "installed",
@@ -123,6 +158,8 @@ def main() -> int:
     finally:
         proc.terminate()
         proc.wait(30)
+        if data:
+            shutil.rmtree(data, ignore_errors=True)
     return 0
 
 
