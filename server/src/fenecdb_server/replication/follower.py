@@ -1,6 +1,6 @@
 """The replica's side of replication: a thread that follows its primary's stream.
 
-It asks `GET /_replication?since=<its change number>&history=<its history id>` with the
+It asks `GET /_replication?since=<the change its file holds>&history=<its history id>` with the
 replication token, and reads the stream (feed.py has its format) a block at a time, as much as
 has arrived (one read of the socket for the many records a primary's sync sends). Every record is
 checked as recovery checks one: a damaged or cut stream is dropped, never written nor applied, and
