@@ -339,8 +339,8 @@ def test_sync_replicas_answer_a_write_once_a_replica_holds_it_else_503(tmp_path:
             code, headers, _ = p.query("put jobs {payload: $1, run_at: now()}", [i])
             assert code == 200
             seq = int(headers["fenec-seq"])
-            # answered: the replica said its disk holds it, so it has it now, no wait
-            assert r.status()["seq"] >= seq
+            # answered: the replica said its disk holds it (its memory, right after: the test below)
+            wait_for("the replica to apply it", lambda seq=seq: r.status()["seq"] >= seq)
         assert p.status()["synced"] >= seq
         # answered on the transport's direct path, as every write without replicas (no ASGI cycle)
         conn = http.client.HTTPConnection("127.0.0.1", p.port, timeout=30)
@@ -358,6 +358,39 @@ def test_sync_replicas_answer_a_write_once_a_replica_holds_it_else_503(tmp_path:
         p.stop()
 
 
+def test_a_replica_killed_after_its_ack_and_before_its_replay_has_the_record_from_its_file(tmp_path: Path) -> None:
+    """A sync replica acks a record once its disk holds it, before its memory does: a SIGKILL in
+    between loses nothing, as its file is replayed at start (here with its primary gone, so that
+    nothing is fetched again)."""
+    flag = tmp_path / "hold"
+    p = primary(tmp_path / "p.fenec", "--sync-replicas", "1", "--sync-replicas-wait", "5")
+    held = Server("--file", str(tmp_path / "r.fenec"), "--replication-token", TOKEN, "--replica-of", p.url,
+                  "--sync", "always", prefix=(sys.executable, str(Path(__file__).with_name("replica_held.py")),
+                                               str(flag))).ready()
+    r = None
+    try:
+        wait_for("the replica to connect", lambda: p.status()["replicas"])
+        assert p.query(JOBS)[0] == 200
+        flag.touch()  # the replica's replays wait from now on
+        wait_for("the replica's lock to be held", (tmp_path / "hold.held").exists)
+        code, headers, _ = p.query("put jobs {payload: 'acked', run_at: now()}")
+        assert code == 200  # acked: on the replica's disk
+        seq = int(headers["fenec-seq"])
+        assert held.status()["seq"] == seq - 1  # and not in its memory
+        held.kill()
+        p.stop()
+        flag.unlink()
+        r = replica(tmp_path / "r.fenec", p.url)
+        assert r.status()["seq"] == seq
+        code, _, rows = r.query("get jobs")
+        assert code == 200 and [row["payload"] for row in rows] == ["acked"]
+    finally:
+        held.kill()
+        if r is not None:
+            r.stop()
+        p.stop()
+
+
 def test_a_sync_replica_through_the_asgi_door_alone(tmp_path: Path) -> None:
     """With `--access-log` every request takes the ASGI door, the replica's acks included."""
     p = primary(tmp_path / "p.fenec", "--sync-replicas", "1", "--access-log", str(tmp_path / "access.log"))
@@ -367,7 +400,9 @@ def test_a_sync_replica_through_the_asgi_door_alone(tmp_path: Path) -> None:
         assert p.query(JOBS)[0] == 200
         for i in range(5):
             code, headers, _ = p.query("put jobs {payload: $1, run_at: now()}", [i])
-            assert code == 200 and r.status()["seq"] >= int(headers["fenec-seq"])
+            assert code == 200
+            seq = int(headers["fenec-seq"])
+            wait_for("the replica to apply it", lambda seq=seq: r.status()["seq"] >= seq)
         assert "POST /_replication/ack" in (tmp_path / "access.log").read_text()
     finally:
         r.stop()
@@ -389,7 +424,7 @@ def test_a_retry_under_the_same_idempotency_key_is_answered_only_once_a_sync_rep
         wait_for("the replica to connect", lambda: p.status()["replicas"])
         code, headers, body = p.query("put jobs {payload: 1, run_at: now()}", headers=key)
         assert code == 200 and headers.get("idempotent-replayed") == "true" and body == {"affected": 1}
-        assert len(r.query("get jobs")[2]) == 1
+        wait_for("the replica to apply it", lambda: len(r.query("get jobs")[2]) == 1)
     finally:
         if r is not None:
             r.stop()

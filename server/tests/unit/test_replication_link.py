@@ -207,3 +207,34 @@ def test_records_that_come_together_are_synced_once_and_acked_once(tmp_path: Pat
         follower.stop()
         primary.close()
         db.close()
+
+
+def test_the_ack_goes_out_before_the_replay(tmp_path: Path) -> None:
+    """The records are written and synced, and acked, while the replay into the memory waits: here it
+    waits for the engine's write lock, which this test holds shared (as a long read would)."""
+    records = written(tmp_path, 19)
+    primary = Primary()
+    db = Database(str(tmp_path / "r.fenec"), sync="off")
+    follower = Follower(db, Identity(str(tmp_path / "r.fenec")), f"http://127.0.0.1:{primary.port}", "t")
+    lock = db.engine.lock
+    held = False
+    try:
+        follower.start()
+        assert primary.streamed.wait(DEADLINE_S)
+        wait_for("the follower to read the stream's head", lambda: follower.connected)
+        lock.acquire_read()
+        held = True
+        primary.send(frames(records))
+        wait_for("an ack of change 20", lambda: primary.acks and primary.acks[-1] == 20)
+        assert db.seq == 0 and db.ahead == 20  # acked: on the replica's disk, not in its memory yet
+        assert db.log.durable == db.log.appended == 20
+        lock.release_read()
+        held = False
+        wait_for("the replay", lambda: db.seq == 20)
+        assert db.ahead == 0 and [r["n"] for r in db.query("get jobs")] == list(range(19))
+    finally:
+        if held:
+            lock.release_read()
+        follower.stop()
+        primary.close()
+        db.close()

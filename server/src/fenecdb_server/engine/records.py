@@ -73,6 +73,7 @@ replayed once but never written by any version).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -121,6 +122,17 @@ def loads(payload: bytes) -> Any:
         return orjson.loads(payload)
     except orjson.JSONDecodeError:
         return json.loads(payload)
+
+
+_CHANGE = re.compile(rb'\{"s":(\d+)[,}]')
+
+
+def change_of(payload: bytes) -> int:
+    """The change number a record or snapshot payload stands at, read off its start (`s` comes
+    first) without reading the rest: what a replica acks before it replays the record, and what
+    the primary's feed keeps each kept record by."""
+    m = _CHANGE.match(payload)
+    return int(m.group(1)) if m is not None else int(loads(payload)["s"])
 
 
 def encode(seq: int, ops: list, collections: dict[str, Collection]) -> tuple[bytes, list]:

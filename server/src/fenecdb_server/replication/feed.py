@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import re
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -164,10 +163,10 @@ class Feed:
         kept.reverse()
         dropped = len(found.records) - len(kept)
         if dropped:
-            base = _seq_of(found.records[dropped - 1])
+            base = records.change_of(found.records[dropped - 1])
         else:
-            base = _seq_of(found.snapshot) if found.snapshot is not None else 0
-        seqs = [_seq_of(p) for p in found.records[dropped:]]
+            base = records.change_of(found.snapshot) if found.snapshot is not None else 0
+        seqs = [records.change_of(p) for p in found.records[dropped:]]
         if seqs and seqs[-1] != self.db.seq:
             return  # not the records the engine holds: keep nothing
         self.base = base
@@ -249,12 +248,3 @@ def _wake_all(waiting: list[asyncio.Future[None]]) -> None:
     for more in waiting:
         if not more.done():
             more.set_result(None)
-
-
-_SEQ = re.compile(rb'\{"s":(\d+)[,}]')
-
-
-def _seq_of(payload: bytes) -> int:
-    """The change number a record or snapshot payload stands at (engine/records.py: `s` first)."""
-    m = _SEQ.match(payload)
-    return int(m.group(1)) if m is not None else int(records.loads(payload)["s"])

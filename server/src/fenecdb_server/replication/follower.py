@@ -1,30 +1,36 @@
 """The replica's side of replication: a thread that follows its primary's stream.
 
-It asks `GET /_replication?since=<its change number>&history=<its history id>` with the
+It asks `GET /_replication?since=<the change its file holds>&history=<its history id>` with the
 replication token, and reads the stream (feed.py has its format) a block at a time, as much as
-has arrived (one read of the socket for the many records a primary's sync sends): each write
-record is applied as recovery replays one (engine/records.py) under the engine's write lock and
-appended to the replica's own file through the same appender as every write. The whole records of
-a block are applied `APPLY_MOST` at a time, under one hold of the lock and appended in one write
-(`append_all`), rather than a lock round and a write for each. An image replaces the whole
-database (`Database`'s engine state loaded from it, then the file compacted to it before the next
-record is applied: a crash in between leaves the old file, whose change number asks for the image
-again). Every record is checked as recovery checks one: a damaged or cut stream is dropped, never
-applied, and asked for again.
+has arrived (one read of the socket for the many records a primary's sync sends). Every record is
+checked as recovery checks one: a damaged or cut stream is dropped, never written nor applied, and
+asked for again. The whole write records of a block go to the replica's own file first, in one
+write (`Database.append_ahead`), and into its memory after (`Database.apply_ahead`, as recovery
+replays a record, `APPLY_MOST` at a time under one hold of the engine's write lock): the disk
+first, so that a sync replica's ack, which says "on this replica's disk", waits for no replay.
+Until they are replayed the file is ahead of the memory, which nothing else here sees: reads,
+`Fenec-After` and the lag numbers are of the memory (what the replica serves), a compaction's
+snapshot of the memory is followed by those records in the new file (database.py), and a crash
+before the replay loses none (the file is replayed at start). The follower replays every record it
+wrote before it reads again or stops, so that a promotion, a close or the next stream finds the
+file and the memory at one change. An image replaces the whole database (`Database`'s engine state
+loaded from it, then the file compacted to it before the next record is written: a crash in
+between leaves the old file, whose change number asks for the image again).
 
-Records that come together are made durable together: once nothing more of the stream is there to
-read (link.py's `Stream.ready`, asked between blocks), or `SETTLE_S` after the first record not yet
-settled, the follower settles what it applied: one fdatasync for all of it (under `--sync always`,
-or whatever `--sync` says when its primary waits for acks), then, when the primary runs
+Records that come together are made durable together: once a block is written and nothing more of
+the stream is there to read (link.py's `Stream.ready`), or `SETTLE_S` after the first record not
+yet settled, the follower settles what it wrote: one fdatasync for all of it (under `--sync
+always`, or whatever `--sync` says when its primary waits for acks), then, when the primary runs
 `--sync-replicas` (its stream's `Fenec-Sync-Replicas` header above 0), one ack saying the change
-its disk now holds (link.py's `Acks`, a connection of its own). Nothing is acked before its
-fdatasync. The same thread reads, applies, syncs and acks: no record is handed to another thread
-on its way to the primary's answer.
+its disk now holds (link.py's `Acks`, a connection of its own), and only then the replay. Nothing
+is acked before its fdatasync. The same thread reads, writes, syncs, acks and replays: no record is
+handed to another thread on its way to the primary's answer.
 
 In a cluster (cluster.py) the stream's `Fenec-Term` header names the term of the primary sending it:
 a stream of a term below the highest this replica has seen (`floor`: in etcd, or in a record it
-applied) is refused, and so is the rest of a stream once a higher term is known, so that no record
-of a deposed primary is applied after its successor was elected.
+applied) is refused, and so is the rest of a stream once a higher term is known (checked before
+each write to the file), so that no record of a deposed primary is written or applied after its
+successor was elected.
 
 Silence longer than `SILENCE_S` (the primary sends a keep-alive every second) ends the
 connection: a frozen primary or a cut link is found within it, and the follower reconnects,
@@ -84,13 +90,13 @@ class Follower:
         self.last_contact = 0.0  # time.time() of the last bytes from the primary (0: never)
         self.primary_seq = 0  # the primary's change number, as it last said (its stream's head, then records)
         self.images = 0  # images received since start
-        self.records = 0  # records applied since start
+        self.records = 0  # records written to the file since start (each replayed right after)
         self.level_at = time.time()  # when it last held every change it knew its primary had
         self.ident = secrets.token_hex(8)  # this follower, to its primary (its acks counted once)
         self.acking = False  # the primary wants acks (its --sync-replicas)
         self.acked = 0  # the change the last ack said
-        self._ticket = 0  # the log's ticket of the last record applied and not settled yet (0: none)
-        self._change = 0  # the change number of the last record applied
+        self._ticket = 0  # the log's ticket of the last record written and not settled yet (0: none)
+        self._change = 0  # the change number of the last record written to the file
         self._durable = 0  # the highest change this follower made sure its disk holds (0: none yet)
         self._since = 0.0  # time.monotonic() of the first record not settled yet
         self._imaged = False  # the stream's last record was an image (its history is this file's now)
@@ -103,7 +109,8 @@ class Follower:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop following (the current record is applied whole or not at all) and wait for it."""
+        """Stop following (the records written to the file are replayed first; none after) and
+        wait for it."""
         self._stop.set()
         stream = self._stream
         if stream is not None:
@@ -140,7 +147,8 @@ class Follower:
             self._acks.close()
 
     def _follow(self) -> None:
-        since = self.db.seq
+        self._replay()  # what a failed replay left written and not replayed (`Database.apply_ahead`)
+        since = max(self.db.seq, self._change)  # the file's change: a record written is not asked again
         query = urllib.parse.urlencode({"since": since, "history": self.identity.history})
         headers = {"authorization": f"Bearer {self.token}", "fenec-replica": self.ident}
         if self.member:
@@ -173,10 +181,10 @@ class Follower:
             del pending[:self._take(pending, history)]
 
     def _take(self, buf: bytearray, history: str) -> int:
-        """Check and apply the whole records at the start of `buf`, in order; answer the bytes
-        they took (a record cut at the end waits for the next read). Write records are applied
-        `APPLY_MOST` at a time (`_apply`); a damaged record raises StreamBroken after those before
-        it are applied, and nothing after it is."""
+        """Check and take the whole records at the start of `buf`, in order; answer the bytes
+        they took (a record cut at the end waits for the next read). The write records between
+        two others (an image, a keep-alive) are written and replayed together (`_write`); a
+        damaged record raises StreamBroken after those before it are, and nothing after it is."""
         at = 0
         batch: list[bytes] = []
         broken = ""
@@ -199,11 +207,8 @@ class Follower:
                 at = end
                 if payload and not word & SNAPSHOT_BIT:
                     batch.append(payload)
-                    if len(batch) >= APPLY_MOST:
-                        self._apply(batch, history)
-                        batch = []
                     continue
-                self._apply(batch, history)  # the records before it first
+                self._write(batch, history)  # the records before it first
                 batch = []
                 if word & SNAPSHOT_BIT:
                     self._image(payload)
@@ -217,7 +222,7 @@ class Follower:
                         self._ack(self._durable)  # an ack lost with its connection: said again (link.py)
         finally:
             view.release()
-        self._apply(batch, history)
+        self._write(batch, history)
         if broken:
             raise StreamBroken(broken)
         return at
@@ -234,54 +239,44 @@ class Follower:
             raise StreamBroken(f"the stream's term {self.term} is below {self.floor()}, the highest seen: "
                                "its primary was deposed")
 
-    def _apply(self, payloads: list[bytes], history: str) -> None:
-        """Apply write records in order, under one hold of the engine's write lock, and append them
-        to this server's file in one write where its appender can (`append_all`: a record at a time
-        otherwise); the last one's ticket is settled with the records that came with it (the
-        module's docstring)."""
-        if not payloads or self._stop.is_set():  # stopped: the stream is dropped, nothing more applied
+    def _write(self, payloads: list[bytes], history: str) -> None:
+        """Write records to this server's file in one write, settle them if nothing more is there
+        to read (the module's docstring), then replay them into the memory."""
+        if not payloads or self._stop.is_set():  # stopped: the stream is dropped, nothing more written
             return
         self._check_term()
         if not self._imaged and self.identity.history != history:
             self.identity.follow(self.url, history)
         self._imaged = False
-        engine = self.db.engine
-        done: list[tuple[bytes, int, list]] = []
-        ticket: object = None
-        engine.lock.acquire_write()
         try:
-            appender = engine.appender
-            append_all = getattr(appender, "append_all", None)
-            try:
-                for payload in payloads:
-                    seq, ops = records.replay(engine, payload)
-                    done.append((payload, seq, ops))
-                    if appender is not None and append_all is None:
-                        ticket = appender.append(payload, seq, ops)
-            finally:  # what was applied is appended, whatever stopped the rest
-                if done and append_all is not None:
-                    ticket = append_all(done)
-        finally:
-            engine.lock.release_write()
-            if done:
-                self._applied(done[-1][1], len(done), ticket)
+            ticket = self.db.append_ahead(payloads)
+            self._change = records.change_of(payloads[-1])
+            if ticket:
+                if not self._ticket:
+                    self._since = time.monotonic()
+                self._ticket = ticket
+            stream = self._stream
+            if self._ticket and (stream is None or not stream.ready()
+                                 or time.monotonic() - self._since >= SETTLE_S):
+                self._settle()
+        finally:  # what was written is replayed, whatever stopped the rest
+            self._replay()
 
-    def _applied(self, seq: int, count: int, ticket: object) -> None:
-        """`count` records applied, the last at change `seq` and log ticket `ticket`."""
-        if isinstance(ticket, int):
-            if not self._ticket:
-                self._since = time.monotonic()
-            self._ticket = ticket  # settled with the records that came with it (the module's docstring)
-        self._change = seq
-        self.records += count
-        if seq >= self.primary_seq:
-            self.primary_seq = seq
-            self.level_at = time.time()
-        if self.applied is not None:
-            self.applied(seq)
+    def _replay(self) -> None:
+        """Replay every record written and not replayed yet, `APPLY_MOST` at a time."""
+        db = self.db
+        while db.ahead:
+            count = db.apply_ahead(APPLY_MOST)
+            seq = db.seq
+            self.records += count
+            if seq >= self.primary_seq:
+                self.primary_seq = seq
+                self.level_at = time.time()
+            if self.applied is not None:
+                self.applied(seq)
 
     def _settle(self) -> None:
-        """The records applied and not settled: one fdatasync for them all where `--sync always`
+        """The records written and not settled: one fdatasync for them all where `--sync always`
         or the primary's acks want it, then the ack (the module's docstring)."""
         ticket, self._ticket = self._ticket, 0
         log_ = self.db.log

@@ -150,20 +150,17 @@ class Stream:
 
     def take(self, n: int) -> bytes:
         """The body's next `n` bytes, waiting for them; EOFError if the body ends first."""
-        body = self._body
-        while len(body) < n:
-            if self._ended or not self._fill():
-                self._ended = True
-                raise EOFError
-        got = bytes(body[:n])
-        del body[:n]
-        return got
+        return self._cut(n, n)
 
     def some(self, most: int) -> bytes:
         """Up to `most` of the body's next bytes, as many as are here, waiting only when none is;
         EOFError if the body ends first (the follower reads a block at a time, follower.py)."""
+        return self._cut(1, most)
+
+    def _cut(self, least: int, most: int) -> bytes:
+        """The body's next bytes, at least `least` (waiting for them) and at most `most`."""
         body = self._body
-        while not body:
+        while len(body) < least:
             if self._ended or not self._fill():
                 self._ended = True
                 raise EOFError

@@ -1,6 +1,7 @@
 """Compaction: replace the file by its snapshot plus the records written since (server.md §2).
 
-    engine, under its write lock:   mark = log.compaction_start()   (file end at the snapshot)
+    engine, under its write lock:   mark = log.compaction_start()   (file end at the snapshot,
+                                        less a replica's records not replayed yet)
                                     snapshot = <serialize the live data>
     engine, no lock:                log.compaction_finish(snapshot, mark) -> run() below
 

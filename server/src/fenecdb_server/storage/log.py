@@ -122,7 +122,8 @@ IOV_MOST = 1024  # the buffers one writev may take (Linux's IOV_MAX): more are j
 
 
 class Log:
-    """One data file. `append` is called under the engine's write lock; everything else not.
+    """One data file. `append` is called under the engine's write lock (a replica's `append_all`
+    under its database's own, database.py `_Ahead`); everything else not.
 
     The Log holds where the records end and the file's space (`append`, preallocation,
     compaction's hand-over); `commit` (group_commit.py) holds the tickets and their syncs;
@@ -172,9 +173,9 @@ class Log:
             return self.commit.appended
 
     def append_all(self, payloads: list[bytes]) -> int:
-        """Frame and write records in order, in one write (a replica applying what its primary's
-        sync sent, replication/follower.py); return the last one's ticket, each record's being
-        one more than the one before's. Raises StorageFailed."""
+        """Frame and write records in order, in one write (a replica's records, written before
+        its engine replays them: database.py `append_ahead`); return the last one's ticket, each
+        record's being one more than the one before's. Raises StorageFailed."""
         parts: list[bytes] = []
         want = 0
         for payload in payloads:
@@ -315,15 +316,18 @@ class Log:
 
     # -- compaction's hand-over (compaction.py does the copy) ------------------------------------
 
-    def compaction_start(self) -> tuple[int, int]:
-        """Under the engine's write lock: the position the snapshot being taken stands at."""
+    def compaction_start(self, behind_bytes: int = 0, behind_records: int = 0) -> tuple[int, int]:
+        """Under the engine's write lock: the position the snapshot being taken stands at, the
+        file's end but for its last `behind_records` records (`behind_bytes`, headers included),
+        which the snapshot does not hold (a replica's records not replayed yet): they are copied
+        after it as the ones appended later are."""
         with self._lock:
             if self._compacting:
                 raise FenecError("busy", "a compaction is already running")
             if self.commit.failure is not None:
                 raise StorageFailed(f"compaction refused after a storage error: {self.commit.failure}")
             self._compacting = True
-            return (self._end, self._records)
+            return (self._end - behind_bytes, self._records - behind_records)
 
     def compaction_cancel(self) -> None:
         """Forget a `compaction_start` whose snapshot could not be made."""
