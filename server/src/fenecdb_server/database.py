@@ -130,19 +130,64 @@ class _LogAppender:
         self._log.wait_durable(ticket)
 
 
-class _Ahead:
-    """A replica's records in the file and not yet in the engine (`Database.append_ahead`), oldest
-    first, and their bytes in the file (headers included). `lock` orders a replica's append with a
-    compaction's mark: the mark, taken under the engine's write lock and this one, stands before
-    these records, so the snapshot (of the engine, which does not hold them) is followed by them in
-    the new file. Replaying them (`Database.apply_ahead`) takes the engine's write lock, then this."""
+class Ahead:
+    """A replica's records in the file and not yet in the engine (replication/follower.py): the
+    replica writes them to its file in one write (`append`), makes them durable and acks them,
+    and only then replays them (`apply`), so that its ack waits for no replay. Not under the
+    engine's write lock (the replica's reads go on); a crash before the replay loses nothing, as
+    recovery replays the file. `payloads` are those records, oldest first, and `size` their bytes
+    in the file (headers included). `lock` orders an append with a compaction's mark: the mark,
+    taken under the engine's write lock and this one, stands before these records, so the
+    snapshot (of the engine, which does not hold them) is followed by them in the new file. A
+    replay takes the engine's write lock, then this one."""
 
-    __slots__ = ("lock", "payloads", "size")
+    __slots__ = ("lock", "payloads", "size", "_engine", "_log", "_footprint", "_documents")
 
-    def __init__(self) -> None:
+    def __init__(self, engine: Engine, log_: Log | None, footprint: Footprint,
+                 documents: Callable[[str], int]) -> None:
         self.lock = threading.Lock()
         self.payloads: collections.deque[bytes] = collections.deque()
         self.size = 0
+        self._engine = engine
+        self._log = log_
+        self._footprint = footprint
+        self._documents = documents
+
+    @property
+    def waiting(self) -> int:
+        """How many records are in the file and not yet in the engine."""
+        return len(self.payloads)
+
+    def append(self, payloads: list[bytes]) -> int:
+        """Write records (checked, in order) to the file in one write; answer the last one's
+        ticket (0 in memory: nothing to make durable). Raises StorageFailed as an append does."""
+        with self.lock:
+            ticket = self._log.append_all(payloads) if self._log is not None else 0
+            self.payloads.extend(payloads)
+            self.size += sum(RECORD_HEADER_SIZE + len(p) for p in payloads)
+        return ticket
+
+    def apply(self, most: int) -> int:
+        """Replay up to `most` of them, oldest first, under one hold of the engine's write lock;
+        answer how many (0: none was waiting). A record whose replay fails is dropped from those
+        waiting all the same, and the error raised: the file holds it, the next start replays it."""
+        engine = self._engine
+        done = 0
+        engine.lock.acquire_write()
+        try:
+            while done < most and self.payloads:
+                with self.lock:
+                    payload = self.payloads.popleft()
+                    self.size -= RECORD_HEADER_SIZE + len(payload)
+                done += 1
+                seq, ops = records.replay(engine, payload)
+                try:
+                    self._footprint.record(len(payload), seq, ops, self._documents)
+                except Exception:
+                    log.exception("internal error measuring change %d", seq)
+        finally:
+            engine.lock.release_write()
+        return done
 
 
 class Database:
@@ -160,7 +205,6 @@ class Database:
         self.path = path
         self._log: Log | None = None
         self._footprint = Footprint()  # the dead-bytes estimate (storage/footprint.py)
-        self._ahead = _Ahead()  # a replica's records on file and not yet in the engine
         self.auto_compactions = 0
         self.last_compaction: dict = {}
         if path is not None:
@@ -172,6 +216,7 @@ class Database:
                 seq, ops = records.replay(self.engine, payload)
                 self._footprint.record(len(payload), seq, ops, self._documents)
             self.engine.appender = _LogAppender(self._log, self._footprint, self._documents)
+        self.ahead = Ahead(self.engine, self._log, self._footprint, self._documents)  # a replica's records
         if schedule_timer and clock is None:
             self._timer = Timer(self)
             self.engine.catalog.schedules.changed = self._timer.poke
@@ -249,51 +294,6 @@ class Database:
         finally:
             engine.lock.release_write()
 
-    # ---------------------------------------------------------------- a replica's records
-
-    def append_ahead(self, payloads: list[bytes]) -> int:
-        """A replica's records (checked, in order: replication/follower.py) written to the file
-        in one write before the engine holds them: the replica makes them durable and acks them
-        first, and replays them after (`apply_ahead`). Answers the last one's ticket (0 in
-        memory: nothing to make durable). Not under the engine's write lock (the replica's reads
-        go on); a crash before the replay loses nothing, as recovery replays the file. Raises
-        StorageFailed as an append does."""
-        ahead = self._ahead
-        with ahead.lock:
-            ticket = self._log.append_all(payloads) if self._log is not None else 0
-            ahead.payloads.extend(payloads)
-            ahead.size += sum(RECORD_HEADER_SIZE + len(p) for p in payloads)
-        return ticket
-
-    def apply_ahead(self, most: int) -> int:
-        """Replay up to `most` of the records `append_ahead` wrote, oldest first, under one hold
-        of the engine's write lock; answer how many (0: none was ahead). A record whose replay
-        fails is dropped from those ahead all the same, and the error raised: the file holds it,
-        and the next start replays it."""
-        engine = self.engine
-        ahead = self._ahead
-        done = 0
-        engine.lock.acquire_write()
-        try:
-            while done < most and ahead.payloads:
-                with ahead.lock:
-                    payload = ahead.payloads.popleft()
-                    ahead.size -= RECORD_HEADER_SIZE + len(payload)
-                done += 1
-                seq, ops = records.replay(engine, payload)
-                try:
-                    self._footprint.record(len(payload), seq, ops, self._documents)
-                except Exception:
-                    log.exception("internal error measuring change %d", seq)
-        finally:
-            engine.lock.release_write()
-        return done
-
-    @property
-    def ahead(self) -> int:
-        """How many of a replica's records are in the file and not yet in the engine."""
-        return len(self._ahead.payloads)
-
     # ---------------------------------------------------------------- snapshots
 
     def compact(self, *, auto: bool = False, pace: Callable[[], None] | None = None) -> dict:
@@ -302,7 +302,7 @@ class Database:
         `pace`: called between chunks of the encoding (a server's `Pace`; `_hand_over` if None)."""
         if self._log is None:
             return {}
-        done = _compact(self.engine, self._log, self._footprint, self._ahead, pace)
+        done = _compact(self.engine, self._log, self._footprint, self.ahead, pace)
         self.last_compaction = done
         if auto:
             self.auto_compactions += 1
@@ -519,11 +519,11 @@ def wrap(answer: Any) -> dict:
     return answer
 
 
-def _compact(engine: Engine, log_: Log, footprint: Footprint, ahead: _Ahead,
+def _compact(engine: Engine, log_: Log, footprint: Footprint, ahead: Ahead,
              pace: Callable[[], None] | None) -> dict:
     """`Database.compact`'s snapshot: the row maps copied under the write lock, encoded and
     written outside it, swapped in by the log; the dead-bytes estimate calibrated after. The
-    snapshot's mark stands before a replica's records not yet replayed (`_Ahead`)."""
+    snapshot's mark stands before a replica's records not yet replayed (`Ahead`)."""
     lock = engine.lock
     lock.acquire_write()
     try:

@@ -23,6 +23,8 @@ FACE = {
     "keys", "schemas", "cached", "tally",
     # the queues' controls and the schedules (the metrics; the server's schedule timer)
     "controls", "schedules", "fire_due",
+    # a replica's records, written to the file before the engine replays them (replication/follower.py)
+    "ahead",
     # the engine itself, for tests and tools that read its caches
     "engine",
 }

@@ -177,7 +177,7 @@ def test_a_damaged_record_is_never_applied_and_the_stream_is_asked_again_from_be
 
 
 def test_a_compaction_while_records_are_written_and_not_replayed_loses_none(tmp_path: Path) -> None:
-    """A replica's records are in its file before its memory holds them (`Database.append_ahead`): a
+    """A replica's records are in its file before its memory holds them (`Database.ahead`): a
     compaction then (its snapshot is of the memory) keeps them after the snapshot, and a replay after
     the compaction's swap, or none at all (a crash), leaves them in the file."""
     got = primary_records(tmp_path / "p.fenec", 100)
@@ -185,14 +185,14 @@ def test_a_compaction_while_records_are_written_and_not_replayed_loses_none(tmp_
     first, rest = payloads[:60], payloads[60:]
     db = Database(str(tmp_path / "r.fenec"), sync="always")
     try:
-        db.append_ahead(first)
-        assert db.apply_ahead(1000) == 60 and db.seq == got[59][0]
-        db.append_ahead(rest)
-        assert db.ahead == len(rest) and db.seq == got[59][0]
+        db.ahead.append(first)
+        assert db.ahead.apply(1000) == 60 and db.seq == got[59][0]
+        db.ahead.append(rest)
+        assert db.ahead.waiting == len(rest) and db.seq == got[59][0]
         done = db.compact()
         assert done["bytes_after"] < done["bytes_before"]
-        assert db.apply_ahead(1000) == len(rest) and db.seq == got[-1][0]
-        db.append_ahead([b'{"s":%d,"o":[]}' % (got[-1][0] + 1)])  # written, and never replayed here
+        assert db.ahead.apply(1000) == len(rest) and db.seq == got[-1][0]
+        db.ahead.append([b'{"s":%d,"o":[]}' % (got[-1][0] + 1)])  # written, and never replayed here
         db.compact()
         answer = db.query("get jobs")
     finally:

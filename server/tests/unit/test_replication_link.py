@@ -226,12 +226,12 @@ def test_the_ack_goes_out_before_the_replay(tmp_path: Path) -> None:
         held = True
         primary.send(frames(records))
         wait_for("an ack of change 20", lambda: primary.acks and primary.acks[-1] == 20)
-        assert db.seq == 0 and db.ahead == 20  # acked: on the replica's disk, not in its memory yet
+        assert db.seq == 0 and db.ahead.waiting == 20  # acked: on the replica's disk, not in its memory yet
         assert db.log.durable == db.log.appended == 20
         lock.release_read()
         held = False
         wait_for("the replay", lambda: db.seq == 20)
-        assert db.ahead == 0 and [r["n"] for r in db.query("get jobs")] == list(range(19))
+        assert db.ahead.waiting == 0 and [r["n"] for r in db.query("get jobs")] == list(range(19))
     finally:
         if held:
             lock.release_read()

@@ -5,7 +5,7 @@ replication token, and reads the stream (feed.py has its format) a block at a ti
 has arrived (one read of the socket for the many records a primary's sync sends). Every record is
 checked as recovery checks one: a damaged or cut stream is dropped, never written nor applied, and
 asked for again. The whole write records of a block go to the replica's own file first, in one
-write (`Database.append_ahead`), and into its memory after (`Database.apply_ahead`, as recovery
+write (`Database.ahead`), and into its memory after (`Ahead.apply`, as recovery
 replays a record, `APPLY_MOST` at a time under one hold of the engine's write lock): the disk
 first, so that a sync replica's ack, which says "on this replica's disk", waits for no replay.
 Until they are replayed the file is ahead of the memory, which nothing else here sees: reads,
@@ -147,7 +147,7 @@ class Follower:
             self._acks.close()
 
     def _follow(self) -> None:
-        self._replay()  # what a failed replay left written and not replayed (`Database.apply_ahead`)
+        self._replay()  # what a failed replay left written and not replayed (`Ahead.apply`)
         since = max(self.db.seq, self._change)  # the file's change: a record written is not asked again
         query = urllib.parse.urlencode({"since": since, "history": self.identity.history})
         headers = {"authorization": f"Bearer {self.token}", "fenec-replica": self.ident}
@@ -249,7 +249,7 @@ class Follower:
             self.identity.follow(self.url, history)
         self._imaged = False
         try:
-            ticket = self.db.append_ahead(payloads)
+            ticket = self.db.ahead.append(payloads)
             self._change = records.change_of(payloads[-1])
             if ticket:
                 if not self._ticket:
@@ -265,8 +265,8 @@ class Follower:
     def _replay(self) -> None:
         """Replay every record written and not replayed yet, `APPLY_MOST` at a time."""
         db = self.db
-        while db.ahead:
-            count = db.apply_ahead(APPLY_MOST)
+        while db.ahead.waiting:
+            count = db.ahead.apply(APPLY_MOST)
             seq = db.seq
             self.records += count
             if seq >= self.primary_seq:

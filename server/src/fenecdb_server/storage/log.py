@@ -123,7 +123,7 @@ IOV_MOST = 1024  # the buffers one writev may take (Linux's IOV_MAX): more are j
 
 class Log:
     """One data file. `append` is called under the engine's write lock (a replica's `append_all`
-    under its database's own, database.py `_Ahead`); everything else not.
+    under its database's own, database.py `Ahead`); everything else not.
 
     The Log holds where the records end and the file's space (`append`, preallocation,
     compaction's hand-over); `commit` (group_commit.py) holds the tickets and their syncs;
@@ -174,7 +174,7 @@ class Log:
 
     def append_all(self, payloads: list[bytes]) -> int:
         """Frame and write records in order, in one write (a replica's records, written before
-        its engine replays them: database.py `append_ahead`); return the last one's ticket, each
+        its engine replays them: database.py `Ahead`); return the last one's ticket, each
         record's being one more than the one before's. Raises StorageFailed."""
         parts: list[bytes] = []
         want = 0
