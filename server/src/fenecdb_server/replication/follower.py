@@ -2,11 +2,13 @@
 
 It asks `GET /_replication?since=<its change number>&history=<its history id>` with the
 replication token, and reads the stream (feed.py has its format) a block at a time, as much as
-has arrived (one read of the socket for the many records a primary's sync sends): each write
-record is applied as recovery replays one (engine/records.py) under the engine's write lock and
-appended to the replica's own file through the same appender as every write. The whole records of
-a block are applied `APPLY_MOST` at a time, under one hold of the lock and appended in one write
-(`append_all`), rather than a lock round and a write for each. An image replaces the whole
+has arrived (one read of the socket for the many records a primary's sync sends): the write
+records are applied under the engine's write lock and appended to the replica's own file through
+the same appender as every write. The whole records of a block are applied `APPLY_MOST` at a time,
+under one hold of the lock and appended in one write (`append_all`), rather than a lock round and a
+write for each; what they change is applied as their net effect (engine/records.py, `replay_all`:
+a job claimed and acked among them is one delete of its row), to the state applying each in turn
+would leave, while the file gets every record as it came. An image replaces the whole
 database (`Database`'s engine state loaded from it, then the file compacted to it before the next
 record is applied: a crash in between leaves the old file, whose change number asks for the image
 again). Every record is checked as recovery checks one: a damaged or cut stream is dropped, never
@@ -250,17 +252,17 @@ class Follower:
         ticket: object = None
         engine.lock.acquire_write()
         try:
-            appender = engine.appender
-            append_all = getattr(appender, "append_all", None)
             try:
-                for payload in payloads:
-                    seq, ops = records.replay(engine, payload)
-                    done.append((payload, seq, ops))
-                    if appender is not None and append_all is None:
-                        ticket = appender.append(payload, seq, ops)
+                records.replay_all(engine, payloads, done)
             finally:  # what was applied is appended, whatever stopped the rest
-                if done and append_all is not None:
-                    ticket = append_all(done)
+                appender = engine.appender
+                if done and appender is not None:
+                    append_all = getattr(appender, "append_all", None)
+                    if append_all is not None:
+                        ticket = append_all(done)
+                    else:
+                        for payload, seq, ops in done:
+                            ticket = appender.append(payload, seq, ops)
         finally:
             engine.lock.release_write()
             if done:
