@@ -1,7 +1,8 @@
 """The log's payload vocabulary: what a record and a snapshot say, encoded and replayed here only.
 
 `storage/log.py` frames and checksums payloads and knows nothing of what they say; this module
-is the other half. A write statement or block (with its Idempotency-Key) is one record; a
+is the other half. A file's records are replayed one by one (`replay`); a replica applies a block
+of its primary's records as their net effect (`replay_all`), to the same state. A write statement or block (with its Idempotency-Key) is one record; a
 compaction or a backup writes one snapshot. Both are UTF-8 JSON.
 
 Record: `{"s": S, "o": [op, ...]}`, S the change number once the record is applied (`Engine.seq`:
