@@ -57,7 +57,10 @@ log = logging.getLogger("fenecdb.replication")
 SILENCE_S = 5.0
 SETTLE_S = 0.05  # a stream that never pauses (a long catch-up) is still settled this often
 READ_BLOCK = 256 << 10  # the most a read of the stream takes: every body byte that has arrived, up to this
-APPLY_MOST = 64  # write records applied under one hold of the write lock (the replica's reads wait that long)
+APPLY_MOST = 128  # write records applied under one hold of the write lock (the replica's reads wait that long;
+# the bytes of one read, READ_BLOCK, bound it too). Applied as their net effect, a record of a claim or of its
+# acks costs about half what it did replayed alone, so this holds the lock about as long as half as many did,
+# and more of a block's jobs are claimed and acked within it (bench/README.md, "An async replica's apply")
 _HEAD12 = struct.Struct("<III")
 
 
