@@ -1,9 +1,10 @@
 """The log's payload vocabulary: what a record and a snapshot say, encoded and replayed here only.
 
 `storage/log.py` frames and checksums payloads and knows nothing of what they say; this module
-is the other half. A file's records are replayed one by one (`replay`); a replica applies a block
-of its primary's records as their net effect (`replay_all`), to the same state. A write statement or block (with its Idempotency-Key) is one record; a
-compaction or a backup writes one snapshot. Both are UTF-8 JSON.
+is the other half. A write statement or block (with its Idempotency-Key) is one record; a
+compaction or a backup writes one snapshot. Both are UTF-8 JSON. A file's records are replayed
+one at a time (`replay`); a replica applies a block of its primary's records as their net effect
+(`replay_all`), to the same state.
 
 Record: `{"s": S, "o": [op, ...]}`, S the change number once the record is applied (`Engine.seq`:
 each write statement of a block counts one; a record of only `k`/`K` ops counts one), and the ops
