@@ -168,26 +168,35 @@ class Ahead:
         return ticket
 
     def apply(self, most: int) -> int:
-        """Replay up to `most` of them, oldest first, under one hold of the engine's write lock;
-        answer how many (0: none was waiting). A record whose replay fails is dropped from those
-        waiting all the same, and the error raised: the file holds it, the next start replays it."""
+        """Replay up to `most` of them, oldest first, as their net effect (engine/records.py's
+        `replay_all`), under one hold of the engine's write lock; answer how many were taken (0:
+        none was waiting). A record whose replay fails is dropped from those waiting all the same,
+        and the error raised (those before it are applied, those after it still wait): the file
+        holds it, the next start replays it."""
         engine = self._engine
-        done = 0
+        done: list[tuple[bytes, int, list]] = []
         engine.lock.acquire_write()
         try:
-            while done < most and self.payloads:
+            with self.lock:  # taken under the engine's lock: a compaction's mark sees them in one place or the other
+                batch = [self.payloads.popleft() for _ in range(min(most, len(self.payloads)))]
+                self.size -= sum(RECORD_HEADER_SIZE + len(p) for p in batch)
+            try:
+                records.replay_all(engine, batch, done)
+            except BaseException:
+                rest = batch[len(done) + 1:]  # after the one that failed
                 with self.lock:
-                    payload = self.payloads.popleft()
-                    self.size -= RECORD_HEADER_SIZE + len(payload)
-                done += 1
-                seq, ops = records.replay(engine, payload)
-                try:
-                    self._footprint.record(len(payload), seq, ops, self._documents)
-                except Exception:
-                    log.exception("internal error measuring change %d", seq)
+                    self.payloads.extendleft(reversed(rest))
+                    self.size += sum(RECORD_HEADER_SIZE + len(p) for p in rest)
+                raise
+            finally:
+                for payload, seq, ops in done:
+                    try:
+                        self._footprint.record(len(payload), seq, ops, self._documents)
+                    except Exception:
+                        log.exception("internal error measuring change %d", seq)
         finally:
             engine.lock.release_write()
-        return done
+        return len(batch)
 
 
 class Database:

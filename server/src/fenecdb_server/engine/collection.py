@@ -133,6 +133,40 @@ class Collection:
                     idx.remove(rid, a)
                     idx.add(rid, b)
 
+    def apply_net(self, rids: list[int], olds: list[dict | None], news: list[dict | None]) -> None:
+        """Row `rids[i]` from `olds[i]` to `news[i]` (None: no such row), in that order, with no
+        undo: the net effect of several records at once on a replica (engine/records.py,
+        `replay_all`). A row put and deleted among them (None both) only moves the id counter
+        past it. Rows new here go in in the order given, as inserts in that order would; the
+        packed indexes take their old keys out and their new ones in as two sorted lists
+        (`PackedIndex.move_net`), the others a row at a time, as `replace` moves them."""
+        rows = self.rows
+        for rid, old, new in zip(rids, olds, news, strict=True):
+            if new is None:
+                if old is not None:
+                    del rows[rid]
+            else:
+                if old is None and rows and self.in_order and rid < next(reversed(rows)):
+                    self.in_order = False
+                rows[rid] = new
+            if old is None and rid >= self.next_id:
+                self.next_id = rid + 1
+        for _, idx, read in self.indexes.values():
+            if type(idx) is PackedIndex:
+                idx.move_net(rids, olds, news)
+                continue
+            for rid, old, new in zip(rids, olds, news, strict=True):
+                if old is None:
+                    if new is not None:
+                        idx.add(rid, read(new))
+                elif new is None:
+                    idx.remove(rid, read(old))
+                else:
+                    a, b = read(old), read(new)
+                    if a is not b and a != b or type(a) is not type(b):
+                        idx.remove(rid, a)
+                        idx.add(rid, b)
+
     def delete(self, old: dict, undo: list | None) -> None:
         rid = old["id"]
         del self.rows[rid]

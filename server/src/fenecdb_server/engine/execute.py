@@ -84,29 +84,42 @@ def encode_row(schema: Schema | None, row: dict) -> dict:
 
 
 def decode_row(schema: Schema, rid: int, data: dict) -> dict:
+    """A row as the log holds it (`encode_row`, a snapshot's row) read back: its id first, its
+    fields in the order written, each typed back; a name that is no field of the schema is left
+    out. Most rows name only fields (and their id): they are copied whole, and only the typed
+    fields' values converted (`Schema.typed`)."""
     row: dict[str, Any] = {"id": rid}
+    if data.keys() <= schema.known:
+        row.update(data)
+        row["id"] = rid  # a snapshot's row may hold its id too: the record's place says which row it is
+        for k, t in schema.typed.items():
+            v = row.get(k)
+            if v is not None:
+                row[k] = _decoded(t, v)
+        return row
+    fields = schema.fields
     for k, v in data.items():
-        f = schema.fields.get(k)
-        if f is None:
-            continue
-        t = f.type
-        if t == "timestamp":
-            row[k] = V.Ts(v)
-        elif t == "bytes":
-            row[k] = bytes.fromhex(v)
-        elif t == "geo":
-            row[k] = (v[0], v[1])
-        elif isinstance(t, tuple):
-            inner = t[1]
-            if inner == "timestamp":
-                row[k] = [V.Ts(x) if x is not None else None for x in v]
-            elif inner == "bytes":
-                row[k] = [bytes.fromhex(x) if x is not None else None for x in v]
-            else:
-                row[k] = v
-        else:
-            row[k] = v
+        f = fields.get(k)
+        if f is not None:
+            row[k] = _decoded(f.type, v)
     return row
+
+
+def _decoded(t: Any, v: Any) -> Any:
+    """A value of type `t` from its JSON form in the log."""
+    if t == "timestamp":
+        return V.Ts(v)
+    if t == "bytes":
+        return bytes.fromhex(v)
+    if t == "geo":
+        return (v[0], v[1])
+    if isinstance(t, tuple):
+        inner = t[1]
+        if inner == "timestamp":
+            return [V.Ts(x) if x is not None else None for x in v]
+        if inner == "bytes":
+            return [bytes.fromhex(x) if x is not None else None for x in v]
+    return v
 
 
 def set_path(obj: Any, keys: tuple[str, ...], value: Any, target: str) -> dict:

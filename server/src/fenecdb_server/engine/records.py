@@ -2,7 +2,9 @@
 
 `storage/log.py` frames and checksums payloads and knows nothing of what they say; this module
 is the other half. A write statement or block (with its Idempotency-Key) is one record; a
-compaction or a backup writes one snapshot. Both are UTF-8 JSON.
+compaction or a backup writes one snapshot. Both are UTF-8 JSON. A file's records are replayed
+one at a time (`replay`); a replica applies a block of its primary's records as their net effect
+(`replay_all`), to the same state.
 
 Record: `{"s": S, "o": [op, ...]}`, S the change number once the record is applied (`Engine.seq`:
 each write statement of a block counts one; a record of only `k`/`K` ops counts one), and the ops
@@ -75,7 +77,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import orjson
 
@@ -165,6 +167,12 @@ def replay(eng: State, payload: bytes) -> tuple[int, list]:
     """Apply one record to `eng` (opening a file: no lock, no listeners); answer its change
     number and ops."""
     rec = loads(payload)
+    _apply(eng, rec)
+    return rec["s"], rec["o"]
+
+
+def _apply(eng: State, rec: dict) -> None:
+    """Apply the record `rec`, read, op by op (`replay`)."""
     for op in rec["o"]:
         kind = op[0]
         if kind == "p":
@@ -209,7 +217,131 @@ def replay(eng: State, payload: bytes) -> tuple[int, list]:
         else:
             raise FenecError("io", f"a record of change {rec['s']} holds an unknown op {kind!r}")
     eng.seq = rec["s"]
-    return rec["s"], rec["o"]
+
+
+class _Change:
+    """A row's net change over the records read so far: `old` the row before them (None: there
+    was none), `data` its last image as the record holds it (None: deleted since)."""
+
+    __slots__ = ("old", "data")
+
+    def __init__(self, old: dict | None, data: dict | None) -> None:
+        self.old = old
+        self.data = data
+
+
+class _Net:
+    """The row changes of records read and not applied yet, per collection in the order each
+    row was first changed (`replay_all`), and the records they came from."""
+
+    __slots__ = ("eng", "colls", "changes", "waiting")
+
+    def __init__(self, eng: State) -> None:
+        self.eng = eng
+        self.colls: dict[str, Collection] = {}
+        self.changes: dict[str, dict[int, _Change]] = {}
+        self.waiting: list[tuple[bytes, int, list]] = []
+
+    def of(self, name: str) -> dict[int, _Change]:
+        got = self.changes.get(name)
+        if got is None:
+            self.colls[name] = self.eng.catalog.collections[name]  # KeyError: no such collection, as `replay`
+            got = self.changes[name] = {}
+        return got
+
+    def put(self, name: str, rid: int, data: dict) -> None:
+        changes = self.of(name)
+        ch = changes.get(rid)
+        if ch is None:
+            changes[rid] = _Change(self.colls[name].rows.get(rid), data)
+        elif ch.data is not None:
+            ch.data = data  # only the last image counts
+        else:  # put back after its delete: it goes in after the rows put before, so those go in first
+            self.flush(None)
+            changes = self.of(name)
+            changes[rid] = _Change(self.colls[name].rows.get(rid), data)  # None: deleted by the flush
+
+    def delete(self, name: str, rid: int) -> None:
+        changes = self.of(name)
+        ch = changes.get(rid)
+        if ch is not None:
+            ch.data = None
+            return
+        old = self.colls[name].rows.get(rid)
+        if old is not None:
+            changes[rid] = _Change(old, None)
+
+    def flush(self, done: list[tuple[bytes, int, list]] | None) -> None:
+        """Apply the changes kept; the records waiting are then applied (and go to `done`, the
+        change number with them), unless `done` is None (a flush inside a record: they wait on)."""
+        for name, changes in self.changes.items():
+            if not changes:
+                continue
+            coll = self.colls[name]
+            schema = coll.schema
+            rids = list(changes)
+            olds: list[dict | None] = []
+            news: list[dict | None] = []
+            for rid, ch in changes.items():
+                olds.append(ch.old)
+                data = ch.data
+                news.append(None if data is None else decode_row(schema, rid, data))
+            coll.apply_net(rids, olds, news)
+        self.changes.clear()
+        self.colls.clear()
+        if done is not None and self.waiting:
+            self.eng.seq = self.waiting[-1][1]
+            done.extend(self.waiting)
+            self.waiting.clear()
+
+
+_ROW_OPS: Final = frozenset(("p", "d", "k", "K"))
+
+
+def replay_all(eng: State, payloads: list[bytes], done: list[tuple[bytes, int, list]]) -> None:
+    """Apply records in order (a replica's block of them, replication/follower.py), leaving `eng` as
+    `replay` of each in turn would: the same rows, in the same order of ids in each collection,
+    the same index entries, id counters, Idempotency-Keys and change number. Each applied record
+    goes to `done` as (payload, change, ops), in order.
+
+    Their net effect is applied, not each record: a row's puts and delete over a run of records are
+    taken to its last state first (a job claimed and then acked: one delete of the row as it was
+    before), and that state is applied once per row (`Collection.apply_net`), each row's image
+    decoded once. A record with any op but `p`, `d`, `k` and `K` (a schema's change, a queue's
+    controls, a schedule, a term) is applied alone, after the net effect of those before it, as
+    `replay` applies it; so is a row put again after its delete, after the changes before it
+    (so that it comes after them in its collection's order of rows, as an insert then would).
+    Keys are applied as their records are read: no row op reads them.
+
+    A record that fails to apply (an unknown collection or op: never on a primary's stream) raises,
+    with the records before it applied and in `done`, and the change number theirs; its own ops
+    that were read may have been applied, as `replay` leaves a record that fails halfway."""
+    net = _Net(eng)
+    try:
+        for payload in payloads:
+            rec = loads(payload)
+            ops = rec["o"]
+            seq = rec["s"]
+            for op in ops:
+                if op[0] not in _ROW_OPS:
+                    net.flush(done)
+                    _apply(eng, rec)
+                    done.append((payload, seq, ops))
+                    break
+            else:
+                for op in ops:
+                    kind = op[0]
+                    if kind == "p":
+                        net.put(op[1], op[2], op[3])
+                    elif kind == "d":
+                        net.delete(op[1], op[2])
+                    elif kind == "k":
+                        eng.keys.put(op[1], _stored(*op[2:]) if len(op) == 6 else _stored_v1(*op[2:]))
+                    else:
+                        eng.keys.forget(op[1])
+                net.waiting.append((payload, seq, ops))
+    finally:  # the failing record, if one failed, is not among those waiting
+        net.flush(done)
 
 
 # ---------------------------------------------------------------- snapshots

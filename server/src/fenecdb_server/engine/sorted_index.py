@@ -202,6 +202,39 @@ class PackedIndex:
         self.keys.remove_sorted(out)
         self.keys.add_sorted(back)
 
+    def move_net(self, rids: list[int], olds: list[dict | None], news: list[dict | None]) -> None:
+        """Each row `rids[i]`'s entry from `olds[i]` to `news[i]` (None: no row, so no entry),
+        all at once, as `move_rows` (`Collection.apply_net`)."""
+        field = self.field
+        nulls = self.nulls
+        out: list[int] = []
+        back: list[int] = []
+        for rid, old, new in zip(rids, olds, news, strict=True):
+            a = old.get(field) if old is not None else None
+            b = new.get(field) if new is not None else None
+            if a is not None and b is not None:
+                if a == b:
+                    continue
+                out.append((int(a) << _SHIFT) | rid)
+                back.append((int(b) << _SHIFT) | rid)
+                continue
+            old_null = old is not None and a is None
+            new_null = new is not None and b is None
+            if old_null and new_null:
+                continue
+            if a is not None:
+                out.append((int(a) << _SHIFT) | rid)
+            elif old_null:
+                nulls.pop(rid, None)
+            if b is not None:
+                back.append((int(b) << _SHIFT) | rid)
+            elif new_null:
+                nulls[rid] = None
+        out.sort()
+        back.sort()
+        self.keys.remove_sorted(out)
+        self.keys.add_sorted(back)
+
     def __len__(self) -> int:
         return len(self.keys) + len(self.nulls)
 

@@ -99,13 +99,45 @@ class SortedInts:
             run = self.runs[pos]
             i = bisect_left(run, first)
             if bisect_left(run, last, i) != i:
-                for k in keys:
-                    self.add(k)
+                self._add_spread(keys)
                 return
             run[i:i] = keys
         self.size += n
         if len(self.runs[pos]) > 2 * LOAD:
             self._split(pos)
+
+    def _add_spread(self, keys: list[int]) -> None:
+        """`add_sorted` of keys that fall in several gaps: each stretch of keys that goes in one
+        gap is one splice. The places are all found first; the splices go in from the last,
+        so each place found stays right, and the runs grown too long are split from the last."""
+        runs, maxes = self.runs, self.maxes
+        places: list[tuple[int, int, int, int]] = []  # (run, place in it, first key, past the last key)
+        n = len(keys)
+        at = 0
+        while at < n:
+            k = keys[at]
+            pos = bisect_left(maxes, k)
+            if pos == len(maxes):  # past every key: the rest go at the end of the last run
+                places.append((pos - 1, len(runs[pos - 1]), at, n))
+                break
+            run = runs[pos]
+            i = bisect_left(run, k)
+            bound = run[i]  # a key here above k (k is not here): the stretch is what stays below it
+            end = bisect_left(keys, bound, at + 1)
+            places.append((pos, i, at, end))
+            at = end
+        grown: list[int] = []
+        for pos, i, a, b in reversed(places):
+            run = runs[pos]
+            run[i:i] = keys[a:b]
+            if i + b - a == len(run):
+                maxes[pos] = run[-1]
+            if not grown or grown[-1] != pos:
+                grown.append(pos)
+        self.size += n
+        for pos in grown:  # from the last run down: a split inserts above the runs still to check
+            if len(runs[pos]) > 2 * LOAD:
+                self._split(pos)
 
     def remove_sorted(self, keys: list[int]) -> None:
         """Remove ascending keys, all here: a slice for each stretch that lies side by side in
@@ -126,11 +158,42 @@ class SortedInts:
                 else:
                     maxes[pos] = run[-1]
                 return
-        for k in keys:
-            if not self.has(k):
+        self._remove_spread(keys)
+
+    def _remove_spread(self, keys: list[int]) -> None:
+        """`remove_sorted` of keys that lie in several stretches: a slice deleted for each
+        stretch of keys side by side in one run. Every stretch is found (and every key checked)
+        before anything is deleted; the slices go from the last, so each place found stays right,
+        and the runs that shrank are then dropped or joined from the last down."""
+        runs, maxes = self.runs, self.maxes
+        cuts: list[tuple[int, int, int]] = []  # (run, from, to)
+        n = len(keys)
+        at = 0
+        while at < n:
+            k = keys[at]
+            pos = bisect_left(maxes, k)
+            if pos == len(maxes):
                 raise KeyError(k)
-        for k in keys:
-            self.remove(k)
+            run = runs[pos]
+            i = bisect_left(run, k)
+            if run[i] != k:
+                raise KeyError(k)
+            j = i + 1
+            at += 1
+            end = len(run)
+            while at < n and j < end and run[j] == keys[at]:
+                j += 1
+                at += 1
+            cuts.append((pos, i, j))
+        shrunk: list[int] = []
+        for pos, i, j in reversed(cuts):
+            del runs[pos][i:j]
+            if not shrunk or shrunk[-1] != pos:
+                shrunk.append(pos)
+        self.size -= n
+        for pos in shrunk:  # from the last run down: a run dropped or joined moves only those above it
+            if pos < len(runs):
+                self._shrunk(pos)
 
     def has(self, k: int) -> bool:
         pos = bisect_left(self.maxes, k)

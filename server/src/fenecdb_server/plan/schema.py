@@ -50,9 +50,18 @@ class Schema:
     # it is stored, so a snapshot writes such a row as it is (engine/records.py `_snapshot_row`).
     # A field's type never changes once created (only its index), so this is taken once.
     plain: bool = field(init=False, repr=False, compare=False)
+    # what a row read back from the log needs (engine/execute.py `decode_row`): the names a stored
+    # row may hold (its fields and `id`), and the fields whose values are typed back from their
+    # JSON form (timestamps, bytes, geo points, lists of timestamps or bytes), with their types
+    known: frozenset[str] = field(init=False, repr=False, compare=False)
+    typed: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.plain = not any(f.type == "bytes" or f.type == ("list", "bytes") for f in self.fields.values())
+        self.known = frozenset((*self.fields, "id"))
+        self.typed = {f.name: f.type for f in self.fields.values()
+                      if f.type in ("timestamp", "bytes", "geo") or isinstance(f.type, tuple)
+                      and f.type[1] in ("timestamp", "bytes")}
 
     @property
     def ttl_field(self) -> FieldInfo | None:

@@ -5,9 +5,10 @@ replication token, and reads the stream (feed.py has its format) a block at a ti
 has arrived (one read of the socket for the many records a primary's sync sends). Every record is
 checked as recovery checks one: a damaged or cut stream is dropped, never written nor applied, and
 asked for again. The whole write records of a block go to the replica's own file first, in one
-write (`Database.ahead`), and into its memory after (`Ahead.apply`, as recovery
-replays a record, `APPLY_MOST` at a time under one hold of the engine's write lock): the disk
-first, so that a sync replica's ack, which says "on this replica's disk", waits for no replay.
+write (`Database.ahead`), and into its memory after (`Ahead.apply`, `APPLY_MOST` at a time under
+one hold of the engine's write lock, as their net effect: engine/records.py's `replay_all`, where
+a job claimed and acked among them is one delete of its row): the disk first, so that a sync
+replica's ack, which says "on this replica's disk", waits for no replay.
 Until they are replayed the file is ahead of the memory, which nothing else here sees: reads,
 `Fenec-After` and the lag numbers are of the memory (what the replica serves), a compaction's
 snapshot of the memory is followed by those records in the new file (database.py), and a crash
@@ -61,7 +62,10 @@ log = logging.getLogger("fenecdb.replication")
 SILENCE_S = 5.0
 SETTLE_S = 0.05  # a stream that never pauses (a long catch-up) is still settled this often
 READ_BLOCK = 256 << 10  # the most a read of the stream takes: every body byte that has arrived, up to this
-APPLY_MOST = 64  # write records applied under one hold of the write lock (the replica's reads wait that long)
+APPLY_MOST = 128  # write records applied under one hold of the write lock (the replica's reads wait that long;
+# the bytes of one read, READ_BLOCK, bound it too). Applied as their net effect, a record of a claim or of its
+# acks costs about half what it did replayed alone, so this holds the lock about as long as half as many did,
+# and more of a block's jobs are claimed and acked within it (bench/README.md, "An async replica's apply")
 _HEAD12 = struct.Struct("<III")
 
 
