@@ -196,7 +196,7 @@ def test_a_worker_that_leaves_in_the_loop_turn_of_the_put_is_not_handed_its_job(
     gone = socket.create_connection(server.addr, timeout=40)
     gone.sendall(request(claim_text(name), "gone"))
     wait_held(c, 1)
-    stays = Waiter(server, request(claim_text(name), "stays"))
+    stays = HeldWorker(server, request(claim_text(name), "stays"))
     wait_held(c, 2)
     body = json.dumps({"query": f"put {name} {{payload: 1, run_at: now(), attempts: 0}}"}).encode()
     producer = socket.create_connection(server.addr, timeout=40)
