@@ -185,10 +185,9 @@ def test_a_replica_of_a_queues_records_in_blocks_of_64_holds_the_primarys_state_
     payloads = primary_records(tmp_path / "p.fenec", 600)
     replica = Database(str(tmp_path / "r.fenec"), sync="off")
     engine = replica.engine
-    for at in range(0, len(payloads), 64):  # as the follower applies them: a block, then its records appended
-        done: list = []
-        records.replay_all(engine, payloads[at:at + 64], done)
-        engine.appender.append_all(done)
+    for at in range(0, len(payloads), 64):  # as the follower takes them: a block written, then replayed
+        replica.ahead.append(payloads[at:at + 64])
+        assert replica.ahead.apply(64) == len(payloads[at:at + 64])
     want = state(plain(payloads))
     assert state(engine) == want
     replica.close()
