@@ -14,10 +14,10 @@ CLAIM = {"query": "set jobs {owner: $1, run_at: now() + 30000} where run_at <= n
                   "returning id", "params": ["w"]}
 
 
-async def _wakes(n: int, closes_told: bool = False) -> list[tuple[int, int]]:
+async def _wakes(n: int) -> list[tuple[int, int]]:
     db = Database()
     db.query("create collection jobs (run_at timestamp @sorted, owner text)")
-    app = App(db, Config(version="t", closes_told=closes_told))
+    app = App(db, Config(version="t"))
     loop = asyncio.get_running_loop()
     counts = {"soon": 0, "tasks": 0}
     counting = [False]
@@ -60,12 +60,3 @@ def test_a_put_wakes_a_held_claim_in_ten_turns_and_no_task() -> None:
     for turns, tasks in asyncio.run(_wakes(5)):
         assert tasks == 0
         assert turns <= 10
-
-
-def test_where_closes_are_told_at_once_the_run_is_made_in_the_wake_pass_turn() -> None:
-    # fenec-server's own transport tells a client's close in the turn it reads it, so the wake
-    # pass, a turn after the write's, runs the claim at its end: no settling turn after it
-    # (held/on_asyncio.py), which would make this 8.
-    for turns, tasks in asyncio.run(_wakes(5, closes_told=True)):
-        assert tasks == 0
-        assert turns <= 7

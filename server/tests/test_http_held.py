@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import socket
-import struct
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -184,40 +182,6 @@ def test_disconnected_waiter_is_skipped(server: Server, jobs: Any) -> None:
     q(c, f"put {name} {{payload: 1, run_at: now(), attempts: 0}}")
     assert stays.result()[1][0]["owner"] == "stays"
     assert q(c, f"get {name} where owner = 'gone'").json() == []
-
-
-@pytest.mark.parametrize("how", ["close", "reset"])
-def test_a_worker_that_leaves_in_the_loop_turn_of_the_put_is_not_handed_its_job(
-        server: Server, jobs: Any, how: str) -> None:
-    """The server is stopped while the put is sent and the longest-waiting worker then leaves (its
-    close, or a reset), so the server reads both in one loop turn, the put first: the job goes to
-    the next worker, and none is leased to the one gone."""
-    c, name = jobs
-    gone = socket.create_connection(server.addr, timeout=40)
-    gone.sendall(request(claim_text(name), "gone"))
-    wait_held(c, 1)
-    stays = HeldWorker(server, request(claim_text(name), "stays"))
-    wait_held(c, 2)
-    body = json.dumps({"query": f"put {name} {{payload: 1, run_at: now(), attempts: 0}}"}).encode()
-    producer = socket.create_connection(server.addr, timeout=40)
-    producer.sendall(b"GET /_health HTTP/1.1\r\nHost: t\r\n\r\n")
-    assert status_of(read_answer(producer)) == 200  # accepted and read from: the put comes on a known connection
-    os.kill(server.proc.pid, signal.SIGSTOP)
-    try:
-        producer.sendall(b"POST /query HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-        if how == "reset":  # no linger: the close sends a reset, told to the server a callback after it is read
-            gone.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        else:
-            gone.shutdown(socket.SHUT_RDWR)
-        gone.close()
-    finally:
-        os.kill(server.proc.pid, signal.SIGCONT)
-    assert status_of(read_answer(producer)) == 200
-    producer.close()
-    status, rows = stays.result()
-    assert status == 200 and [r["owner"] for r in rows] == ["stays"]
-    assert q(c, f"get {name} where owner = 'gone'").json() == []
-    wait_held(c, 0)
 
 
 def test_deadline_answers_what_the_claim_answers_empty(server: Server, jobs: Any) -> None:

@@ -53,9 +53,9 @@ The fairness contract
    the other lines picking from its collection; the best rank wins, a tie goes to the head held
    longest.
 8. A client gone. Before its head runs, a line lets what is on its way land (`Driver.settle`)
-   and drops the heads whose client left without running them, told (`forget`) or seen closing
-   (`HeldClaim.closing`); the turn passes at once to the next, which takes the row. A claim
-   whose client leaves while nothing is ready is simply forgotten.
+   and drops the heads whose client left without running them; the turn passes at once to the
+   next, which takes the row. A claim whose client leaves while nothing is ready is simply
+   forgotten.
 9. A run in flight is never abandoned: a deadline or a shutdown that falls during it is
    answered with that run's answer, so a row taken is always delivered (a lease to no one is a
    bug).
@@ -107,18 +107,14 @@ _arrivals = itertools.count()
 
 
 class HeldClaim(Generic[A]):
-    """One held claim: what its runner needs (`payload`), its last answer, who is told, and
-    (`closing`, where the adapter can say) whether its client is gone before the lines are told
-    so (rule 8: a connection reset is told a callback after it is read)."""
+    """One held claim: what its runner needs (`payload`), its last answer, and who is told."""
 
-    __slots__ = ("payload", "last", "on_answer", "closing", "arrival", "line", "gone", "running", "done", "timer")
+    __slots__ = ("payload", "last", "on_answer", "arrival", "line", "gone", "running", "done", "timer")
 
-    def __init__(self, payload: object, last: A, on_answer: Callable[[A], None],
-                 closing: Callable[[], bool] | None = None) -> None:
+    def __init__(self, payload: object, last: A, on_answer: Callable[[A], None]) -> None:
         self.payload = payload  # the adapter's own: the request's statements, token, ...
         self.last = last
         self.on_answer = on_answer  # told once, with the answer; never when forgotten
-        self.closing = closing
         self.arrival = next(_arrivals)
         self.line: Line[A] | None = None
         self.gone = False
@@ -354,16 +350,14 @@ class HeldClaims(Generic[A]):
         True, it was answered (it took, or its deadline or client fell during the run) and the
         next looks at once; False, it took nothing and keeps its place (rule 5); None, no one
         was left to run."""
-        queue = line.queue
-        while queue:
-            head = queue[0]
-            if not head.gone and (head.closing is None or not head.closing()):
-                break
-            self._remove(head)  # its client left, told or not yet: it is never handed a row
-            head.done = True
-        else:
+        while line.queue and line.queue[0].gone:
+            gone = line.queue[0]
+            self._remove(gone)
+            gone.done = True
+        if not line.queue:
             then(line, None)
             return
+        head = line.queue[0]
         head.running = True
         self.runs += 1
         self.driver.run(head, lambda outcome: then(line, self._ran(head, outcome)))

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import FenecError
 from ..held import HeldClaim, HeldClaims
-from ..held.on_asyncio import AsyncioDriver
+from ..held.on_asyncio import SETTLE_TURNS, AsyncioDriver
 from . import errors as E
 from .asgi import AsgiDoor, Receive, Scope, Send
 from .auth import OPEN, AuthDelay, AuthRefused
@@ -98,7 +98,7 @@ class App(Service):
                 if self.busy is not None:
                     self.busy.paused = turns.syncing  # the kernel's sync needs this CPU
             driver = self.driver = AsyncioDriver(asyncio.get_running_loop(), self.runner.run_held, FAULT,
-                                                 closes_told=self.config.closes_told)
+                                                 settle_turns=1 if self.config.closes_told else SETTLE_TURNS)
             self.lines = HeldClaims(self.db, driver)
             self._sampler = asyncio.get_running_loop().create_task(self._sample())
         return self.lines
@@ -188,16 +188,14 @@ class App(Service):
         req = held.req
 
         def answered(answer: Answer) -> None:
+            self.account(held.started, "write", answer.status >= E.FIRST_REFUSAL, req, held.raw)
             delay = self.delay.refused(req.peer) if answer.status == E.UNAUTHORIZED else 0
             if delay > 0:  # its token expired while it waited: a refusal like any
                 asyncio.get_running_loop().call_later(delay, then, answer)
             else:
                 self.confirmed(answer, then)
-            # counted once its answer is on its way: the woken worker waits for nothing of this
-            self.account(held.started, "write", answer.status >= E.FIRST_REFUSAL, req, held.raw)
 
-        conn = req.conn  # its connection, where the transport made the request: seen closing before told
-        held_claim = HeldClaim(held.work, held.last, answered, conn.closing if conn is not None else None)
+        held_claim = HeldClaim(held.work, held.last, answered)
         lines_.hold(held.claim, held_claim, held.work.wait, held.seen)
         return lambda: lines_.forget(held_claim)
 

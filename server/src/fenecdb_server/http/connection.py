@@ -224,12 +224,6 @@ class Connection(Flow):
         self._quiet = self.loop.time()
         self._arm(shared.header_timeout, "head")
 
-    def closing(self) -> bool:
-        """Whether the connection is closing or closed: a reset is read as the transport's close, and
-        told to what waits for its client (`connection_lost`, `_left`) only a callback later."""
-        transport = self.transport
-        return transport is None or bool(transport.is_closing())
-
     def credentialed(self) -> None:
         """A request on it carried a token the server accepted: never closed for another at the ceiling."""
         self._credentialed = True
