@@ -207,7 +207,7 @@ def _apply(eng: State, rec: dict) -> None:
             coll.build_index(target, idx_kind)
             eng.catalog.schema_changed()
         elif kind == "k":
-            eng.keys.put(op[1], _stored(*op[2:]) if len(op) == 6 else _stored_v1(*op[2:]))
+            _put_key(eng, op)
         elif kind == "K":
             eng.keys.forget(op[1])
         elif kind == "h":
@@ -217,6 +217,11 @@ def _apply(eng: State, rec: dict) -> None:
         else:
             raise FenecError("io", f"a record of change {rec['s']} holds an unknown op {kind!r}")
     eng.seq = rec["s"]
+
+
+def _put_key(eng: State, op: list) -> None:
+    """A `k` op: an Idempotency-Key and its stored answer (this version's six fields, or v1's)."""
+    eng.keys.put(op[1], _stored(*op[2:]) if len(op) == 6 else _stored_v1(*op[2:]))
 
 
 class _Change:
@@ -336,7 +341,7 @@ def replay_all(eng: State, payloads: list[bytes], done: list[tuple[bytes, int, l
                     elif kind == "d":
                         net.delete(op[1], op[2])
                     elif kind == "k":
-                        eng.keys.put(op[1], _stored(*op[2:]) if len(op) == 6 else _stored_v1(*op[2:]))
+                        _put_key(eng, op)
                     else:
                         eng.keys.forget(op[1])
                 net.waiting.append((payload, seq, ops))
