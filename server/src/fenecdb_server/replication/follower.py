@@ -63,9 +63,9 @@ SILENCE_S = 5.0
 SETTLE_S = 0.05  # a stream that never pauses (a long catch-up) is still settled this often
 READ_BLOCK = 256 << 10  # the most a read of the stream takes: every body byte that has arrived, up to this
 APPLY_MOST = 128  # write records applied under one hold of the write lock (the replica's reads wait that long;
-# the bytes of one read, READ_BLOCK, bound it too). Applied as their net effect, a record of a claim or of its
-# acks costs about half what it did replayed alone, so this holds the lock about as long as half as many did,
-# and more of a block's jobs are claimed and acked within it (bench/README.md, "An async replica's apply")
+# the bytes of one read, READ_BLOCK, bound it too). A block applied as its net effect costs less a record than
+# records replayed one by one, so it may be larger for the same hold, and the larger it is the more of its jobs
+# are claimed and acked within it (bench/README.md, "An async replica's apply", has the counts)
 _HEAD12 = struct.Struct("<III")
 
 
