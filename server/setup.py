@@ -77,6 +77,12 @@ COMPILED = [
     "fenecdb_server/http/runner.py",
     "fenecdb_server/http/wire.py",
     "fenecdb_server/convert.py",
+    "fenecdb_server/http/cycle.py",
+    "fenecdb_server/http/replication.py",
+    "fenecdb_server/replication/feed.py",
+    "fenecdb_server/replication/link.py",
+    "fenecdb_server/replication/node.py",
+    "fenecdb_server/replication/quorum.py",
 ]
 
 DATASYNC_THREAD = "fenecdb_server/storage/datasync_thread.c"  # a C module of its own, no Python source

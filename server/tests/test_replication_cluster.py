@@ -11,6 +11,7 @@ from fenecdb_server.database import Database
 from fenecdb_server.engine.engine import run_write
 from fenecdb_server.replication.cluster import Cluster
 from fenecdb_server.replication.etcd import EtcdDown, prefix_end
+from fenecdb_server.replication.feed import Replica
 from test_replication import TOKEN, Server
 
 CLUSTER = ["--etcd", "http://127.0.0.1:9", "--cluster", "c", "--advertise", "http://127.0.0.1:8"]
@@ -96,17 +97,20 @@ def test_prefix_end_is_the_first_key_after_the_prefix() -> None:
     assert prefix_end(b"a\xff") == b"b"
 
 
-class _Replica:
-    def __init__(self, member: str, acked: int = 0) -> None:
-        self.member, self.ident, self.acked = member, member, acked
+def _replica(member: str, acked: int = 0) -> Replica:
+    """A replica of the feed named by its member URL, having said it holds change `acked`."""
+    r = Replica(member, 0, member, member)
+    r.acked = acked
+    return r
 
 
 class _SyncNode:
     def __init__(self, needed: int) -> None:
+        from fenecdb_server.replication.feed import Feed
         from fenecdb_server.replication.quorum import Quorum
 
-        self.feed = type("Feed", (), {"replicas": set()})()
-        self.quorum = Quorum(lambda: self.feed, needed)  # type: ignore[arg-type, return-value]
+        self.feed = Feed(Database(), 1 << 20)
+        self.quorum = Quorum(lambda: self.feed, needed)
         self.quorum.count(frozenset())
         self.db = type("Db", (), {"seq": 5})()
 
@@ -135,7 +139,7 @@ def test_a_replica_is_counted_before_the_sync_set_names_it_and_uncounted_after_i
     c = Cluster(node, ["http://127.0.0.1:9"], "c", "http://p")  # type: ignore[arg-type]
     etcd = c.etcd = _SyncEtcd(node)  # type: ignore[assignment]
     quorum = node.quorum
-    a, b = _Replica("http://a"), _Replica("http://b")
+    a, b = _replica("http://a"), _replica("http://b")
     node.feed.replicas.add(a)
     c._sync_step()
     assert quorum.counted == {"http://a"} and etcd.puts == []  # counted first: every write waits for it
@@ -168,7 +172,7 @@ def test_a_replica_is_counted_before_the_sync_set_names_it_and_uncounted_after_i
 def test_a_cluster_quorum_needs_every_counted_member_and_at_least_n() -> None:
     node = _SyncNode(2)
     quorum = node.quorum
-    node.feed.replicas.update({_Replica("http://a", 7), _Replica("http://b", 4), _Replica("http://x", 9)})
+    node.feed.replicas.update({_replica("http://a", 7), _replica("http://b", 4), _replica("http://x", 9)})
     quorum.count(frozenset({"http://a"}))
     assert quorum.held() == 0  # fewer than N counted
     quorum.count(frozenset({"http://a", "http://b"}))

@@ -77,14 +77,9 @@ def test_a_waiting_stream_runs_in_the_loops_next_turn_after_the_sync(tmp_path: P
         db.close()
 
 
-class Replicas:
-    def __init__(self) -> None:
-        self.replicas: set[Replica] = set()
-
-
 def test_the_quorum_answers_each_wait_once_n_replicas_hold_it_or_refuses_it() -> None:
-    feed = Replicas()
-    quorum = Quorum(lambda: feed, 2, wait_s=0.2)  # type: ignore[arg-type,return-value]
+    feed = Feed(Database(), 1 << 20)
+    quorum = Quorum(lambda: feed, 2, wait_s=0.2)
     a, b = Replica("a:1", 0, "a"), Replica("b:1", 0, "b")
     feed.replicas.update((a, b))
 

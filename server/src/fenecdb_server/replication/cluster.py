@@ -314,7 +314,7 @@ class Cluster:
             joining.update((m, seq) for m in spare)
         if joining != self._joining:  # counted before anything is put (a joiner gone: counted no more)
             self._joining = joining
-            quorum.count(self.sync | joining.keys() | self._maybe)
+            quorum.count(frozenset(self.sync | joining.keys() | self._maybe))
         new = frozenset(live | joining.keys())
         if len(new) < quorum.needed or new == self.sync or any(acked[m] < at for m, at in joining.items()):
             return
