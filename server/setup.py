@@ -21,8 +21,9 @@ import sys
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-# The modules every claim, ack and put runs through, from the parsed request to the log; each is
-# compiled with every other one here (calls among them are C calls).
+# The modules every claim, ack and put runs through, from the parsed request to the log, and the
+# primary's replication path a write under --sync-replicas waits on; each is compiled with every
+# other one here (calls among them are C calls).
 COMPILED = [
     "fenecdb_server/database.py",
     "fenecdb_server/engine/access.py",
@@ -60,6 +61,10 @@ COMPILED = [
     "fenecdb_server/storage/format.py",
     "fenecdb_server/storage/group_commit.py",
     "fenecdb_server/storage/log.py",
+    "fenecdb_server/replication/feed.py",
+    "fenecdb_server/replication/link.py",
+    "fenecdb_server/replication/node.py",
+    "fenecdb_server/replication/quorum.py",
     "fenecdb_server/http/app.py",
     "fenecdb_server/http/asgi.py",
     "fenecdb_server/http/auth.py",
@@ -67,22 +72,18 @@ COMPILED = [
     "fenecdb_server/http/busy_poll.py",
     "fenecdb_server/http/config.py",
     "fenecdb_server/http/connection.py",
+    "fenecdb_server/http/cycle.py",
     "fenecdb_server/http/durable.py",
     "fenecdb_server/http/exchange.py",
     "fenecdb_server/http/intake.py",
     "fenecdb_server/http/metrics.py",
     "fenecdb_server/http/numbers.py",
     "fenecdb_server/http/protocol.py",
+    "fenecdb_server/http/replication.py",
     "fenecdb_server/http/routing.py",
     "fenecdb_server/http/runner.py",
     "fenecdb_server/http/wire.py",
     "fenecdb_server/convert.py",
-    "fenecdb_server/http/cycle.py",
-    "fenecdb_server/http/replication.py",
-    "fenecdb_server/replication/feed.py",
-    "fenecdb_server/replication/link.py",
-    "fenecdb_server/replication/node.py",
-    "fenecdb_server/replication/quorum.py",
 ]
 
 DATASYNC_THREAD = "fenecdb_server/storage/datasync_thread.c"  # a C module of its own, no Python source

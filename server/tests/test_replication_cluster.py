@@ -11,7 +11,7 @@ from fenecdb_server.database import Database
 from fenecdb_server.engine.engine import run_write
 from fenecdb_server.replication.cluster import Cluster
 from fenecdb_server.replication.etcd import EtcdDown, prefix_end
-from fenecdb_server.replication.feed import Replica
+from fenecdb_server.replication.feed import Feed, Replica
 from test_replication import TOKEN, Server
 
 CLUSTER = ["--etcd", "http://127.0.0.1:9", "--cluster", "c", "--advertise", "http://127.0.0.1:8"]
@@ -106,7 +106,6 @@ def _replica(member: str, acked: int = 0) -> Replica:
 
 class _SyncNode:
     def __init__(self, needed: int) -> None:
-        from fenecdb_server.replication.feed import Feed
         from fenecdb_server.replication.quorum import Quorum
 
         self.feed = Feed(Database(), 1 << 20)
