@@ -2,7 +2,9 @@
 used over HTTP through its own Python client, the claim of the seed page, a /batch of acks, Fenec-Wait.
 
 With a replica: a second `fenec-server --replica-of` the first, on a file of its own, at the same `--sync`;
-"sync" starts the primary with `--sync-replicas 1` (a write is answered once the replica's disk holds it too)."""
+"sync" starts the primary with `--sync-replicas 1` (a write is answered once the replica's disk holds it too);
+"feed" starts the primary as for a replica (`--replication-token`: it keeps its records for one) and no replica
+(bench/replica_interference.py)."""
 
 from __future__ import annotations
 
@@ -86,7 +88,7 @@ class System:
             if replica == "sync":
                 flags += ["--sync-replicas", "1"]
         self.proc, self.url = _spawn(flags, timeout)
-        if replica is not None:
+        if replica in self.replicas:  # "feed": the primary keeps its records for replicas, none follows
             self.replica, self.replica_url = _spawn(
                 ["--file", os.path.join(workdir, "r.fenec"), *sync, "--replication-token", REPLICATION_TOKEN,
                  "--replica-of", self.url], timeout)
