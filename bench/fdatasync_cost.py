@@ -7,9 +7,10 @@ in a file under --dir (the system's temporary directory by default, which is the
 - `zeros`: the region written with zeros and synced first (every append an overwrite);
 - `grow`: no reservation, every append grows the file;
 - `dsync`: as `fallocate`, the write and its sync one `pwritev2` with RWF_DSYNC.
-Prints the median and p90 of each append's wall time, --rounds times, the ways alternated.
+Prints the median and p90 of each append's wall time, --rounds times, the ways alternated. `--gap MS` waits
+that long (sleeping) after each append's sync before the next, as a server's appends wait for their requests.
 
-    python bench/fdatasync_cost.py [--records 2000] [--size 120] [--rounds 3] [--dir D]
+    python bench/fdatasync_cost.py [--records 2000] [--size 120] [--rounds 3] [--gap 0] [--dir D]
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ REGION = 4 << 20
 WAYS = ("fallocate", "zeros", "grow", "dsync")
 
 
-def run(way: str, records: int, size: int, where: str) -> tuple[float, float]:
+def run(way: str, records: int, size: int, where: str, gap: float) -> tuple[float, float]:
     fd, path = tempfile.mkstemp(dir=where, prefix="fdatasync-cost-")
     try:
         if way in ("fallocate", "dsync"):
@@ -41,6 +42,8 @@ def run(way: str, records: int, size: int, where: str) -> tuple[float, float]:
                 os.pwritev(fd, data, i * size)
                 os.fdatasync(fd)
             times.append(time.perf_counter() - t)
+            if gap:
+                time.sleep(gap)
     finally:
         os.close(fd)
         os.unlink(path)
@@ -53,11 +56,12 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=2000)
     ap.add_argument("--size", type=int, default=120)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--gap", type=float, default=0.0, help="milliseconds between an append's sync and the next")
     ap.add_argument("--dir", default=tempfile.gettempdir())
     args = ap.parse_args()
     for _ in range(args.rounds):
         for way in WAYS:
-            p50, p90 = run(way, args.records, args.size, args.dir)
+            p50, p90 = run(way, args.records, args.size, args.dir, args.gap / 1000)
             print(f"{way:9}  p50 {p50:6.0f} µs  p90 {p90:6.0f} µs", flush=True)
 
 

@@ -9,17 +9,19 @@ and ack them in one `/batch`) on a fresh primary (`--sync 250`) loaded with --jo
 For each it prints the rate, the primary's CPU (cores, and µs a job), the replica's, the machine's idle
 CPU over the window, and the voluntary and involuntary context switches of each server's busiest thread
 (`/proc/<pid>/task/*`). `--replica-sched idle` puts every thread of the replica under SCHED_IDLE once it is
-level (it then runs only on CPU time nothing else wants); `--dir` is where both files go (a tmpfs takes
-the disk out).
+level (it then runs only on CPU time nothing else wants); `--replica-stopped` stops it (SIGSTOP) for the
+window, so that the primary still streams, into the socket until its buffers are full, and the replica does
+nothing; `--dir` is where both files go (a tmpfs takes the disk out).
 
     .venv/bin/python bench/replica_interference.py [--workers 4] [--jobs 300000] [--seconds 3] [--rounds 2]
-        [--modes none,feed,async] [--replica-sched idle] [--dir /dev/shm]
+        [--modes none,feed,async] [--replica-sched idle] [--replica-stopped] [--dir /dev/shm]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import tempfile
 import time
 from pathlib import Path
@@ -74,9 +76,16 @@ def window(mode: str, args: argparse.Namespace) -> str:
                     os.sched_setscheduler(int(tid), os.SCHED_IDLE, os.sched_param(0))
         assert system.proc is not None
         primary = system.proc.pid
-        p0, r0, i0, t0 = threads(primary), threads(replica) if replica else {}, idle_s(), time.monotonic()
-        got = loadgen.run_workers(system, "claim-ack", args.workers, args.seconds)
-        p1, r1, i1, t1 = threads(primary), threads(replica) if replica else {}, idle_s(), time.monotonic()
+        stopped = bool(replica and args.replica_stopped)
+        if stopped:
+            os.kill(replica, signal.SIGSTOP)
+        try:
+            p0, r0, i0, t0 = threads(primary), threads(replica) if replica else {}, idle_s(), time.monotonic()
+            got = loadgen.run_workers(system, "claim-ack", args.workers, args.seconds)
+            p1, r1, i1, t1 = threads(primary), threads(replica) if replica else {}, idle_s(), time.monotonic()
+        finally:
+            if stopped:
+                os.kill(replica, signal.SIGCONT)
     finally:
         system.stop()
     wall, jobs = t1 - t0, max(1, got["done"])
@@ -97,6 +106,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--modes", default="none,feed,async")
     ap.add_argument("--replica-sched", choices=("normal", "idle"), default="normal")
+    ap.add_argument("--replica-stopped", action="store_true")
     ap.add_argument("--dir", help="where the data files go (default: the system's temporary directory)")
     args = ap.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
