@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import tempfile
 import time
@@ -88,6 +89,7 @@ def window(mode: str, args: argparse.Namespace) -> str:
                 os.kill(replica, signal.SIGCONT)
     finally:
         system.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
     wall, jobs = t1 - t0, max(1, got["done"])
     p_cpu, p_sw = delta(p0, p1)
     r_cpu, r_sw = delta(r0, r1)
