@@ -170,9 +170,10 @@ class Ahead:
     def apply(self, most: int) -> int:
         """Replay up to `most` of them, oldest first, as their net effect (engine/records.py's
         `replay_all`), under one hold of the engine's write lock; answer how many were taken (0:
-        none was waiting). A record whose replay fails is dropped from those waiting all the same,
-        and the error raised (those before it are applied, those after it still wait): the file
-        holds it, the next start replays it."""
+        none was waiting). A record whose replay fails (never on a primary's stream: a bug) raises,
+        with those before it applied; it and every one after it are dropped from those waiting, as
+        the memory no longer follows the file (the follower then asks its primary for an image,
+        which replaces both)."""
         engine = self._engine
         done: list[tuple[bytes, int, list]] = []
         engine.lock.acquire_write()
@@ -183,10 +184,9 @@ class Ahead:
             try:
                 records.replay_all(engine, batch, done)
             except BaseException:
-                rest = batch[len(done) + 1:]  # after the one that failed
-                with self.lock:
-                    self.payloads.extendleft(reversed(rest))
-                    self.size += sum(RECORD_HEADER_SIZE + len(p) for p in rest)
+                with self.lock:  # none after it is replayed over a memory that lacks it
+                    self.payloads.clear()
+                    self.size = 0
                 raise
             finally:
                 for payload, seq, ops in done:

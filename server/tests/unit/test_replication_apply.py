@@ -1,7 +1,8 @@
 """The replica's side of the stream, against a stand-in primary on a socket (replication/follower.py):
 the records a primary's sync sends together are applied in order, a record cut across two reads
 included, with one write and one wait for the disk per block rather than per record; a damaged record is
-never applied, nor anything after it, and the stream is asked for again from the change before it."""
+never applied, nor anything after it, and the stream is asked for again from the change before it; a
+record that fails to apply has its replica ask for a whole image, which replaces what it held."""
 
 from __future__ import annotations
 
@@ -17,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from fenecdb_server import Database
+from fenecdb_server.engine import records
 from fenecdb_server.replication.feed import KEEPALIVE, Feed
 from fenecdb_server.replication.follower import APPLY_MOST, Follower
 from fenecdb_server.replication.identity import Identity
 from fenecdb_server.storage.files import OsFiles
-from fenecdb_server.storage.format import MAX_PAYLOAD, file_header
+from fenecdb_server.storage.format import MAX_PAYLOAD, file_header, record_header
 
 DEADLINE_S = 30.0
 HISTORY = "ab" * 16
@@ -63,12 +65,13 @@ def frames(records: list[tuple[int, bytes]]) -> bytes:
 
 
 class StandIn:
-    """A primary's `GET /_replication` on a socket: `pieces` written on the first connection, nothing
-    past the file's header on a later one; each is then held open (a stream with nothing more to
-    send). `asked`: the request lines."""
+    """A primary's `GET /_replication` on a socket: `pieces` written on the first connection, `later`
+    on a later one (nothing past the file's header unless given); each is then held open (a stream
+    with nothing more to send). `asked`: the request lines."""
 
-    def __init__(self, pieces: list[bytes]) -> None:
+    def __init__(self, pieces: list[bytes], later: list[bytes] | None = None) -> None:
         self.pieces = pieces
+        self.later = later or [file_header()]
         self.asked: list[str] = []
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
@@ -91,7 +94,7 @@ class StandIn:
             self.asked.append(head.split(b"\r\n", 1)[0].decode())
             conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\n"
                          b"fenec-history: " + HISTORY.encode() + b"\r\nfenec-seq: 1\r\n\r\n")
-            for piece in self.pieces if len(self.asked) == 1 else [file_header()]:
+            for piece in self.pieces if len(self.asked) == 1 else self.later:
                 conn.sendall(piece)
 
     def close(self) -> None:
@@ -174,6 +177,41 @@ def test_a_damaged_record_is_never_applied_and_the_stream_is_asked_again_from_be
         follower.stop()
         stand_in.close()
         db.close()
+
+
+def test_a_record_that_fails_to_apply_has_the_replica_asked_anew_for_a_whole_image(tmp_path: Path) -> None:
+    """A record the replica cannot apply (here one that names no collection it has: never on a
+    primary's stream) leaves its memory off the primary's line. It is not skipped: the replica
+    forgets its history, saved so that a restart asks the same, and asks again with none, which
+    a primary answers with an image; the image replaces what it held, in memory and in its file."""
+    got = primary_records(tmp_path / "p.fenec", 100)
+    last = got[-1][0]
+    bad = b'{"s":%d,"o":[["p","nowhere",1,{"n":1}]]}' % (got[49][0] + 1)
+    stream = file_header() + frames(got[:50]) + record_header(bad) + bad + frames(got[50:])
+    primary = Database(str(tmp_path / "p.fenec"))
+    try:
+        image = b"".join(records.encode_snapshot(records.snapshot_state(primary.engine))[0])
+        want = primary.query("get jobs")
+    finally:
+        primary.close()
+    stand_in = StandIn([stream], [file_header(), record_header(image, snapshot=True) + image])
+    path = tmp_path / "r.fenec"
+    db, follower, _ = follow(path, stand_in)
+    try:
+        wait_for("the follower to ask again", lambda: len(stand_in.asked) >= 2)
+        assert stand_in.asked[1].startswith("GET /_replication?since=") and "&history= HTTP/1.1" in stand_in.asked[1]
+        assert Identity(str(path)).history == ""  # a restart now would ask for an image too
+        wait_for("the image to replace the replica's state", lambda: db.seq == last)
+        assert db.query("get jobs") == want
+    finally:
+        follower.stop()
+        stand_in.close()
+        db.close()
+    again = Database(str(path))  # its file is the image's
+    try:
+        assert again.seq == last and again.query("get jobs") == want
+    finally:
+        again.close()
 
 
 def test_a_compaction_while_records_are_written_and_not_replayed_loses_none(tmp_path: Path) -> None:

@@ -267,10 +267,19 @@ class Follower:
             self._replay()
 
     def _replay(self) -> None:
-        """Replay every record written and not replayed yet, `APPLY_MOST` at a time."""
+        """Replay every record written and not replayed yet, `APPLY_MOST` at a time. A record that
+        fails to apply leaves the memory off its primary's line (`Ahead.apply`): this file's
+        history is forgotten, saved so (a restart too asks for an image), and the stream dropped,
+        so that the next one, asked with no history, begins with a whole image."""
         db = self.db
         while db.ahead.waiting:
-            count = db.ahead.apply(APPLY_MOST)
+            try:
+                count = db.ahead.apply(APPLY_MOST)
+            except Exception as e:
+                log.error("replication: a record from %s failed to apply (%s: %s); asking for a whole image",
+                          self.url, type(e).__name__, e)
+                self.identity.follow(self.url, "")
+                raise StreamBroken("a record failed to apply") from e
             seq = db.seq
             self.records += count
             if seq >= self.primary_seq:
