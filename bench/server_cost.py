@@ -16,12 +16,16 @@ instead of the claims (the door's own cost, on a route of no data: `/_health`, `
 own, the job in the worker's hand, --claims times; the server runs on a file at its default
 `--sync`, as the harness's, and with `--busy-poll 0`, so its count holds no spin that depends on time.
 
+`--puts` measures a durable put instead (the harness's durable row, `bench/compare/fenec.py`'s put):
+the server on a file under `--sync always` and `--busy-poll 0`, one put on one connection at a time,
+--claims times; its sync thread's instructions are counted with its loop's.
+
 `--callgrind` runs the server under valgrind's callgrind and prints its instructions a claim
 instead (the counters zeroed after the warm-up, dumped after the claims): a count, not a time, so
 it holds on a loaded machine.
 
     .venv/bin/python bench/server_cost.py [--claims 3000] [--src other/server/src] [--door direct|asgi]
-                                          [--get /_health] [--wakes] [--callgrind]
+                                          [--get /_health] [--wakes] [--puts] [--callgrind]
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ def main() -> int:
                     help="asgi: every request through the ASGI door (--access-log /dev/null)")
     ap.add_argument("--get", default=None, help="send GET of this path instead of the claims (e.g. /_health)")
     ap.add_argument("--wakes", action="store_true", help="a wake cycle of a held claim, --claims times")
+    ap.add_argument("--puts", action="store_true", help="a durable put (--sync always), --claims times")
     ap.add_argument("--callgrind", action="store_true", help="count the server's instructions (valgrind)")
     args = ap.parse_args()
     with socket.socket() as s:
@@ -75,9 +80,11 @@ def main() -> int:
     env = dict(os.environ, **({"PYTHONPATH": args.src} if args.src else {}))
     server = shutil.which("fenec-server", path=os.path.dirname(sys.executable)) or "fenec-server"
     door = ["--access-log", os.devnull] if args.door == "asgi" else []
-    data = tempfile.mkdtemp(prefix="fenec-wakes-") if args.wakes else ""  # a file at its default --sync, as the harness's
+    on_file = args.wakes or args.puts
+    data = tempfile.mkdtemp(prefix="fenec-wakes-") if on_file else ""  # a wake: a file at its default --sync, as the harness's
     command = [server, "--http", f"127.0.0.1:{port}", *door,
-               *(["--busy-poll", "0", "--file", os.path.join(data, "q.fenec")] if args.wakes else [])]
+               *(["--busy-poll", "0", "--file", os.path.join(data, "q.fenec")] if on_file else []),
+               *(["--sync", "always"] if args.puts else [])]
     dumps = tempfile.mkdtemp(prefix="fenec-callgrind-") if args.callgrind else ""
     if args.callgrind:  # the console script run by this interpreter, under valgrind
         command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={dumps}/out", sys.executable, *command]
@@ -95,7 +102,7 @@ def main() -> int:
                 raise RuntimeError(f"the server answered {answer.status}: {data[:200]!r}")
             return data
 
-        if args.wakes:
+        if on_file:
             query({"query": "create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int)"})
         elif not args.get:
             query({"query": "create collection jobs (payload json, run_at timestamp @sorted, owner text, attempts int)"})
@@ -131,6 +138,8 @@ def main() -> int:
         def one(params: list[str]) -> bytes:
             if args.wakes:
                 return wake()
+            if args.puts:
+                return query({"query": PUT, "params": [{"n": 1}]})
             return get() if args.get else query({"query": CLAIM, "params": params})
 
         for _ in range(20 if args.wakes else 300):
@@ -150,7 +159,7 @@ def main() -> int:
             subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
             print(json.dumps({"claims": args.claims, "server_instructions_per_claim": round(_instructions(dumps) / args.claims),
                               "src": args.src or "installed", "door": args.door, "get": args.get,
-                              "wakes": args.wakes}))
+                              "wakes": args.wakes, "puts": args.puts}))
             return 0
         print(json.dumps({"claims": args.claims, "server_cpu_us_per_claim": round(1e6 * used / args.claims),
                           "wall_us_per_claim": round(1e6 * wall / args.claims), "src": args.src or "installed",
