@@ -25,8 +25,8 @@ import threading
 from typing import Final
 
 # Rows, documents or statements worked between two hand-overs: the event loop's own ceiling
-# (http/app.py LOOP_ROWS), so a statement run there never hands over. Final: the compiled modules
-# take it as a constant, where a plain name would be a lookup in their globals each row.
+# (http/app.py LOOP_ROWS), so a statement run there never hands over. `Final`: the compiled loops read
+# it at every row (server/README.md, Compiled modules, rule 5).
 PACE_ROWS: Final = 1_000
 
 
