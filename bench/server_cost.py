@@ -81,7 +81,8 @@ def main() -> int:
     server = shutil.which("fenec-server", path=os.path.dirname(sys.executable)) or "fenec-server"
     door = ["--access-log", os.devnull] if args.door == "asgi" else []
     on_file = args.wakes or args.puts
-    data = tempfile.mkdtemp(prefix="fenec-wakes-") if on_file else ""  # a wake: a file at its default --sync, as the harness's
+    # a wake: a file at its default --sync, as the harness's; a put: under --sync always
+    data = tempfile.mkdtemp(prefix="fenec-cost-") if on_file else ""
     command = [server, "--http", f"127.0.0.1:{port}", *door,
                *(["--busy-poll", "0", "--file", os.path.join(data, "q.fenec")] if on_file else []),
                *(["--sync", "always"] if args.puts else [])]
