@@ -1,5 +1,5 @@
 """`make queue-compare`: python -m bench.compare [--quick] [--jobs N] [--rounds R] [--seconds S]
-[--durable-seconds S] [--systems a,b] [--only p,q] [--dir D]"""
+[--durable-seconds S] [--systems a,b] [--only p,q] [--dir D] [--before CHECKOUT]"""
 
 from __future__ import annotations
 
@@ -29,6 +29,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", help="where the servers' temporary data directories go (its disk is the one "
                                   "the durable row measures; run as root, the postgres user must be able to "
                                   "reach it) [the system's temp dir]")
+    ap.add_argument("--before", metavar="CHECKOUT",
+                    help="another checkout of FenecDB, built there with `make venv`: its server runs in every round "
+                         "beside this one's (through this checkout's client), and the report gives their ratio and "
+                         "its targets too, so that a change is measured before and after in the same rounds")
     ap.add_argument("--out", default=str(OUT), help="where queue-compare.md and .json are written")
     args = ap.parse_args(argv)
     sizes = harness.QUICK if args.quick else harness.Sizes()
@@ -61,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, stop_running)
     try:
-        results = harness.run(sizes, only, args.dir, log, parts)
+        results = harness.run(sizes, only, args.dir, log, parts, args.before)
     except KeyboardInterrupt:
         log("\nqueue-compare: interrupted; every server it started is stopped, nothing written")
         return 130

@@ -4,7 +4,11 @@ used over HTTP through its own Python client, the claim of the seed page, a /bat
 With a replica: a second `fenec-server --replica-of` the first, on a file of its own, at the same `--sync`;
 "sync" starts the primary with `--sync-replicas 1` (a write is answered once the replica's disk holds it too);
 "feed" starts the primary as for a replica (`--replication-token`: it keeps its records for one) and no replica
-(bench/replica_interference.py)."""
+(bench/replica_interference.py).
+
+`Before`: another build's server (`--before <checkout>`, a checkout with its own `make venv`), run in every round
+beside this one's, through this checkout's client, so that a change is measured before and after in the same
+rounds, alternated with the peers as they are."""
 
 from __future__ import annotations
 
@@ -69,7 +73,8 @@ class System:
     load_method = "`put jobs $1`, 10 000 documents a request, two requests in flight"
     replicas = ("sync", "async")
 
-    def __init__(self) -> None:
+    def __init__(self, server: list[str] | None = None) -> None:
+        self.server = server if server is not None else _server_command()
         self.proc: subprocess.Popen | None = None
         self.replica: subprocess.Popen | None = None
         self.url = ""
@@ -87,10 +92,10 @@ class System:
             flags += ["--replication-token", REPLICATION_TOKEN]
             if replica == "sync":
                 flags += ["--sync-replicas", "1"]
-        self.proc, self.url = _spawn(flags, timeout)
+        self.proc, self.url = _spawn(self.server, flags, timeout)
         if replica in self.replicas:  # "feed": the primary keeps its records for replicas, none follows
             self.replica, self.replica_url = _spawn(
-                ["--file", os.path.join(workdir, "r.fenec"), *sync, "--replication-token", REPLICATION_TOKEN,
+                self.server, ["--file", os.path.join(workdir, "r.fenec"), *sync, "--replication-token", REPLICATION_TOKEN,
                  "--replica-of", self.url], timeout)
             end = time.monotonic() + timeout
             while not _status(self.url)["replicas"]:  # connected: under --sync-replicas a write waits for it
@@ -169,11 +174,33 @@ class System:
             raise failed[0]
 
 
-def _spawn(flags: list[str], timeout: float) -> tuple[subprocess.Popen, str]:
-    """A `fenec-server` on a free loopback port, and its URL once it listens."""
+class Before(System):
+    """The server of another build of FenecDB: `<checkout>/.venv/bin/fenec-server` (its `make venv`)."""
+
+    key = "before"
+    name = "FenecDB before"
+
+    def __init__(self, checkout: str) -> None:
+        exe = Path(checkout) / ".venv" / "bin" / "fenec-server"
+        if not exe.exists():
+            raise procs.Missing(f"{exe} not found: run `make venv` in {checkout}")
+        super().__init__([str(exe)])
+        try:
+            self.version = subprocess.run(["git", "-C", checkout, "describe", "--always", "--dirty"],
+                                          capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            self.version = "unknown"
+
+
+def _server_command() -> list[str]:
+    """This checkout's server: the `fenec-server` beside this interpreter, or its module."""
     exe = Path(sys.executable).parent / "fenec-server"
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "fenecdb_server.cli"]
-    cmd += ["--http", "127.0.0.1:0", "--max-connections", "0", *flags]
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "fenecdb_server.cli"]
+
+
+def _spawn(server: list[str], flags: list[str], timeout: float) -> tuple[subprocess.Popen, str]:
+    """A `fenec-server` on a free loopback port, and its URL once it listens."""
+    cmd = [*server, "--http", "127.0.0.1:0", "--max-connections", "0", *flags]
     proc = procs.spawn(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
     assert proc.stderr is not None
     found: queue.Queue = queue.Queue()

@@ -121,10 +121,12 @@ def host_check() -> float:
 PHASES_PER_ROUND = phases_per_round()  # the `phase` calls of `one_round`, every part run
 
 
-def discover(only: list[str] | None) -> tuple[dict[str, Any], dict[str, dict]]:
-    """The systems to run, and every system's entry for the report (a missing one with how to install it)."""
+def discover(only: list[str] | None, before: str | None = None) -> tuple[dict[str, Any], dict[str, dict]]:
+    """The systems to run, and every system's entry for the report (a missing one with how to install it);
+    `before`: a checkout whose FenecDB build runs beside this one (fenec.py's `Before`)."""
     present: dict[str, Any] = {}
     info: dict[str, dict] = {}
+    makers: list[tuple[str, str, Callable[[], Any]]] = []
     for mod, key, name in MODULES:
         if only and key not in only:
             continue
@@ -133,14 +135,19 @@ def discover(only: list[str] | None) -> tuple[dict[str, Any], dict[str, dict]]:
         except ImportError as e:  # its Python driver is not installed (`make queue-compare` installs them)
             info[key] = {"name": name, "skipped": f"{e}; install the drivers with: {DRIVERS}"}
             continue
+        makers.append((cls.key, cls.name, cls))
+    if before is not None:
+        cls = importlib.import_module(".fenec", __package__).Before
+        makers.append((cls.key, cls.name, lambda: cls(before)))
+    for key, name, make in makers:
         try:
-            system = cls()
+            system = make()
         except Missing as e:
-            info[cls.key] = {"name": cls.name, "skipped": str(e)}
+            info[key] = {"name": name, "skipped": str(e)}
             continue
-        present[cls.key] = system
-        info[cls.key] = {"name": cls.name, "version": system.version, "everyday": cls.everyday_setting,
-                         "durable": cls.durable_setting, "load": cls.load_method}
+        present[key] = system
+        info[key] = {"name": name, "version": system.version, "everyday": system.everyday_setting,
+                     "durable": system.durable_setting, "load": system.load_method}
     return present, info
 
 
@@ -301,8 +308,8 @@ def _windows(system: Any, sizes: Sizes, record: Callable[[str, float], None], ph
 
 
 def run(sizes: Sizes, only: list[str] | None, workdir: str | None, log: Callable[[str], None],
-        parts: tuple[str, ...] = PARTS) -> dict[str, Any]:
-    present, info = discover(only)
+        parts: tuple[str, ...] = PARTS, before: str | None = None) -> dict[str, Any]:
+    present, info = discover(only, before)
     for entry in info.values():
         if "skipped" in entry:
             log(f"queue-compare: skipping {entry['name']}: {entry['skipped']}")

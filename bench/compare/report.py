@@ -11,6 +11,7 @@ from . import targets
 from .stats import Row, ratios, summary
 
 FENEC = "fenecdb"
+BEFORE = "before"  # another build's FenecDB (`--before`)
 
 
 def number(v: float, unit: str) -> str:
@@ -41,8 +42,9 @@ def ratio_cell(s: dict | None) -> str:
     return f"{s['median']:.2f}× ({s['min']:.2f}–{s['max']:.2f})"
 
 
-def summarize(results: dict[str, Any]) -> dict[str, Any]:
-    """Per row: each system's summary, and each peer's ratio summary against FenecDB."""
+def summarize(results: dict[str, Any], lead: str = FENEC) -> dict[str, Any]:
+    """Per row: each system's summary, and each peer's ratio summary against FenecDB (`lead`: which build's,
+    "before" for a `--before` build's)."""
     out: dict[str, Any] = {}
     order = [k for k in results["systems"] if "skipped" not in results["systems"][k]]
     for row in results["rows"]:
@@ -53,9 +55,9 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
             vals = by_system.get(key, {})
             if vals:
                 entry["systems"][key] = summary(list(vals.values()))
-        fenec = {int(k): v for k, v in by_system.get(FENEC, {}).items()}
+        fenec = {int(k): v for k, v in by_system.get(lead, {}).items()}
         for key in order:
-            if key == FENEC or r.better not in ("lower", "higher"):
+            if key == lead or r.better not in ("lower", "higher"):
                 continue
             peer = {int(k): v for k, v in by_system.get(key, {}).items()}
             rs = ratios(fenec, peer, r.better)
@@ -94,6 +96,11 @@ def markdown(results: dict[str, Any], summed: dict[str, Any], checked: list[dict
               "behind): the peer's time over FenecDB's for a latency, FenecDB's rate over the peer's for a rate."]
     if FENEC in present:
         lines += [""] + targets.markdown(checked)
+    if BEFORE in present:  # the other build's, from the same rounds: before and after side by side
+        before = targets.check(results, summarize(results, BEFORE), BEFORE)
+        lines += ["", f"The same targets for {systems[BEFORE]['name']} ({systems[BEFORE]['version']}), "
+                  "from the same rounds; the column \"FenecDB vs FenecDB before\" above is their ratio, "
+                  "round by round:", ""] + targets.markdown(before, systems[BEFORE]["name"])
     skipped = [f"{systems[k]['name']}: {systems[k]['skipped']}" for k in systems if "skipped" in systems[k]]
     if skipped:
         lines += ["", "Skipped: " + "; ".join(skipped) + "."]

@@ -30,17 +30,18 @@ TARGETS = (
 )
 
 
-def own_ratio(results: dict[str, Any], row: str, of: str) -> float | None:
-    """The median over the rounds of FenecDB's `row` over its `of` in the same round (None: no round had both)."""
-    mine = results["values"].get(row, {}).get("fenecdb", {})
-    base = results["values"].get(of, {}).get("fenecdb", {})
+def own_ratio(results: dict[str, Any], row: str, of: str, lead: str = "fenecdb") -> float | None:
+    """The median over the rounds of FenecDB's `row` over its `of` in the same round (None: no round had both);
+    `lead`: which FenecDB's (a `--before` build's is "before")."""
+    mine = results["values"].get(row, {}).get(lead, {})
+    base = results["values"].get(of, {}).get(lead, {})
     got = [mine[r] / base[r] for r in mine if r in base and base[r] > 0]
     return statistics.median(got) if got else None
 
 
-def check(results: dict[str, Any], summed: dict[str, Any]) -> list[dict[str, Any]]:
+def check(results: dict[str, Any], summed: dict[str, Any], lead: str = "fenecdb") -> list[dict[str, Any]]:
     """One entry a target: its row's label, what it asks, this run's value, and met (None: not measured,
-    the peer skipped or a row without a value)."""
+    the peer skipped or a row without a value); `lead` as for `own_ratio`, `summed` summarized with it."""
     labels = {r["key"]: r["label"] for r in results["rows"]}
     out = []
     for t in TARGETS:
@@ -48,12 +49,12 @@ def check(results: dict[str, Any], summed: dict[str, Any]) -> list[dict[str, Any
             continue
         entry = summed.get(t.row, {})
         if t.of is not None:
-            value = own_ratio(results, t.row, t.of)
+            value = own_ratio(results, t.row, t.of, lead)
             asks = f"≥ {t.bound:g}× {labels.get(t.of, t.of)}"
             met = None if value is None else value >= t.bound
             shown = "–" if value is None else f"{value:.2f}×"
         elif t.peer is None:
-            s = entry.get("systems", {}).get("fenecdb")
+            s = entry.get("systems", {}).get(lead)
             asks = f"≤ {t.bound:g} ms"
             value = s["median"] if s else None
             met = None if value is None else value <= t.bound
@@ -69,11 +70,11 @@ def check(results: dict[str, Any], summed: dict[str, Any]) -> list[dict[str, Any
     return out
 
 
-def markdown(checked: list[dict[str, Any]]) -> list[str]:
+def markdown(checked: list[dict[str, Any]], who: str = "FenecDB") -> list[str]:
     """The targets as a table, with how many this run met, of those it could measure."""
     measured = [c for c in checked if c["met"] is not None]
     met = sum(1 for c in measured if c["met"])
-    lines = [f"FenecDB's own targets: {met} of {len(measured)} met in this run"
+    lines = [f"{who}'s own targets: {met} of {len(measured)} met in this run"
              + (f" ({len(checked) - len(measured)} not measured)." if len(measured) < len(checked)
                 else "."), "", "| Workload | target | this run | met |", "|---|---|---|---|"]
     for c in checked:

@@ -72,3 +72,21 @@ def test_each_window_finds_the_queue_topped_up_by_what_went_before(fake_load: No
     # claims: the full queue, the timed claims' jobs, then each window's; async: the same from a full queue
     assert loads == [jobs, claimed, 7, 28, jobs, 7, 28]
     assert system.calls.index(("level",)) > system.calls.index(("start", False, "async"))
+
+
+def test_a_before_checkout_without_a_build_is_skipped_with_how_to_build_it(tmp_path: Any) -> None:
+    present, info = harness.discover(["fenecdb"], before=str(tmp_path))
+    assert list(present) == ["fenecdb"]  # the run goes on with this checkout's build alone
+    assert info["before"]["name"] == "FenecDB before"
+    assert info["before"]["skipped"] == f"{tmp_path}/.venv/bin/fenec-server not found: run `make venv` in {tmp_path}"
+
+
+def test_a_before_checkout_runs_its_own_server_beside_this_ones(tmp_path: Any) -> None:
+    exe = tmp_path / ".venv" / "bin" / "fenec-server"
+    exe.parent.mkdir(parents=True)
+    exe.write_text("")
+    present, info = harness.discover(["fenecdb"], before=str(tmp_path))
+    assert list(present) == ["fenecdb", "before"]  # alternated in every round with the others
+    assert present["before"].server == [str(exe)]
+    assert present["fenecdb"].server != [str(exe)]
+    assert info["before"]["durable"] == "--sync always"

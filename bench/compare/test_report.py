@@ -172,3 +172,23 @@ def test_a_target_against_fenecdbs_own_row_is_the_median_of_the_rounds_ratios(tm
     _, js, text = report.write(results, tmp_path)
     got = next(c for c in json.loads(js.read_text())["targets"] if c["row"] == "tput_async_1")
     assert got["asks"] == "≥ 0.9× claim + ack" and got["shown"] == "0.90×" and got["met"] is True
+
+
+def test_a_before_build_gets_its_ratio_column_and_its_own_targets_from_the_same_rounds(tmp_path) -> None:
+    results = sample()
+    results["systems"]["before"] = {"name": "FenecDB before", "version": "1d67ace", "everyday": "--sync 250",
+                                    "durable": "--sync always"}
+    results["values"]["claim_p50"]["before"] = {"0": 2.0, "1": 2.0, "2": 6.0}  # FenecDB 2×, 1×, 2× as fast
+    results["values"]["claim_p50"]["redis"] = {"0": 2.0, "1": 2.0, "2": 6.0}
+    results["values"]["tput_1"]["before"] = {"0": 500.0, "1": 3000.0, "2": 4000.0}  # FenecDB 2×, 1×, 0.5×
+    _, _, text = report.write(results, tmp_path)
+    lines = text.splitlines()
+    assert lines[4] == "| Workload | FenecDB | Redis | FenecDB before | FenecDB vs Redis | FenecDB vs FenecDB before |"
+    assert "| claim + ack (jobs/s) | 2 000 (1 000–3 000) | 7 000 (4 000–10 000) | 3 000 (500–4 000) | 0.30× (0.10–0.50) " \
+        "| 1.00× (0.50–2.00) |" in lines
+    at = lines.index("FenecDB before's own targets: 1 of 2 met in this run (2 not measured).")
+    assert lines[at - 2].startswith("The same targets for FenecDB before (1d67ace), from the same rounds")
+    # its ratios are to the peers in the rounds it ran, as FenecDB's are: Redis's 500 and 4 000 against 10 000 and 4 000
+    assert "| claim 10, p50 | ≥ 1× Redis | 1.00× | yes |" in lines[at:]
+    assert "| claim + ack | ≥ 0.9× Redis | 0.53× | **no** |" in lines[at:]
+    assert "| claim + ack | ≥ 0.9× Redis | 0.30× | **no** |" in lines[:at]  # FenecDB's own, unchanged
