@@ -158,13 +158,16 @@ class Ahead:
         """How many records are in the file and not yet in the engine."""
         return len(self.payloads)
 
-    def append(self, payloads: list[bytes]) -> int:
+    def append(self, frames: bytes, payloads: list[bytes]) -> int:
         """Write records (checked, in order) to the file in one write; answer the last one's
-        ticket (0 in memory: nothing to make durable). Raises StorageFailed as an append does."""
+        ticket (0 in memory: nothing to make durable). `frames` are the records with their
+        headers, as the stream carried them and the file holds them (written as they are, their
+        checks not computed again), `payloads` the same records without. Raises StorageFailed as
+        an append does."""
         with self.lock:
-            ticket = self._log.append_all(payloads) if self._log is not None else 0
+            ticket = self._log.append_framed(frames, len(payloads)) if self._log is not None else 0
             self.payloads.extend(payloads)
-            self.size += sum(RECORD_HEADER_SIZE + len(p) for p in payloads)
+            self.size += len(frames)
         return ticket
 
     def apply(self, most: int) -> int:

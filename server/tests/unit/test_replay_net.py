@@ -14,6 +14,7 @@ from fenecdb_server.engine import records
 from fenecdb_server.engine.engine import Engine
 from fenecdb_server.engine.hash_index import HashIndex
 from fenecdb_server.engine.sorted_index import PackedIndex, SortedIndex
+from fenecdb_server.storage.format import record_header
 from fenecdb_server.storage.log import Log
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -186,7 +187,8 @@ def test_a_replica_of_a_queues_records_in_blocks_of_64_holds_the_primarys_state_
     replica = Database(str(tmp_path / "r.fenec"), sync="off")
     engine = replica.engine
     for at in range(0, len(payloads), 64):  # as the follower takes them: a block written, then replayed
-        replica.ahead.append(payloads[at:at + 64])
+        block = payloads[at:at + 64]
+        replica.ahead.append(b"".join(record_header(p) + p for p in block), block)
         assert replica.ahead.apply(64) == len(payloads[at:at + 64])
     want = state(plain(payloads))
     assert state(engine) == want

@@ -221,18 +221,19 @@ def test_a_compaction_while_records_are_written_and_not_replayed_loses_none(tmp_
     compaction then (its snapshot is of the memory) keeps them after the snapshot, and a replay after
     the compaction's swap, or none at all (a crash), leaves them in the file."""
     got = primary_records(tmp_path / "p.fenec", 100)
-    payloads = [frame[12:] for _, frame in got]
-    first, rest = payloads[:60], payloads[60:]
+    frames = [frame for _, frame in got]
+    first, rest = frames[:60], frames[60:]
     db = Database(str(tmp_path / "r.fenec"), sync="always")
     try:
-        db.ahead.append(first)
+        db.ahead.append(b"".join(first), [f[12:] for f in first])
         assert db.ahead.apply(1000) == 60 and db.seq == got[59][0]
-        db.ahead.append(rest)
+        db.ahead.append(b"".join(rest), [f[12:] for f in rest])
         assert db.ahead.waiting == len(rest) and db.seq == got[59][0]
         done = db.compact()
         assert done["bytes_after"] < done["bytes_before"]
         assert db.ahead.apply(1000) == len(rest) and db.seq == got[-1][0]
-        db.ahead.append([b'{"s":%d,"o":[]}' % (got[-1][0] + 1)])  # written, and never replayed here
+        last = b'{"s":%d,"o":[]}' % (got[-1][0] + 1)
+        db.ahead.append(record_header(last) + last, [last])  # written, and never replayed here
         db.compact()
         answer = db.query("get jobs")
     finally:

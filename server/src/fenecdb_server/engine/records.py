@@ -77,7 +77,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
@@ -300,9 +300,6 @@ class _Net:
             self.waiting.clear()
 
 
-_ROW_OPS: Final = frozenset(("p", "d", "k", "K"))
-
-
 def replay_all(eng: State, payloads: list[bytes], done: list[tuple[bytes, int, list]]) -> None:
     """Apply records in order (a replica's block of them, replication/follower.py), leaving `eng` as
     `replay` of each in turn would: the same rows, in the same order of ids in each collection,
@@ -324,17 +321,20 @@ def replay_all(eng: State, payloads: list[bytes], done: list[tuple[bytes, int, l
     net = _Net(eng)
     try:
         for payload in payloads:
-            rec = loads(payload)
-            ops = rec["o"]
-            seq = rec["s"]
-            for op in ops:
-                if op[0] not in _ROW_OPS:
+            rec: dict = loads(payload)
+            ops: list = rec["o"]
+            seq: int = rec["s"]
+            for item in ops:
+                first: list = item
+                kind: str = first[0]
+                if kind != "p" and kind != "d" and kind != "k" and kind != "K":
                     net.flush(done)
                     _apply(eng, rec)
                     done.append((payload, seq, ops))
                     break
             else:
-                for op in ops:
+                for item in ops:
+                    op: list = item
                     kind = op[0]
                     if kind == "p":
                         net.put(op[1], op[2], op[3])

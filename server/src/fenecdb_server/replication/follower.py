@@ -189,7 +189,7 @@ class Follower:
         they took (a record cut at the end waits for the next read). The write records between
         two others (an image, a keep-alive) are written and replayed together (`_write`); a
         damaged record raises StreamBroken after those before it are, and nothing after it is."""
-        at = 0
+        at = first = 0  # `first`: where the write records of `batch` begin (they are contiguous)
         batch: list[bytes] = []
         broken = ""
         view = memoryview(buf)
@@ -208,12 +208,13 @@ class Follower:
                 if crc32(payload) != crc:
                     broken = "a record failed its check"
                     break
-                at = end
                 if payload and not word & SNAPSHOT_BIT:
                     batch.append(payload)
+                    at = end
                     continue
-                self._write(batch, history)  # the records before it first
+                self._write(view[first:at], batch, history)  # the records before it first
                 batch = []
+                at = first = end
                 if word & SNAPSHOT_BIT:
                     self._image(payload)
                     self._imaged = True
@@ -224,9 +225,9 @@ class Follower:
                     self.level_at = self.last_contact
                     if self.acking and not self._ticket and (self.acked < self._durable or self._acks.lost()):
                         self._ack(self._durable)  # an ack lost with its connection: said again (link.py)
+            self._write(view[first:at], batch, history)
         finally:
             view.release()
-        self._write(batch, history)
         if broken:
             raise StreamBroken(broken)
         return at
@@ -243,9 +244,10 @@ class Follower:
             raise StreamBroken(f"the stream's term {self.term} is below {self.floor()}, the highest seen: "
                                "its primary was deposed")
 
-    def _write(self, payloads: list[bytes], history: str) -> None:
-        """Write records to this server's file in one write, settle them if nothing more is there
-        to read (the module's docstring), then replay them into the memory."""
+    def _write(self, frames: memoryview, payloads: list[bytes], history: str) -> None:
+        """Write records to this server's file in one write (`frames`: them as the stream framed
+        them, which is as the file holds them), settle them if nothing more is there to read (the
+        module's docstring), then replay them into the memory."""
         if not payloads or self._stop.is_set():  # stopped: the stream is dropped, nothing more written
             return
         self._check_term()
@@ -253,7 +255,7 @@ class Follower:
             self.identity.follow(self.url, history)
         self._imaged = False
         try:
-            ticket = self.db.ahead.append(payloads)
+            ticket = self.db.ahead.append(bytes(frames), payloads)
             self._change = records.change_of(payloads[-1])
             if ticket:
                 if not self._ticket:

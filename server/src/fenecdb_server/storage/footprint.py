@@ -68,32 +68,46 @@ class Footprint:
         (engine/records.py: `["p", coll, id, row]`, `["k", key, hash, at, ttl, answers]`, ...);
         `documents(name)` is the collection's row count (the window of its mean)."""
         rest = size - _RECORD_ENVELOPE - len(str(seq))
-        if len(ops) == 1 and ops[0][0] == "p":  # a put, a claim of one, an update: one row, no tally
-            name = ops[0][1]
+        first: list = ops[0] if len(ops) == 1 else []
+        if first and first[0] == "p":  # a put, a claim of one, an update: one row, no tally
+            name: str = first[1]
             self._move(name, float(max(rest - _P_OP_EXTRA - len(name), 0)), 1, max(documents(name), 1))
             return
-        rows: dict[str, int] = {}  # rows written per collection
+        single = ""  # the collection of every row so far, while they are of one (a claim's, a bulk put's)
+        rows: dict[str, int] = {}  # rows written per collection, once they are of more than one
         n = 0
-        for op in ops:
-            kind = op[0]
+        for item in ops:
+            op: list = item
+            kind: str = op[0]
             if kind == "p":
                 name = op[1]
-                rows[name] = rows.get(name, 0) + 1
                 n += 1
                 rest -= _P_OP_EXTRA + len(name)
+                if n == 1:
+                    single = name
+                elif single and name != single:
+                    rows[single] = n - 1
+                    single = ""
+                if not single:
+                    rows[name] = rows.get(name, 0) + 1
+            elif kind == "d":  # a tombstone: its collection's name, the id's digits
+                rest -= _OTHER_OP + len(op[1])
             elif kind == "k":
                 kept = op[5] if len(op) == 6 else op[4]  # the answers; an older file's body text
                 key = len(op[1]) + len(kept if type(kept) is str else str(kept)) + _KEY_OP_FIXED
                 self._key_bytes += key
                 self._keys += 1
                 rest -= key
-            elif kind in ("c", "i", "T"):  # T: a failover term, a number (records.py)
+            elif kind == "c" or kind == "i" or kind == "T":  # T: a failover term, a number (records.py)
                 rest -= len(str(op))
             else:
                 rest -= _OTHER_OP + len(op[1])
         if not n:
             return
         share = max(rest, 0) / n
+        if single:
+            self._move(single, share, n, max(documents(single), 1))
+            return
         for name, k in rows.items():
             # a collection's updates depend on its own alone, so they are made one collection at a
             # time, in the order of its rows, as one row at a time would

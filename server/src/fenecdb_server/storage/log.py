@@ -118,11 +118,8 @@ from .sync import Policy, Syncer, parse_policy
 
 log = logging.getLogger("fenecdb.storage")
 
-IOV_MOST = 1024  # the buffers one writev may take (Linux's IOV_MAX): more are joined first
-
-
 class Log:
-    """One data file. `append` is called under the engine's write lock (a replica's `append_all`
+    """One data file. `append` is called under the engine's write lock (a replica's `append_framed`
     under its database's own, database.py `Ahead`); everything else not.
 
     The Log holds where the records end and the file's space (`append`, preallocation,
@@ -172,21 +169,13 @@ class Log:
             self.last_head = head
             return self.commit.appended
 
-    def append_all(self, payloads: list[bytes]) -> int:
-        """Frame and write records in order, in one write (a replica's records, written before
-        its engine replays them: database.py `Ahead`); return the last one's ticket, each
-        record's being one more than the one before's. Raises StorageFailed."""
-        parts: list[bytes] = []
-        want = 0
-        for payload in payloads:
-            head = record_header(payload)
-            parts.append(head)
-            parts.append(payload)
-            want += len(head) + len(payload)
-        if len(parts) > IOV_MOST:
-            parts = [b"".join(parts)]
+    def append_framed(self, frames: bytes, records: int) -> int:
+        """Write `records` whole records already framed with this format's header (a replica's
+        block as its primary's stream carries it, each record checked by the follower), in one
+        write; return the last one's ticket, each record's being one more than the one before's.
+        Raises StorageFailed."""
         with self._lock:
-            self._write(parts, want, len(payloads))
+            self._write([frames], len(frames), records)
             return self.commit.appended
 
     def _write(self, parts: list[bytes], want: int, records: int) -> None:
