@@ -221,13 +221,12 @@ def test_a_compaction_while_records_are_written_and_not_replayed_loses_none(tmp_
     compaction then (its snapshot is of the memory) keeps them after the snapshot, and a replay after
     the compaction's swap, or none at all (a crash), leaves them in the file."""
     got = primary_records(tmp_path / "p.fenec", 100)
-    frames = [frame for _, frame in got]
-    first, rest = frames[:60], frames[60:]
+    first, rest = got[:60], got[60:]
     db = Database(str(tmp_path / "r.fenec"), sync="always")
     try:
-        db.ahead.append(b"".join(first), [f[12:] for f in first])
+        db.ahead.append(frames(first), [frame[12:] for _, frame in first])
         assert db.ahead.apply(1000) == 60 and db.seq == got[59][0]
-        db.ahead.append(b"".join(rest), [f[12:] for f in rest])
+        db.ahead.append(frames(rest), [frame[12:] for _, frame in rest])
         assert db.ahead.waiting == len(rest) and db.seq == got[59][0]
         done = db.compact()
         assert done["bytes_after"] < done["bytes_before"]

@@ -319,22 +319,22 @@ def replay_all(eng: State, payloads: list[bytes], done: list[tuple[bytes, int, l
     with the records before it applied and in `done`, and the change number theirs; its own ops
     that were read may have been applied, as `replay` leaves a record that fails halfway."""
     net = _Net(eng)
+    op: list  # an op is a list and its kind a str: the compiled loops index and compare them so
+    kind: str
     try:
         for payload in payloads:
             rec: dict = loads(payload)
             ops: list = rec["o"]
             seq: int = rec["s"]
-            for item in ops:
-                first: list = item
-                kind: str = first[0]
+            for op in ops:
+                kind = op[0]
                 if kind != "p" and kind != "d" and kind != "k" and kind != "K":
                     net.flush(done)
                     _apply(eng, rec)
                     done.append((payload, seq, ops))
                     break
             else:
-                for item in ops:
-                    op: list = item
+                for op in ops:
                     kind = op[0]
                     if kind == "p":
                         net.put(op[1], op[2], op[3])

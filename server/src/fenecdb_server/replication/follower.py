@@ -5,9 +5,10 @@ replication token, and reads the stream (feed.py has its format) a block at a ti
 has arrived (one read of the socket for the many records a primary's sync sends). Every record is
 checked as recovery checks one: a damaged or cut stream is dropped, never written nor applied, and
 asked for again. The whole write records of a block go to the replica's own file first, in one
-write and framed as the stream framed them, which is as a data file holds them (`Database.ahead`), and into its memory after (`Ahead.apply`, `APPLY_MOST` at a time under
-one hold of the engine's write lock, as their net effect: engine/records.py's `replay_all`, where
-a job claimed and acked among them is one delete of its row): the disk first, so that a sync
+write, framed as the stream framed them, which is as a data file holds them (`Database.ahead`),
+and into its memory after (`Ahead.apply`, `APPLY_MOST` at a time under one hold of the engine's
+write lock, as their net effect: engine/records.py's `replay_all`, where a job claimed and acked
+among them is one delete of its row): the disk first, so that a sync
 replica's ack, which says "on this replica's disk", waits for no replay.
 Until they are replayed the file is ahead of the memory, which nothing else here sees: reads,
 `Fenec-After` and the lag numbers are of the memory (what the replica serves), a compaction's

@@ -76,9 +76,10 @@ class Footprint:
         single = ""  # the collection of every row so far, while they are of one (a claim's, a bulk put's)
         rows: dict[str, int] = {}  # rows written per collection, once they are of more than one
         n = 0
-        for item in ops:
-            op: list = item
-            kind: str = op[0]
+        op: list  # an op is a list and its kind a str: the compiled loop indexes and compares them so
+        kind: str
+        for op in ops:
+            kind = op[0]
             if kind == "p":
                 name = op[1]
                 n += 1
@@ -90,7 +91,7 @@ class Footprint:
                     single = ""
                 if not single:
                     rows[name] = rows.get(name, 0) + 1
-            elif kind == "d":  # a tombstone: its collection's name, the id's digits
+            elif kind == "d":  # a tombstone (an ack's): counted as `else` counts the rarer kinds, tested before them
                 rest -= _OTHER_OP + len(op[1])
             elif kind == "k":
                 kept = op[5] if len(op) == 6 else op[4]  # the answers; an older file's body text

@@ -118,6 +118,7 @@ from .sync import Policy, Syncer, parse_policy
 
 log = logging.getLogger("fenecdb.storage")
 
+
 class Log:
     """One data file. `append` is called under the engine's write lock (a replica's `append_framed`
     under its database's own, database.py `Ahead`); everything else not.
