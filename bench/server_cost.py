@@ -22,10 +22,16 @@ the server on a file under `--sync always` and `--busy-poll 0`, one put on one c
 
 `--callgrind` runs the server under valgrind's callgrind and prints its instructions a claim
 instead (the counters zeroed after the warm-up, dumped after the claims): a count, not a time, so
-it holds on a loaded machine.
+it holds on a loaded machine. `--cache-sim` adds callgrind's cache simulation, with a last level
+of 128 KiB (`CACHE_SIM`): the cache lines a claim (or a wake cycle) reads that are not among the
+last 128 KiB it touched, a count of its code and data's footprint rather than of its work. It
+prints them a claim, by where they were read (the interpreter, the compiled engine, the head
+parser, ...), the largest first. A wake comes after 10 ms in which other processes ran, so its
+caches are cold: its time follows this count more than its instructions (bench/README.md, "The
+wake's footprint").
 
     .venv/bin/python bench/server_cost.py [--claims 3000] [--src other/server/src] [--door direct|asgi]
-                                          [--get /_health] [--wakes] [--puts] [--callgrind]
+                                          [--get /_health] [--wakes] [--puts] [--callgrind [--cache-sim]]
 """
 
 from __future__ import annotations
@@ -47,6 +53,9 @@ CLAIM = ("set jobs {owner: $1, run_at: now() + 30000, attempts: attempts + 1} "
 # cycles outlast 30 s, and a lapsed lease would hand an old job to the next claim before the one put
 WAIT_CLAIM = CLAIM.replace("limit 10", "limit 1").replace("30000", "3600000")
 PUT = "put jobs {payload: $1, run_at: now(), attempts: 0}"
+# callgrind's caches: the first level split, 32 KiB each, as this machine's; a last level of 128 KiB,
+# smaller than any real one, so that what a cycle misses there is what it touches beyond its hottest part
+CACHE_SIM = ["--cache-sim=yes", "--I1=32768,8,64", "--D1=32768,8,64", "--LL=131072,8,64"]
 WAKE_PAUSE = 0.01  # the harness's pause between the held claim and the put (loadgen.WAKE_PAUSE)
 
 
@@ -73,7 +82,10 @@ def main() -> int:
     ap.add_argument("--wakes", action="store_true", help="a wake cycle of a held claim, --claims times")
     ap.add_argument("--puts", action="store_true", help="a durable put (--sync always), --claims times")
     ap.add_argument("--callgrind", action="store_true", help="count the server's instructions (valgrind)")
+    ap.add_argument("--cache-sim", action="store_true", help="with --callgrind: also its cache misses, by library")
     args = ap.parse_args()
+    if args.cache_sim and not args.callgrind:
+        ap.error("--cache-sim counts under --callgrind: give both")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -88,7 +100,8 @@ def main() -> int:
                *(["--sync", "always"] if args.puts else [])]
     dumps = tempfile.mkdtemp(prefix="fenec-callgrind-") if args.callgrind else ""
     if args.callgrind:  # the console script run by this interpreter, under valgrind
-        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={dumps}/out", sys.executable, *command]
+        command = ["valgrind", "--tool=callgrind", *(CACHE_SIM if args.cache_sim else []),
+                   f"--callgrind-out-file={dumps}/out", sys.executable, *command]
     proc = subprocess.Popen(command, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -158,9 +171,12 @@ def main() -> int:
         used, wall = cpu() - before, time.perf_counter() - started
         if args.callgrind:
             subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
-            print(json.dumps({"claims": args.claims, "server_instructions_per_claim": round(_instructions(dumps) / args.claims),
-                              "src": args.src or "installed", "door": args.door, "get": args.get,
-                              "wakes": args.wakes, "puts": args.puts}))
+            out = {"claims": args.claims, "server_instructions_per_claim": round(_instructions(dumps) / args.claims),
+                   "src": args.src or "installed", "door": args.door, "get": args.get,
+                   "wakes": args.wakes, "puts": args.puts}
+            if args.cache_sim:
+                out.update(_misses(_last_dump(dumps), args.claims))
+            print(json.dumps(out))
             return 0
         print(json.dumps({"claims": args.claims, "server_cpu_us_per_claim": round(1e6 * used / args.claims),
                           "wall_us_per_claim": round(1e6 * wall / args.claims), "src": args.src or "installed",
@@ -173,14 +189,71 @@ def main() -> int:
     return 0
 
 
+def _last_dump(folder: str) -> str:
+    return max((os.path.join(folder, f) for f in os.listdir(folder)), key=os.path.getmtime)
+
+
 def _instructions(folder: str) -> int:
     """The instructions of the last callgrind dump in `folder` (its `totals:` or `summary:` line)."""
-    last = max((os.path.join(folder, f) for f in os.listdir(folder)), key=os.path.getmtime)
+    last = _last_dump(folder)
     with open(last) as f:
         for line in f:
             if line.startswith(("totals:", "summary:")):
                 return int(line.split()[1])
     raise RuntimeError(f"no totals in {last}")
+
+
+def _misses(dump: str, claims: int) -> dict:
+    """A cache-simulating dump's misses a claim: the first level's (code, data read) and the last
+    level's (code read, data read and written), in all and by the library whose code ran (each
+    function's own cost, without what it called; the compiled engine's library, named by a hash,
+    as "engine")."""
+    events: list[str] = []
+    by_object: dict[str, list[int]] = {}
+    objects: dict[str, str] = {}
+    where = ""
+    skip = False  # the line after `calls=` is a call's inclusive cost, counted where it was spent
+    with open(dump) as f:
+        for line in f:
+            if line.startswith("events:"):
+                events = line.split()[1:]
+            elif line.startswith("ob="):
+                ref, _, name = line[3:].strip().partition(" ")
+                if name:
+                    objects[ref] = name
+                where = objects.get(ref, ref)
+            elif line.startswith("cob="):
+                ref, _, name = line[4:].strip().partition(" ")
+                if name:
+                    objects[ref] = name
+            elif line.startswith("calls="):
+                skip = True
+            elif line[:1].isdigit() or line[:1] in "+-*":
+                if skip:
+                    skip = False
+                    continue
+                costs = by_object.setdefault(where, [0] * len(events))
+                for i, v in enumerate(line.split()[1:]):
+                    costs[i] += int(v)
+    if "ILmr" not in events:
+        raise RuntimeError(f"{dump} holds no cache simulation")
+    at = {e: i for i, e in enumerate(events)}
+
+    def last_level(c: list[int]) -> int:
+        return c[at["ILmr"]] + c[at["DLmr"]] + c[at["DLmw"]]
+
+    def library(path: str) -> str:
+        base = os.path.basename(path)
+        return "engine" if "__mypyc" in base else base.split(".cpython")[0].split(".so")[0]
+
+    named: dict[str, int] = {}
+    for path, c in by_object.items():
+        named[library(path)] = named.get(library(path), 0) + last_level(c)
+    total = [sum(c[i] for c in by_object.values()) for i in range(len(events))]
+    return {"l1_code_misses": round(total[at["I1mr"]] / claims), "l1_data_misses": round(total[at["D1mr"]] / claims),
+            "ll_misses": round(last_level(total) / claims),
+            "ll_misses_by_library": {k: round(v / claims) for k, v in sorted(named.items(), key=lambda kv: -kv[1])
+                                     if v >= claims}}
 
 
 if __name__ == "__main__":
