@@ -26,9 +26,9 @@ it holds on a loaded machine. `--cache-sim` adds callgrind's cache simulation, w
 of 128 KiB (`CACHE_SIM`): the cache lines a claim (or a wake cycle) reads that are not among the
 last 128 KiB it touched, a count of its code and data's footprint rather than of its work. It
 prints them a claim, by where they were read (the interpreter, the compiled engine, the head
-parser, ...), the largest first. A wake comes after 10 ms in which other processes ran, so its
-caches are cold: its time follows this count more than its instructions (bench/README.md, "The
-wake's footprint").
+parser, ...), the largest first. A wake comes after 10 ms in which other processes ran, so it
+starts with cold caches, and this count may say more of its time than its instructions do
+(bench/README.md, "The wake's footprint").
 
     .venv/bin/python bench/server_cost.py [--claims 3000] [--src other/server/src] [--door direct|asgi]
                                           [--get /_health] [--wakes] [--puts] [--callgrind [--cache-sim]]
@@ -53,7 +53,7 @@ CLAIM = ("set jobs {owner: $1, run_at: now() + 30000, attempts: attempts + 1} "
 # cycles outlast 30 s, and a lapsed lease would hand an old job to the next claim before the one put
 WAIT_CLAIM = CLAIM.replace("limit 10", "limit 1").replace("30000", "3600000")
 PUT = "put jobs {payload: $1, run_at: now(), attempts: 0}"
-# callgrind's caches: the first level split, 32 KiB each, as this machine's; a last level of 128 KiB,
+# callgrind's caches: the first level split, 32 KiB each, as a common x86 core's; a last level of 128 KiB,
 # smaller than any real one, so that what a cycle misses there is what it touches beyond its hottest part
 CACHE_SIM = ["--cache-sim=yes", "--I1=32768,8,64", "--D1=32768,8,64", "--LL=131072,8,64"]
 WAKE_PAUSE = 0.01  # the harness's pause between the held claim and the put (loadgen.WAKE_PAUSE)
@@ -175,7 +175,7 @@ def main() -> int:
                    "src": args.src or "installed", "door": args.door, "get": args.get,
                    "wakes": args.wakes, "puts": args.puts}
             if args.cache_sim:
-                out.update(_misses(_last_dump(dumps), args.claims))
+                out.update(cache_misses(_last_dump(dumps), args.claims))
             print(json.dumps(out))
             return 0
         print(json.dumps({"claims": args.claims, "server_cpu_us_per_claim": round(1e6 * used / args.claims),
@@ -203,7 +203,7 @@ def _instructions(folder: str) -> int:
     raise RuntimeError(f"no totals in {last}")
 
 
-def _misses(dump: str, claims: int) -> dict:
+def cache_misses(dump: str, claims: int) -> dict:
     """A cache-simulating dump's misses a claim: the first level's (code, data read) and the last
     level's (code read, data read and written), in all and by the library whose code ran (each
     function's own cost, without what it called; the compiled engine's library, named by a hash,

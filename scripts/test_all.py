@@ -112,8 +112,9 @@ def main() -> int:
     else:
         record("failover", run("failover", [python, "-m", "pytest", "server/tests_cluster"],
                                extra_env={"FENEC_FAILOVERS": "20"}))
-    # the queue-compare table's statistics and writer (no peer server needed)
-    record("bench", run("bench", [python, "-m", "pytest", "bench/compare"]))
+    # the queue-compare table's statistics and writer (no peer server needed), and the reading of a
+    # callgrind dump by bench/server_cost.py
+    record("bench", run("bench", [python, "-m", "pytest", "bench/compare", "bench/test_server_cost.py"]))
 
     if (ROOT / "clients/python/pyproject.toml").exists():
         record("python", run("python", [python, "-m", "pytest", "clients/python/tests"]))
