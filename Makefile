@@ -17,8 +17,10 @@ help: ## list the targets
 # the sources too: the install compiles the engine's hot modules from them (server/setup.py)
 $(SERVE_STAMP): server/pyproject.toml server/setup.py $(shell find server/src/fenecdb_server -name '*.py' -o -name '*.c')
 	$(PYTHON) -m venv $(VENV)
-	@echo "installing the server and compiling its engine with mypyc: about 3 minutes on a 2-core machine (server/README.md, Compiled modules), silent meanwhile"
-	$(BIN)/pip install -q -e server
+	@echo "installing the server and compiling its engine with mypyc, profile-guided: two compiles with a training run between, about 9 minutes on a 2-core machine (server/README.md, Compiled modules), silent meanwhile"
+	FENECDB_PROFILE=generate $(BIN)/pip install -q -e server
+	$(BIN)/python server/profile_training.py || echo "WARNING: the profile training failed: the engine is compiled without a profile"
+	FENECDB_PROFILE=use $(BIN)/pip install -q -e server
 	@touch $(SERVE_STAMP)
 
 $(STAMP): $(SERVE_STAMP) $(PY_PARTS) server/requirements-test.txt

@@ -52,7 +52,7 @@ COMPILED_CHECK = ("import sys; import fenecdb_server.engine.engine as e; from fe
 
 # What ruff and mypy read: every Python part (all written by hand).
 PY_CHECKED = ["server", "clients/python", "conformance", "bench", "scripts"]
-MYPY_CHECKED = ["server/src/fenecdb_server", "conformance", "bench", "scripts"]
+MYPY_CHECKED = ["server/src/fenecdb_server", "server/profile_training.py", "conformance", "bench", "scripts"]
 # the Python client is checked as its users' code sees it: mypy --strict, as its own test_types does
 MYPY_STRICT = ["--strict", "clients/python/src/fenecdb"]
 

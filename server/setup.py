@@ -11,11 +11,21 @@ the server syncs on the kernel's AIO or in place.
 
 FENECDB_PURE_PYTHON=1 installs without compiling. Where the compiler is missing or fails, the
 install goes on in pure Python and says so on stderr; `fenec-server` says which it runs at start.
+
+A profile-guided build is two installs with a training run between (the Makefile's `make venv`
+and `make serve`; the README's "Compiled modules" says why): FENECDB_PROFILE=generate compiles the
+modules to count what runs, `profile_training.py` plays a worker's life against that server, and
+FENECDB_PROFILE=use compiles them again laid out and optimized by the counts (GCC's `-fprofile-use`:
+what the training ran is optimized for speed, what it never ran for size, apart). Both builds put
+their objects in one place, where GCC finds each object's counts by its path. Without GCC, or
+with no counts, the second build is an ordinary one.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 
 from setuptools import Extension, setup
@@ -88,6 +98,22 @@ COMPILED = [
 
 DATASYNC_THREAD = "fenecdb_server/storage/datasync_thread.c"  # a C module of its own, no Python source
 
+PROFILE = os.environ.get("FENECDB_PROFILE", "")  # "generate", "use", or "" for an ordinary build
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROFILE_DIR = os.path.join(HERE, "build", "profile")  # the training's counts, one file an object
+PROFILE_TEMP = os.path.join(HERE, "build", "profiled")  # both builds' objects: their paths name the counts
+PROFILE_FLAGS = {  # (compile, link)
+    "generate": (["-fprofile-generate", "-fprofile-update=atomic", f"-fprofile-dir={PROFILE_DIR}"],
+                 ["-fprofile-generate"]),
+    # coverage-mismatch: mypyc's runtime is included from the build environment's path, which each
+    # isolated build names anew (its functions' source locations "changed"; their counts still apply)
+    "use": (["-fprofile-use", "-fprofile-correction", "-Wno-missing-profile", "-Wno-coverage-mismatch",
+             f"-fprofile-dir={PROFILE_DIR}"], []),
+}
+# setuptools' steps that only read the package's metadata (pip's "getting requirements" and "preparing
+# metadata"): they need no compiled modules, and mypycify type-checks and writes the C each time
+METADATA_ONLY = {"egg_info", "dist_info"}
+
 
 def _say(message: str) -> None:
     print(f"fenecdb-server build: {message}", file=sys.stderr)
@@ -95,7 +121,31 @@ def _say(message: str) -> None:
 
 class OptionalBuildExt(build_ext):
     """A compile that fails leaves the package in pure Python, said loudly, not a failed install.
-    All or none: the compiled modules share one runtime library, so a part of them is removed."""
+    All or none: the compiled modules share one runtime library, so a part of them is removed.
+    Under FENECDB_PROFILE, the profile's flags (the module's docstring)."""
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if PROFILE:
+            self.build_temp = PROFILE_TEMP
+
+    def build_extensions(self) -> None:
+        if PROFILE:
+            if PROFILE not in PROFILE_FLAGS:
+                raise SystemExit(f"FENECDB_PROFILE is {PROFILE!r}: generate or use")
+            if not _is_gcc(self.compiler.compiler[0]):
+                _say("FENECDB_PROFILE needs GCC, which is not the compiler here: an ordinary build")
+            else:
+                if PROFILE == "generate":  # counts of an older build would not match this one
+                    shutil.rmtree(PROFILE_DIR, ignore_errors=True)
+                elif not os.path.isdir(PROFILE_DIR):
+                    _say(f"no training counts in {PROFILE_DIR}: an ordinary build")
+                compile_flags, link_flags = PROFILE_FLAGS[PROFILE]
+                _say(f"a profile-guided build, step {PROFILE!r}")
+                for ext in self.extensions:
+                    ext.extra_compile_args = [*ext.extra_compile_args, *compile_flags]
+                    ext.extra_link_args = [*ext.extra_link_args, *link_flags]
+        super().build_extensions()
 
     def run(self) -> None:
         try:
@@ -107,9 +157,19 @@ class OptionalBuildExt(build_ext):
             _say(f"WARNING: the compiled modules were not built ({error}); installing pure Python")
 
 
+def _is_gcc(compiler: str) -> bool:
+    try:
+        said = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "clang" not in said.lower() and ("gcc" in said.lower() or "free software foundation" in said.lower())
+
+
 def _ext_modules() -> list:
     if os.environ.get("FENECDB_PURE_PYTHON"):
         _say("FENECDB_PURE_PYTHON is set: installing pure Python")
+        return []
+    if METADATA_ONLY & set(sys.argv[1:]):
         return []
     try:
         from mypyc.build import mypycify
