@@ -116,9 +116,9 @@ def answers(port: int, path: str, token: str | None = None) -> dict | None:
         answer = conn.getresponse()
         body = answer.read()
         conn.close()
-    except OSError:
+        return dict(json.loads(body or b"{}")) if answer.status == 200 else None
+    except (OSError, http.client.HTTPException, ValueError):  # not up yet, or cut off as it starts
         return None
-    return dict(json.loads(body or b"{}")) if answer.status == 200 else None
 
 
 def follow(server: str, data: Path, primary: int, sync: str) -> subprocess.Popen:
