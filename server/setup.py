@@ -135,11 +135,11 @@ class OptionalBuildExt(build_ext):
                 raise SystemExit(f"FENECDB_PROFILE is {PROFILE!r}: generate or use")
             if not _is_gcc(self.compiler.compiler[0]):
                 _say("FENECDB_PROFILE needs GCC, which is not the compiler here: an ordinary build")
+            elif PROFILE == "use" and not os.path.isdir(PROFILE_DIR):
+                _say(f"no training counts in {PROFILE_DIR}: an ordinary build")
             else:
                 if PROFILE == "generate":  # counts of an older build would not match this one
                     shutil.rmtree(PROFILE_DIR, ignore_errors=True)
-                elif not os.path.isdir(PROFILE_DIR):
-                    _say(f"no training counts in {PROFILE_DIR}: an ordinary build")
                 compile_flags, link_flags = PROFILE_FLAGS[PROFILE]
                 _say(f"a profile-guided build, step {PROFILE!r}")
                 for ext in self.extensions:
