@@ -149,7 +149,9 @@ def main() -> int:
         # every SDK's recorded requests answered as when they were recorded (conformance/wire/README.md):
         # the HTTP front held for the SDKs whose toolchains are missing here
         server_cmd = f"{VENV_BIN / 'fenec-server'} --file {{file}} --http 127.0.0.1:{{port}}"
-        record("wire", run("wire", [python, str(ROOT / "conformance/wire/replay.py"), "--server-cmd", server_cmd]))
+        # four files at a time, each against its own server: a replay mostly waits out its recorded gaps
+        record("wire", run("wire", [python, str(ROOT / "conformance/wire/replay.py"), "--jobs", "4",
+                                    "--server-cmd", server_cmd]))
     else:
         skip("conformance", "the suite is not built yet (conformance/ holds only its README)")
 

@@ -4,6 +4,7 @@ server, and each answer checked against the one the SDK was given when it was re
 
     python3 replay.py --server-cmd "fenec-server --file {file} --http 127.0.0.1:{port}"
     python3 replay.py --server-cmd "..." --sdk go --sdk js --show 20
+    python3 replay.py --server-cmd "..." --jobs 4   # four files at a time, each with its own server
     python3 replay.py --url http://127.0.0.1:8080   # a server you started, fresh, on nothing else
 
 `--server-cmd` is started once per SDK, fresh: {port} becomes a free port and {file} a new file in
@@ -63,7 +64,10 @@ import argparse
 import asyncio
 import base64
 import bisect
+import contextlib
+import io
 import json
+import multiprocessing
 import os
 import re
 import shlex
@@ -74,6 +78,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -796,6 +801,48 @@ def replay_sdk(sdk: str, lines: list[dict[str, Any]], url: str, show: int, stric
     return replayed, same, len(differ), skipped
 
 
+def recorded_span(path: Path) -> float:
+    """How long the recorded run took, from its first connection's open to its last event (0 for no file)."""
+    if not path.exists():
+        return 0.0
+    times = [line["t"] for line in load(path)]
+    return max((max(v for v in t.values() if v is not None) for t in times), default=0.0) - \
+        min((t["open"] for t in times), default=0.0)
+
+
+def replay_file(sdk: str, corpus: Path, server_cmd: str | None, url: str | None, show: int, strict: bool) -> int:
+    """Replays one corpus file (against a fresh server of `server_cmd`, else `url`); answers how many
+    exchanges differ. RuntimeError when it could not replay."""
+    path = corpus / f"{sdk}.jsonl"
+    if not path.exists():
+        raise RuntimeError(f"no {path}")
+    if url and sdk in STARTED_WITH:
+        print(f"{sdk}: left out: recorded against a server started with {STARTED_WITH[sdk]}", flush=True)
+        return 0
+    lines = load(path)
+    server = None
+    try:
+        if server_cmd:
+            server = Server(f"{server_cmd} {STARTED_WITH[sdk]}" if sdk in STARTED_WITH else server_cmd)
+            url = server.url or ""
+        return replay_sdk(sdk, lines, url or "", show, strict)[2]
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def replay_file_apart(sdk: str, corpus: Path, server_cmd: str, show: int, strict: bool) -> tuple[str, int, str | None]:
+    """replay_file in a process of its own (--jobs): what it printed, how many differ, why it could not."""
+    out = io.StringIO()
+    differ, why = 0, None
+    with contextlib.redirect_stdout(out):
+        try:
+            differ = replay_file(sdk, corpus, server_cmd, None, show, strict)
+        except RuntimeError as e:
+            why = str(e)
+    return out.getvalue(), differ, why
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -807,37 +854,42 @@ def main() -> int:
     p.add_argument("--show", type=int, default=10, help="differences printed per SDK [10]")
     p.add_argument("--strict", action="store_true",
                    help="no race tolerance: where workers raced for jobs, the other side of the race differs too")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="files replayed at once, each in a process of its own against its own server "
+                        "(--server-cmd only); their reports are printed whole, in corpus order [1]")
     args = p.parse_args()
     corpus = Path(args.corpus)
     sdks = args.sdk or [s for s in CORPORA if (corpus / f"{s}.jsonl").exists()]
     if not sdks:
         print(f"replay: no <sdk>.jsonl in {corpus}", file=sys.stderr)
         return 2
+    if args.jobs < 1 or (args.jobs > 1 and not args.server_cmd):
+        print("replay: --jobs is 1 or more, and more than 1 only with --server-cmd (a server per file)", file=sys.stderr)
+        return 2
     total_differ = 0
-    for sdk in sdks:
-        path = corpus / f"{sdk}.jsonl"
-        if not path.exists():
-            print(f"replay: no {path}", file=sys.stderr)
-            return 2
-        lines = load(path)
-        server = None
-        if args.url and sdk in STARTED_WITH:
-            print(f"{sdk}: left out: recorded against a server started with {STARTED_WITH[sdk]}", flush=True)
-            continue
-        try:
-            if args.server_cmd:
-                server = Server(f"{args.server_cmd} {STARTED_WITH[sdk]}" if sdk in STARTED_WITH else args.server_cmd)
-                url = server.url or ""
-            else:
-                url = args.url
-            _, _, differ, _ = replay_sdk(sdk, lines, url, args.show, args.strict)
-            total_differ += differ
-        except RuntimeError as e:
-            print(f"{sdk}: could not replay: {e}", flush=True)
-            return 2
-        finally:
-            if server is not None:
-                server.stop()
+    if args.jobs == 1:
+        for sdk in sdks:
+            try:
+                total_differ += replay_file(sdk, corpus, args.server_cmd, args.url, args.show, args.strict)
+            except RuntimeError as e:
+                print(f"{sdk}: could not replay: {e}", flush=True)
+                return 2
+    else:
+        # spawned, not forked: each replay starts threads and a server of its own
+        with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            # the longest recorded first, so that the last to end is a short one
+            runs = {sdk: pool.submit(replay_file_apart, sdk, corpus, args.server_cmd, args.show, args.strict)
+                    for sdk in sorted(sdks, key=lambda sdk: -recorded_span(corpus / f"{sdk}.jsonl"))}
+            failed = False
+            for sdk in sdks:
+                text, differ, why = runs[sdk].result()
+                print(text, end="", flush=True)
+                if why is not None:
+                    print(f"{sdk}: could not replay: {why}", flush=True)
+                    failed = True
+                total_differ += differ
+            if failed:
+                return 2
     print(f"replay total: {total_differ} exchanges differ" if total_differ else "replay total: every exchange the same",
           flush=True)
     return 1 if total_differ else 0
