@@ -44,7 +44,7 @@ test: $(STAMP) ## set up .venv and run every test of every part whose toolchain 
 	$(BIN)/python scripts/test_all.py
 
 test-server: $(STAMP) ## the server's tests only (then those marked `sources` on the sources, as make test does)
-	$(BIN)/python -m pytest server/tests
+	$(BIN)/python -m pytest -n 2 server/tests
 	FENECDB_PURE_PYTHON=1 $(BIN)/python -m pytest -m sources server/tests
 
 test-dashboard: $(STAMP) ## the dashboard clicked through in headless Chromium (/usr/bin/chromium; screenshots in server/tests/browser/artifacts)

@@ -21,7 +21,7 @@ following it, and gives every runner FENEC_PRIMARY_URL, FENEC_REPLICA_URL and FE
 
 Then, in a full run, the fault scenarios: for every SDK whose toolchain is present and which has
 `clients/<sdk>/fault-worker.sh`, `faults.py --sdk <sdk>` (its own server on a file, behind its
-proxy) prints `<sdk> faults: N passed, M failed`; an SDK without the script prints
+proxy; two SDKs at a time, each one's output printed whole when it ends) prints `<sdk> faults: N passed, M failed`; an SDK without the script prints
 `SKIP <sdk> faults: no fault-worker.sh yet`, counted as skipped, never as passed.
 """
 
@@ -38,6 +38,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -46,6 +48,7 @@ BIN = ROOT / ".venv" / "bin"
 SUMMARY = re.compile(r"^(python|js|go|dotnet|swift|kotlin|dart): ([0-9]+) passed, ([0-9]+) failed$")
 FAULTS_SUMMARY = re.compile(r"^(python|js|go|dotnet|swift|kotlin|dart) faults: ([0-9]+) passed, ([0-9]+) failed$")
 LISTENING = re.compile(r"listening on: (http://\S+)")
+FAULT_JOBS = 2  # SDKs whose fault scenarios run at once: each mostly waits out its faults and deadlines
 SDKS: list[tuple[str, list[str]]] = [
     ("python", []),
     ("js", ["node", "npm"]),
@@ -155,11 +158,16 @@ def played(lines: list[str], names: list[str]) -> list[str]:
     return [n for n in names if any(line.startswith((f"ok {n}", f"FAIL {n}")) for line in lines)]
 
 
+def say_now(line: str) -> None:
+    print(line, flush=True)
+
+
 def run_sdk(name: str, cmd: list[str], cwd: Path, env: dict[str, str],
-            summary: re.Pattern[str] = SUMMARY, lines: list[str] | None = None) -> tuple[int, int] | None:
-    """Runs one SDK, echoing its output (kept in `lines` when given); answers (passed, failed) from
-    its summary line, or None."""
-    print(f"--- {name}: {' '.join(cmd)}", flush=True)
+            summary: re.Pattern[str] = SUMMARY, lines: list[str] | None = None,
+            say: Callable[[str], None] = say_now) -> tuple[int, int] | None:
+    """Runs one SDK, echoing its output through `say` (kept in `lines` when given); answers (passed,
+    failed) from its summary line, or None."""
+    say(f"--- {name}: {' '.join(cmd)}")
     started = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -167,20 +175,20 @@ def run_sdk(name: str, cmd: list[str], cwd: Path, env: dict[str, str],
     found: list[tuple[int, int]] = []
     for line in proc.stdout:
         line = line.rstrip("\n")
-        print(line, flush=True)
+        say(line)
         if lines is not None:
             lines.append(line)
         m = summary.match(line)
         if m and m.group(1) == name.split()[0]:
             found.append((int(m.group(2)), int(m.group(3))))
     code = proc.wait()
-    print(f"--- {name}: exit {code} in {time.monotonic() - started:.1f} s", flush=True)
+    say(f"--- {name}: exit {code} in {time.monotonic() - started:.1f} s")
     if len(found) != 1:
-        print(f"{name} printed {len(found)} summary lines, not one", flush=True)
+        say(f"{name} printed {len(found)} summary lines, not one")
         return None
     passed, failed = found[0]
     if (code == 0) != (failed == 0):
-        print(f"{name} exited {code} with {failed} failed", flush=True)
+        say(f"{name} exited {code} with {failed} failed")
         return passed, max(failed, 1)
     return passed, failed
 
@@ -190,24 +198,36 @@ def missing_tool(tools: list[str], env: dict[str, str]) -> str | None:
 
 
 def run_faults(env: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
-    """The fault scenarios of every SDK that has a harness; answers (green, red, skipped) SDK names."""
+    """The fault scenarios of every SDK that has a harness, FAULT_JOBS at a time (each SDK's run has its
+    own server and proxy; its output is printed whole when it ends); answers (green, red, skipped) SDK names."""
     green: list[str] = []
     red: list[str] = []
     skipped: list[str] = []
     fault_env = {k: v for k, v in env.items() if not k.startswith("FENEC_")}
+    chosen: list[str] = []
     for name, tools in SDKS:
         missing = missing_tool(tools, env)
         if missing:
             print(f"SKIP {name} faults: no '{missing}' on PATH", flush=True)
             skipped.append(name)
-            continue
-        if not (ROOT / "clients" / name / "fault-worker.sh").exists():
+        elif not (ROOT / "clients" / name / "fault-worker.sh").exists():
             print(f"SKIP {name} faults: no fault-worker.sh yet", flush=True)
             skipped.append(name)
-            continue
+        else:
+            chosen.append(name)
+
+    def one(name: str) -> tuple[tuple[int, int] | None, list[str]]:
+        out: list[str] = []
         result = run_sdk(f"{name} faults", [sys.executable, str(HERE / "faults.py"), "--sdk", name], ROOT,
-                         fault_env, FAULTS_SUMMARY)
-        (red if result is None or result[1] > 0 else green).append(name)
+                         fault_env, FAULTS_SUMMARY, say=out.append)
+        return result, out
+
+    with ThreadPoolExecutor(FAULT_JOBS) as pool:
+        runs = [(name, pool.submit(one, name)) for name in chosen]
+        for name, run in runs:
+            result, out = run.result()
+            print("\n".join(out), flush=True)
+            (red if result is None or result[1] > 0 else green).append(name)
     return green, red, skipped
 
 

@@ -100,7 +100,8 @@ def main() -> int:
         record("server-compiled", run("server-compiled", [python, "-c", COMPILED_CHECK]))
     else:
         skip("server-compiled", "no C compiler on PATH: the engine was installed as pure Python")
-    record("server", run("server", [python, "-m", "pytest", "server/tests"]))
+    # two at a time (pytest-xdist): most of the suite waits on servers it started (server/README.md, Tests)
+    record("server", run("server", [python, "-m", "pytest", "-n", "2", "server/tests"]))
     # the tests that replace a function inside the engine, on its sources (conftest.py: `sources`)
     record("server-sources", run("server-sources", [python, "-m", "pytest", "-m", "sources", "server/tests"],
                                  extra_env={"FENECDB_PURE_PYTHON": "1"}))
