@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 from fenecdb_server import Database
+from fenecdb_server.http.replication import Pusher
 from fenecdb_server.replication.feed import Feed, Replica
 from fenecdb_server.replication.quorum import Quorum
 
@@ -73,6 +74,56 @@ def test_a_waiting_stream_runs_in_the_loops_next_turn_after_the_sync(tmp_path: P
 
     try:
         assert asyncio.run(asyncio.wait_for(main(), 30)) == (False, True, 1)
+    finally:
+        db.close()
+
+
+def test_a_sync_on_the_loop_sends_its_records_to_a_waiting_stream_in_its_own_call(tmp_path: Path) -> None:
+    """Under `--sync always` the sync's own call sends what it covers to each stream whose task waits
+    (a sync replica has it a loop turn sooner); never to a stream whose task is busy (an image being
+    sent: the records must come after it), nor past a transport that cannot take it now: those the
+    task sends when it wakes."""
+    db = Database(str(tmp_path / "p.fenec"), sync="off")
+    feed = Feed(db, 1 << 20)
+    feed.attach()
+    db.query("create collection jobs (n int)")
+    db.log.sync()
+    written: list[bytes] = []
+    takes = [True]
+
+    def send_now(body: bytes) -> bool:
+        if takes[0]:
+            written.append(body)
+        return takes[0]
+
+    replica = Replica("r:1", 1, "r")
+    pusher = Pusher(feed, replica, send_now)
+    feed.pushers.append(pusher.push)
+
+    async def main() -> None:
+        feed.more()  # the stream's look: the loop's thread is known to the feed
+        db.query("put jobs {n: 1}")
+        db.log.sync()
+        assert written == [] and replica.sent == 1  # its task is not waiting: the task's to send
+        pusher.idle = True
+        db.log.sync()  # nothing more covered: nothing sent
+        assert written == []
+        db.query("put jobs {n: 2}")
+        db.log.sync()  # in this very call: both records, framed as the log framed them
+        assert replica.sent == 3 and written == [(feed.durable_frames(1) or (0, b""))[1]]
+        takes[0] = False  # a slow reader: the transport takes nothing now
+        db.query("put jobs {n: 3}")
+        db.log.sync()
+        assert replica.sent == 3 and feed.durable_frames(3) is not None
+        synced = threading.Thread(target=db.log.sync)  # off the loop: the task is woken instead
+        takes[0] = True
+        db.query("put jobs {n: 4}")
+        synced.start()
+        synced.join()
+        assert replica.sent == 3 and len(written) == 1
+
+    try:
+        asyncio.run(asyncio.wait_for(main(), 30))
     finally:
         db.close()
 

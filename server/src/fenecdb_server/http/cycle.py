@@ -57,6 +57,7 @@ class AsgiCycle:
         self.chunked = False
         self.left = 0  # bytes of the body its content-length still owes
         self.head_only = scope["method"] == "HEAD"
+        scope["fenec.send_now"] = self.send_now
 
     def add(self, piece: bytes) -> None:
         self.body += piece
@@ -107,6 +108,15 @@ class AsgiCycle:
         message = {"type": "http.request", "body": bytes(self.body), "more_body": self.more_body}
         self.body = bytearray()
         return message
+
+    def send_now(self, body: bytes) -> bool:
+        """A piece of a chunked body (more to come) written at once, outside the app's task (the
+        replication stream's records, sent as the log's sync covers them); False where it must
+        wait for `send` instead: the answer not started or not chunked, over, or its reader slow."""
+        if not self.chunked or self.complete or self.disconnected or self.door.write_paused or not body:
+            return False
+        self.door.transport.write(chunk(body))
+        return True
 
     async def send(self, message: MutableMapping[str, Any]) -> None:
         door = self.door

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from ..database import FILE_HEADER_SIZE, file_header
 from ..errors import FenecError
 from ..held import MAX_WAIT_MS
-from ..replication.feed import KEEPALIVE, KEEPALIVE_S, Replica
+from ..replication.feed import KEEPALIVE, KEEPALIVE_S, Feed, Replica
 from ..replication.node import NO_PRIMARY
 from . import errors as E
 from .bodies import dumps
@@ -126,6 +126,8 @@ async def stream(node: Node, scope: MutableMapping[str, Any], send: Send) -> Non
     replica = Replica(f"{peer[0]}:{peer[1]}", since, _header(scope, b"fenec-replica") or "",
                       _header(scope, b"fenec-member") or "")
     image = not node.identity.continues(history, since) or not feed.fed(since)
+    pusher = Pusher(feed, replica, scope.get("fenec.send_now"))
+    push = pusher.push
     await send({"type": "http.response.start", "status": E.OK, "headers": [
         (b"content-type", b"application/octet-stream"),
         (b"fenec-history", node.identity.history.encode()), (b"fenec-seq", str(feed.seq).encode()),
@@ -133,9 +135,10 @@ async def stream(node: Node, scope: MutableMapping[str, Any], send: Send) -> Non
         (b"fenec-term", str(node.db.engine.catalog.term).encode())]})
     await send({"type": "http.response.body", "body": file_header(), "more_body": True})
     feed.replicas.add(replica)
+    feed.pushers.append(push)
     loop = asyncio.get_running_loop()
     try:
-        last = time.monotonic()
+        replica.last_sent = time.monotonic()
         while not node.closing and feed is node.feed:
             if conn is not None and conn.transport.is_closing():
                 return
@@ -144,22 +147,53 @@ async def stream(node: Node, scope: MutableMapping[str, Any], send: Send) -> Non
             if got is None:
                 replica.sent = await send_image(node, send, conn, loop)
                 image = False
-                last = time.monotonic()
+                replica.last_sent = time.monotonic()
                 continue
             if got[1]:
                 replica.sent = got[0]
                 await send({"type": "http.response.body", "body": got[1], "more_body": True})
-                last = replica.last_sent = time.monotonic()
+                replica.last_sent = time.monotonic()
                 continue
-            quiet = KEEPALIVE_S - (time.monotonic() - last)
+            quiet = KEEPALIVE_S - (time.monotonic() - replica.last_sent)
             if quiet > 0:
-                await feed.wait(more, quiet)
+                pusher.idle = True  # only while the task waits: never beside its own send or an image
+                try:
+                    await feed.wait(more, quiet)
+                finally:
+                    pusher.idle = False
             else:
                 await send({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
-                last = time.monotonic()
+                replica.last_sent = time.monotonic()
         await send({"type": "http.response.body", "body": b""})
     finally:
         feed.replicas.discard(replica)
+        feed.pushers.remove(push)
+
+
+class Pusher:
+    """A stream's records sent from the log's sync itself (`Feed.synced`, on the loop), while the
+    stream's task waits for more: the replica has them in the sync's own turn, where the task would
+    send them a turn later (a write under `--sync-replicas` waits for that round trip). Only while
+    the task waits (`idle`), and only what the transport takes at once (`AsgiCycle.send_now`); the
+    rest, an image owed, a slow reader, is the task's, which looks again when it wakes."""
+
+    __slots__ = ("feed", "replica", "send_now", "idle")
+
+    def __init__(self, feed: Feed, replica: Replica, send_now: Callable[[bytes], bool] | None) -> None:
+        self.feed = feed
+        self.replica = replica
+        self.send_now = send_now
+        self.idle = False
+
+    def push(self) -> None:
+        send_now = self.send_now
+        if not self.idle or send_now is None:
+            return
+        replica = self.replica
+        got = self.feed.durable_frames(replica.sent)
+        if got is not None and got[1] and send_now(got[1]):
+            replica.sent = got[0]
+            replica.last_sent = time.monotonic()
 
 
 async def send_image(node: Node, send: Send, conn: Any, loop: asyncio.AbstractEventLoop) -> int:

@@ -16,8 +16,10 @@ a ticket the log's fsync has covered (only writes already on the primary's disk 
 records in it but by the bytes joined. A stream with nothing to send waits on a future of its own,
 `more()`, which the log's sync resolves (`Log.synced`, on whichever thread synced: at once on the
 loop's own, through `call_soon_threadsafe` from any other); a stream arms it before it looks, so a
-sync between its look and its wait still wakes it. It awaits that future itself (`wait`), so the
-stream sends in the loop's next turn after the sync's.
+sync between its look and its wait still wakes it. It awaits that future itself (`wait`). A sync
+on the loop's own thread (every one under `--sync always`) does not wait for the stream's task: each
+open stream's pusher (`pushers`, http/replication.py) sends the records in the sync's own call, so a
+sync replica has them before the loop turns again.
 
 Wire format: the bytes of a data file (storage/log.py). The file header (16 bytes), then records
 framed as the log frames them (12-byte header: length, CRC-32 of the payload, CRC-32 of the
@@ -35,6 +37,7 @@ import asyncio
 import bisect
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..engine import records
@@ -85,6 +88,7 @@ class Feed:
         self.base = 0  # the change number before the first kept record: a replica at it or past it is fed
         self.replicas: set[Replica] = set()
         self._waiting: list[asyncio.Future[None]] = []  # the futures of the streams with nothing to send
+        self.pushers: list[Callable[[], None]] = []  # each open stream's: sends what a sync on the loop covers
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
 
@@ -128,7 +132,12 @@ class Feed:
             timer.cancel()
 
     def synced(self) -> None:
-        """The log's fsync covers more records (`Log.synced`: any thread, holding the log's lock)."""
+        """The log's fsync covers more records (`Log.synced`: any thread, holding the log's lock).
+        On the loop, each stream's pusher sends them at once, in the sync's own turn; the streams'
+        tasks are woken too (a stream busy with an image, or with a slow reader, sends them itself)."""
+        if threading.get_ident() == self._loop_thread:
+            for push in self.pushers:
+                push()
         waiting = self._waiting
         if not waiting:
             return
