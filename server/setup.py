@@ -32,8 +32,8 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 # The modules every claim, ack and put runs through, from the parsed request to the log, and the
-# primary's replication path a write under --sync-replicas waits on; each is compiled with every
-# other one here (calls among them are C calls).
+# replication path a write under --sync-replicas waits on (the primary's feed, stream and quorum, the
+# replica's follower); each is compiled with every other one here (calls among them are C calls).
 COMPILED = [
     "fenecdb_server/database.py",
     "fenecdb_server/engine/access.py",
@@ -72,6 +72,7 @@ COMPILED = [
     "fenecdb_server/storage/group_commit.py",
     "fenecdb_server/storage/log.py",
     "fenecdb_server/replication/feed.py",
+    "fenecdb_server/replication/follower.py",
     "fenecdb_server/replication/link.py",
     "fenecdb_server/replication/node.py",
     "fenecdb_server/replication/quorum.py",

@@ -11,10 +11,10 @@ import os
 import sys
 import threading
 import time
+from typing import Any
 
 from fenecdb_server import cli
 from fenecdb_server.database import Database
-from fenecdb_server.replication import follower
 
 
 def _hold(db: Database, flag: str) -> None:
@@ -32,13 +32,13 @@ def _hold(db: Database, flag: str) -> None:
 def main() -> None:
     flag = sys.argv[1]
     argv = sys.argv[sys.argv.index("fenecdb_server.cli") + 1:]
-    start = follower.Follower.start
+    serve = cli.serve
 
-    def held_start(self: follower.Follower) -> None:
-        threading.Thread(target=_hold, args=(self.db, flag), daemon=True).start()
-        start(self)
+    def held_serve(db: Database, *args: Any, **kwargs: Any) -> int:  # the database opened, before it serves
+        threading.Thread(target=_hold, args=(db, flag), daemon=True).start()
+        return serve(db, *args, **kwargs)
 
-    follower.Follower.start = held_start  # type: ignore[method-assign]
+    cli.serve = held_serve  # cli.py is not compiled: `main` looks the name up when it calls it
     sys.exit(cli.main(argv))
 
 

@@ -108,10 +108,10 @@ class Follower:
         self._stop = threading.Event()
         self._stream: Stream | None = None
         self._acks = Acks(self.host, self.port, token, SILENCE_S)
-        self._thread = threading.Thread(target=self._run, name="fenec-follower", daemon=True)
+        self.thread = threading.Thread(target=self._run, name="fenec-follower", daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        self.thread.start()
 
     def stop(self) -> None:
         """Stop following (the records written to the file are replayed first; none after) and
@@ -120,8 +120,8 @@ class Follower:
         stream = self._stream
         if stream is not None:
             stream.shutdown()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout=10)
+        if self.thread.is_alive() and threading.current_thread() is not self.thread:
+            self.thread.join(timeout=10)
 
     @property
     def stopped(self) -> bool:
