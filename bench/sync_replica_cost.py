@@ -73,15 +73,17 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--dir", default=None, help="where the two files go [the system's temp dir]")
+    ap.add_argument("--primary-flags", default="", help="more flags for the primary, e.g. '--busy-poll 0'")
+    ap.add_argument("--replica-flags", default="", help="more flags for the replica")
     args = ap.parse_args()
     where = tempfile.mkdtemp(prefix="sync-replica-cost-", dir=args.dir)
     procs: list[subprocess.Popen[bytes]] = []
     try:
         primary, port = start("--file", os.path.join(where, "p.fenec"), "--sync", "always",
-                              "--replication-token", TOKEN, "--sync-replicas", "1")
+                              "--replication-token", TOKEN, "--sync-replicas", "1", *args.primary_flags.split())
         procs.append(primary)
         replica, _ = start("--file", os.path.join(where, "r.fenec"), "--sync", "always",
-                           "--replication-token", TOKEN, "--replica-of", f"http://127.0.0.1:{port}")
+                           "--replication-token", TOKEN, "--replica-of", f"http://127.0.0.1:{port}", *args.replica_flags.split())
         procs.append(replica)
         end = time.monotonic() + 60
         while not get(port, "/_replication/status").get("replicas"):
