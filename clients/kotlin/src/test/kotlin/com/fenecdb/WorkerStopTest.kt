@@ -7,9 +7,11 @@ import kotlinx.coroutines.async
 import kotlinx.coroutines.awaitCancellation
 import kotlinx.coroutines.delay
 import kotlinx.coroutines.runBlocking
+import kotlinx.coroutines.TimeoutCancellationException
 import kotlinx.coroutines.withTimeout
 import org.junit.jupiter.api.Assertions.assertEquals
 import org.junit.jupiter.api.Assertions.assertTrue
+import org.junit.jupiter.api.Assertions.fail
 import org.junit.jupiter.api.Test
 import java.util.concurrent.ConcurrentLinkedQueue
 import java.util.concurrent.atomic.AtomicBoolean
@@ -47,6 +49,13 @@ class WorkerStopTest {
         override fun close() = server.close()
     }
 
+    /** [block] within 45 s, or a failure that names the wait that was not met (a report that says which one). */
+    private suspend fun <T> within(what: String, block: suspend () -> T): T = try {
+        withTimeout(45_000) { block() }
+    } catch (e: TimeoutCancellationException) {
+        fail("$what: not within 45 s", e)
+    }
+
     private fun events() = ConcurrentLinkedQueue<WorkerEvent>()
     private fun ConcurrentLinkedQueue<WorkerEvent>.types() = map { it.type }
 
@@ -65,7 +74,7 @@ class WorkerStopTest {
                     worker.stop()
                 }
             }
-            withTimeout(45_000) { running.await() }
+            within("run returning after a graceful stop") { running.await() }
             val took = (System.nanoTime() - stoppedAt) / 1_000_000
             assertTrue(took < 20_000, "run returned $took ms after the stop: the bound is the drain timeout (1 s) + 1 s")
             assertEquals(WorkerEvent.Type.STOPPED, seen.last().type)
@@ -85,7 +94,7 @@ class WorkerStopTest {
                     worker.stop()
                 }
             }
-            withTimeout(45_000) { running.await() }
+            within("run returning after a stop while the server is down") { running.await() }
             assertTrue(seen.any { it.type == WorkerEvent.Type.RETRY }, "the ack and the give-backs met the outage: ${seen.types()}")
             assertEquals(listOf(WorkerEvent.Type.CLAIMED, WorkerEvent.Type.START, WorkerEvent.Type.STOPPED),
                 seen.types().filter { it != WorkerEvent.Type.RETRY })
@@ -109,14 +118,14 @@ class WorkerStopTest {
             }
             // both handlers inside their bodies, not only announced by START: a handler cancelled before its coroutine
             // was first dispatched never runs, and so never sees the cancellation this test counts
-            withTimeout(45_000) { while (entered.get() < 2) delay(10) }
+            within("both handlers inside their bodies") { while (entered.get() < 2) delay(10) }
             outage.goDown()
             val asked = System.nanoTime()
             worker.stop(hard = true)
-            withTimeout(45_000) { running.await() }
+            within("run returning after a hard stop") { running.await() }
             val took = (System.nanoTime() - asked) / 1_000_000
             assertTrue(took < 20_000, "run returned $took ms after a hard stop: the bound is 1 s")
-            withTimeout(45_000) { while (cancelled.get() < 2) delay(10) }
+            within("both handlers cancelled") { while (cancelled.get() < 2) delay(10) }
             assertTrue(WorkerEvent.Type.LOST !in seen.types(), "${seen.types()}")
             assertEquals(WorkerEvent.Type.STOPPED, seen.last().type)
         }
@@ -129,9 +138,9 @@ class WorkerStopTest {
             val worker = Worker(Fenec.connect(outage.server.url), "jobs", WorkerOptions(name = "w1", batch = 3, concurrency = 2,
                 wait = Duration.ZERO, drainTimeout = 1_000.seconds, onEvent = { seen.add(it) }))
             val running = async { worker.run { awaitCancellation() } }
-            withTimeout(45_000) { while (seen.count { it.type == WorkerEvent.Type.START } < 2) delay(10) }
+            within("two jobs started") { while (seen.count { it.type == WorkerEvent.Type.START } < 2) delay(10) }
             worker.stop(hard = true)
-            withTimeout(45_000) { running.await() }
+            within("run returning after a hard stop") { running.await() }
             assertEquals(3L, worker.released.get())
             val releases = outage.server.seen.filter { it.key!!.startsWith("release:") }
             assertEquals(3, releases.size)
@@ -151,7 +160,7 @@ class WorkerStopTest {
         }.use { server ->
             val seen = events()
             val worker = Worker(Fenec.connect(server.url), "jobs", WorkerOptions(name = "w1", wait = Duration.ZERO, onEvent = { seen.add(it) }))
-            val thrown = withTimeout(45_000) {
+            val thrown = within("run ending with the refusal") {
                 try {
                     worker.run { }
                     null
@@ -171,7 +180,7 @@ class WorkerStopTest {
         Scripted { _, _ -> Scripted.ok("[]") }.use { server ->
             val worker = Worker(Fenec.connect(server.url), "jobs", WorkerOptions(name = "w1"))
             worker.stop()
-            withTimeout(45_000) { worker.run { } }
+            within("run returning after a stop before run") { worker.run { } }
             assertEquals(0, server.seen.size)
         }
     }
