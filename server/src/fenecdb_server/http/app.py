@@ -228,6 +228,8 @@ class App(Service):
         node = self.config.replication
         seq = owed_to_replicas(node, answer) if node is not None else 0
         if seq:
+            if self.busy is not None:  # the loop polls until the ack (busy_poll.py, `hold`)
+                self.busy.hold(asyncio.get_running_loop())
             confirm_then(node, answer, seq, then)
         else:
             then(answer)

@@ -25,26 +25,41 @@ It is a trade of CPU for latency, so it stands down where the CPU is needed else
   for either (bench/README.md, "Numbers the code's comments used to carry");
 - by default, when the process may run on a single CPU (its affinity, or its cgroup's quota):
   there the client it waits for may need that CPU to send the request (cli.py decides).
+
+A write's answer owed to `--sync-replicas` replicas (http/app.py's `confirmed`) holds the loop
+polling too (`hold`, for `REPLICAS_S` at most from its own disk's sync): the loop does not go to
+sleep between that sync and the replicas' ack, nor before the writer's next request, when the
+round trip is short enough for the hold to cover it. The replica the stream woke may have been
+put on this very CPU (the kernel wakes a reader onto its writer's CPU when it expects the writer to
+sleep soon, and on a machine this small that is where the follower often runs), so while a hold
+lasts each poll gives its CPU way (`give`, `sched_yield`) to any thread queued on it: without that,
+a replica queued behind the spin waited for the scheduler's next preemption, and some rounds were
+slower than with no hold at all (bench/README.md, "The loop held for a sync replica's ack").
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
+
+REPLICAS_S = 0.001  # the longest a write's answer owed to replicas holds the loop polling (`hold`)
 
 
 class BusyPoll:
     """The window after the last answer written in which the loop polls instead of sleeping."""
 
-    __slots__ = ("window", "clock", "paused", "expired", "_until", "_loop", "_spinning")
+    __slots__ = ("window", "clock", "paused", "expired", "give", "_until", "_giving_until", "_loop", "_spinning")
 
     def __init__(self, window: float, clock: Callable[[], float] = time.perf_counter) -> None:
         self.window = window  # seconds
         self.clock = clock
         self.paused: Callable[[], bool] = _never  # True: stop spinning now (the loop may sleep)
         self.expired = 0  # windows that ran out with no request read: fenec_busy_poll_expired_total
+        self.give: Callable[[], None] = os.sched_yield  # while a hold lasts: each poll gives way
         self._until = 0.0
+        self._giving_until = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._spinning = False
 
@@ -53,9 +68,25 @@ class BusyPoll:
         return self._spinning
 
     def touch(self, loop: asyncio.AbstractEventLoop) -> None:
-        """An answer was written: keep the loop polling until `window` from now."""
-        self._until = self.clock() + self.window
+        """An answer was written: keep the loop polling until `window` from now (or later, if a
+        hold already keeps it so)."""
+        until = self.clock() + self.window
+        if until > self._until:
+            self._until = until
         if not self._spinning or loop is not self._loop:  # (a spin on a loop since closed never ends)
+            self._spinning = True
+            self._loop = loop
+            loop.call_soon(self._spin)
+
+    def hold(self, loop: asyncio.AbstractEventLoop, seconds: float = REPLICAS_S) -> None:
+        """An answer waits for the replicas' ack: keep the loop polling until `seconds` from now,
+        each poll giving its CPU way to any thread queued on it (the module's docstring)."""
+        until = self.clock() + seconds
+        if until > self._until:
+            self._until = until
+        if until > self._giving_until:
+            self._giving_until = until
+        if not self._spinning or loop is not self._loop:
             self._spinning = True
             self._loop = loop
             loop.call_soon(self._spin)
@@ -63,7 +94,9 @@ class BusyPoll:
     def _spin(self) -> None:
         if self.paused():
             self._spinning = False
-        elif self.clock() < self._until:
+        elif (now := self.clock()) < self._until:
+            if now < self._giving_until:
+                self.give()
             self._loop.call_soon(self._spin)  # type: ignore[union-attr]
         else:
             self._spinning = False
