@@ -6,6 +6,7 @@ each poll. The clock is the test's, so "inside the window" is a state, not a tim
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 from fenecdb_server import Database, cli
@@ -14,7 +15,8 @@ from fenecdb_server.http.app import App, Config
 from fenecdb_server.http.busy_poll import REPLICAS_S, BusyPoll, usable_cpus
 from fenecdb_server.http.exchange import Answer
 from fenecdb_server.replication.feed import Feed, Replica
-from fenecdb_server.replication.quorum import Quorum
+from fenecdb_server.replication.identity import Identity
+from fenecdb_server.replication.node import Node
 
 TURNS = 20  # loop turns to let a spin run: each turn is one poll
 
@@ -194,21 +196,22 @@ def test_a_hold_stands_down_while_the_loop_must_not_spin() -> None:
     asyncio.run(main())
 
 
-class SyncNode:
+def sync_node(tmp_path: Path) -> tuple[Node, Replica]:
     """A primary's replication as `App.confirmed` sees it: a feed, one replica, `--sync-replicas 1`."""
+    db = Database()
+    node = Node(db, Identity(str(tmp_path / "p.fenec")), "t", buffer_bytes=1 << 20, sync_replicas=1,
+                sync_wait_s=3600.0)
+    node.feed = Feed(db, 1 << 20)
+    replica = Replica("127.0.0.1:1", 0)
+    node.feed.replicas.add(replica)
+    return node, replica
 
-    def __init__(self) -> None:
-        self.db = Database()
-        self.feed = Feed(self.db, 1 << 20)
-        self.quorum = Quorum(lambda: self.feed, 1, wait_s=3600.0)
-        self.replica = Replica("127.0.0.1:1", 0)
-        self.feed.replicas.add(self.replica)
 
-
-def test_a_write_owed_to_a_sync_replica_holds_the_loop_polling_until_its_answer_is_sent() -> None:
+def test_a_write_owed_to_a_sync_replica_holds_the_loop_polling_until_its_answer_is_sent(tmp_path: Path) -> None:
     busy, clock, gave = poll()
     app = App(Database(), Config(), busy=busy)
-    node = app.config.replication = SyncNode()
+    node, replica = sync_node(tmp_path)
+    app.config.replication = node
     sent: list[Answer] = []
 
     async def main() -> None:
@@ -216,7 +219,8 @@ def test_a_write_owed_to_a_sync_replica_holds_the_loop_polling_until_its_answer_
         app.confirmed(answer, sent.append)
         await turns(TURNS)
         assert sent == [] and busy.spinning and gave  # waiting for the ack: polling, giving way
-        node.replica.acked = 3
+        replica.acked = 3
+        assert node.quorum is not None
         node.quorum.acked()
         assert sent == [answer]
         clock.now += REPLICAS_S + 0.001
@@ -226,10 +230,12 @@ def test_a_write_owed_to_a_sync_replica_holds_the_loop_polling_until_its_answer_
     asyncio.run(main())
 
 
-def test_an_answer_the_replicas_hold_already_is_sent_at_once_and_holds_nothing() -> None:
+def test_an_answer_the_replicas_hold_already_is_sent_at_once_and_holds_nothing(tmp_path: Path) -> None:
     busy, clock, gave = poll()
     app = App(Database(), Config(), busy=busy)
-    node = app.config.replication = SyncNode()
+    node, _ = sync_node(tmp_path)
+    app.config.replication = node
+    assert node.quorum is not None
     node.quorum.level = 7  # the replicas hold change 7 already
     sent: list[Answer] = []
 
