@@ -32,9 +32,9 @@ sleep between that sync and the replicas' ack, nor before the writer's next requ
 round trip is short enough for the hold to cover it. The replica the stream woke may have been
 put on this very CPU (the kernel wakes a reader onto its writer's CPU when it expects the writer to
 sleep soon, and on a machine this small that is where the follower often runs), so while a hold
-lasts each poll gives its CPU way (`give`, `sched_yield`) to any thread queued on it: without that,
-a replica queued behind the spin waited for the scheduler's next preemption, and some rounds were
-slower than with no hold at all (bench/README.md, "The loop held for a sync replica's ack").
+lasts each poll gives its CPU way (`give`, `sched_yield`) to any thread queued on it, rather than
+leave it to the scheduler's next preemption: without that, some rounds were slower than with no
+hold at all (bench/README.md, "The loop held for a sync replica's ack").
 """
 
 from __future__ import annotations
